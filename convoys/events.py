@@ -1,0 +1,99 @@
+"""The event log: append with a gap-free sequence number, read after a sequence number.
+
+Sequence numbers come from one counter row updated in the writer's own transaction, so they
+are gap-free in commit order on SQLite and PostgreSQL alike (SPEC §10): a second writer waits
+on the row lock until the first commits.
+"""
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from .models import Event, EventCounter, TrackedBead
+
+CLOSE_KINDS = ("bead.closed",)
+COUNTER = "events"
+
+
+def reserve(count):
+    """Reserve `count` sequence numbers; return the first. Must run inside a transaction."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("events must be recorded inside transaction.atomic()")
+    table = EventCounter._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET value = value + %s WHERE name = %s RETURNING value",
+            [count, COUNTER],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        EventCounter.objects.create(name=COUNTER, value=0)
+        return reserve(count)
+    return row[0] - count + 1
+
+
+def tracking_convoys(bead_ids):
+    """{bead_id: [convoy ids]} for the given beads (one query)."""
+    result = {}
+    for bead_id, convoy_id in TrackedBead.objects.filter(bead_id__in=bead_ids).values_list(
+        "bead_id", "convoy_id"
+    ):
+        result.setdefault(bead_id, []).append(convoy_id)
+    return result
+
+
+def record(kind, *, bead_id="", convoy_id="", actor="", data=None):
+    """Append one event in the caller's transaction and return it."""
+    return record_many(
+        [dict(kind=kind, bead_id=bead_id, convoy_id=convoy_id, actor=actor, data=data or {})]
+    )[0]
+
+
+def record_many(items):
+    """Append several events at once (one counter update, one insert)."""
+    if not items:
+        return []
+    first = reserve(len(items))
+    now = timezone.now()
+    bead_ids = {item["bead_id"] for item in items if item.get("bead_id")}
+    tracked = tracking_convoys(bead_ids) if bead_ids else {}
+    events = []
+    for offset, item in enumerate(items):
+        data = dict(item.get("data") or {})
+        if item.get("bead_id") and "convoys" not in data:
+            data["convoys"] = tracked.get(item["bead_id"], [])
+        events.append(
+            Event(
+                seq=first + offset,
+                kind=item["kind"],
+                bead_id=item.get("bead_id", ""),
+                convoy_id=item.get("convoy_id", ""),
+                actor=item.get("actor", ""),
+                data=data,
+                created_at=now,
+            )
+        )
+    Event.objects.bulk_create(events, batch_size=500)
+    closes = [event.seq for event in events if event.kind in CLOSE_KINDS]
+    if closes:
+        transaction.on_commit(lambda: _after_close(closes), robust=True)
+    return events
+
+
+def _after_close(seqs):
+    from .tasks import enqueue_close_handling
+
+    for seq in seqs:
+        enqueue_close_handling(seq)
+
+
+def last_seq():
+    value = EventCounter.objects.filter(name=COUNTER).values_list("value", flat=True).first()
+    return value or 0
+
+
+def events_after(seq, limit=500):
+    return list(Event.objects.filter(seq__gt=seq).order_by("seq")[:limit])
+
+
+def oldest_seq():
+    return Event.objects.order_by("seq").values_list("seq", flat=True).first() or 0

@@ -1,0 +1,220 @@
+"""`manage.py beads import|export|show|create|update|close|reopen|dep|ready|heartbeat`."""
+
+from ...models import Bead, Dependency, TrackedBead
+from ...readiness import blocked_by, ready_beads
+from ...services import beads as bead_service
+from ...services import jsonl
+from ..base import ServiceCommand, error
+
+
+class Command(ServiceCommand):
+    help = "Work with beads: import/export bd JSONL, show, create, update, close, reopen, ready."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        p = sub.add_parser("import", help="import a bd JSONL export (all or nothing)")
+        p.add_argument("file")
+        p.add_argument("--routes", help="a routes.jsonl mapping prefixes to rigs")
+        self.add_json(p)
+        p = sub.add_parser("export", help="write bd-compatible JSONL")
+        p.add_argument("-o", "--output", help="file to write (default: stdout)")
+        p = sub.add_parser("show", help="show one bead")
+        p.add_argument("id")
+        self.add_json(p)
+        p = sub.add_parser("create", help="create a bead")
+        p.add_argument("title")
+        p.add_argument("--id", dest="bead_id")
+        p.add_argument("--prefix", default="bd-")
+        p.add_argument("--type", dest="issue_type", default="task")
+        p.add_argument("--priority", type=int, default=2)
+        p.add_argument("--description", default="")
+        p.add_argument("--assignee", default="")
+        self.add_json(p)
+        p = sub.add_parser("update", help="change status, assignee or priority")
+        p.add_argument("id")
+        p.add_argument("--status")
+        p.add_argument("--assignee")
+        p.add_argument("--priority", type=int)
+        p.add_argument("--title")
+        self.add_json(p)
+        p = sub.add_parser("close", help="close a bead")
+        p.add_argument("id")
+        p.add_argument("--reason", default="")
+        self.add_json(p)
+        p = sub.add_parser("reopen", help="reopen a closed bead")
+        p.add_argument("id")
+        self.add_json(p)
+        p = sub.add_parser("dep", help="add or remove a dependency")
+        dep = p.add_subparsers(dest="dep_action", required=True)
+        d = dep.add_parser("add", help="ISSUE depends on TARGET")
+        d.add_argument("issue")
+        d.add_argument("target")
+        d.add_argument("--type", default="blocks")
+        d = dep.add_parser("remove")
+        d.add_argument("issue")
+        d.add_argument("target")
+        p = sub.add_parser("ready", help="beads ready to dispatch, by priority then id")
+        p.add_argument("--rig")
+        p.add_argument("--limit", type=int, default=100)
+        self.add_json(p)
+        p = sub.add_parser("heartbeat", help="report that a worker is alive")
+        p.add_argument("worker")
+
+    def handle(self, *args, action, **options):
+        getattr(self, "do_" + action)(**options)
+
+    def do_import(self, file, routes, json, **_):
+        report = jsonl.import_file(file, routes_path=routes)
+        if json:
+            self.write_json(report.as_dict())
+            return
+        self.stdout.write(
+            f"Imported {file}: {report.beads} beads ({report.beads_created} new, "
+            f"{report.beads_updated} updated, {report.beads_unchanged} unchanged), "
+            f"{report.convoys} convoys, {report.dependencies} dependencies, "
+            f"{report.tracked} tracked"
+        )
+        skipped = report.skipped_tombstones + report.skipped_wisps + report.skipped_memories
+        if skipped:
+            self.stdout.write(
+                f"  skipped {report.skipped_tombstones} tombstones, {report.skipped_wisps} "
+                f"wisps, {report.skipped_memories} memories"
+            )
+        if report.routes:
+            self.stdout.write(f"  {report.routes} routes")
+
+    def do_export(self, output, **_):
+        if output:
+            with open(output, "w", encoding="utf-8") as stream:
+                count = jsonl.export_to(stream)
+            self.stderr.write(f"Exported {count} records to {output}")
+        else:
+            jsonl.export_to(self.stdout)
+
+    def do_show(self, id, json, **_):
+        bead = bead_service.get_bead(id)
+        record = jsonl.bead_record(bead)
+        outgoing = list(bead.dependencies.all())
+        incoming = list(Dependency.objects.filter(depends_on_id=bead.id).order_by("issue_id"))
+        statuses = dict(
+            Bead.objects.filter(
+                pk__in=[d.depends_on_id for d in outgoing] + [d.issue_id for d in incoming]
+            ).values_list("id", "status")
+        )
+        convoys = list(
+            TrackedBead.objects.filter(bead_id=bead.id).values_list("convoy_id", flat=True)
+        )
+        blockers = blocked_by([bead.id]).get(bead.id, [])
+        ready = ready_beads(Bead.objects.filter(pk=bead.pk)).exists()
+        if json:
+            record.update(
+                rig=bead.rig_id,
+                ready=ready,
+                blocked_by=blockers,
+                convoys=convoys,
+                dependents=[
+                    {
+                        "id": d.issue_id,
+                        "type": d.type,
+                        "status": statuses.get(d.issue_id, "unknown"),
+                    }
+                    for d in incoming
+                ],
+            )
+            self.write_json(record)
+            return
+        self.stdout.write(f"{bead.symbol} {bead.id} [{bead.issue_type or 'task'}] {bead.title}")
+        self.stdout.write(
+            f"  status: {bead.status}   priority: P{bead.priority}   rig: {bead.rig_id or '-'}"
+            f"   assignee: {bead.assignee or '-'}   ready: {'yes' if ready else 'no'}"
+        )
+        if bead.close_reason:
+            self.stdout.write(f"  close reason: {bead.close_reason}")
+        if blockers:
+            self.stdout.write(f"  blocked by: {', '.join(blockers)}")
+        for title, deps, key in (
+            ("depends on", outgoing, "depends_on_id"),
+            ("dependents", incoming, "issue_id"),
+        ):
+            if deps:
+                self.stdout.write(f"  {title}:")
+                for dep in deps:
+                    other = getattr(dep, key)
+                    self.stdout.write(
+                        f"    {dep.type:<18} {other} ({statuses.get(other, 'not in database')})"
+                    )
+        if convoys:
+            self.stdout.write(f"  tracked by: {', '.join(convoys)}")
+
+    def do_create(
+        self, title, bead_id, prefix, issue_type, priority, description, assignee, json, **_
+    ):
+        bead = bead_service.create_bead(
+            title,
+            bead_id=bead_id,
+            prefix=prefix,
+            issue_type=issue_type,
+            priority=priority,
+            description=description,
+            assignee=assignee,
+            actor="cli",
+        )
+        self._done(bead, json, "Created")
+
+    def do_update(self, id, status, assignee, priority, title, json, **_):
+        fields = {
+            k: v
+            for k, v in dict(
+                status=status, assignee=assignee, priority=priority, title=title
+            ).items()
+            if v is not None
+        }
+        if not fields:
+            raise error("nothing to update: give --status, --assignee, --priority or --title")
+        self._done(bead_service.update_bead(id, actor="cli", **fields), json, "Updated")
+
+    def do_close(self, id, reason, json, **_):
+        self._done(bead_service.close_bead(id, reason=reason, actor="cli"), json, "Closed")
+
+    def do_reopen(self, id, json, **_):
+        self._done(bead_service.reopen_bead(id, actor="cli"), json, "Reopened")
+
+    def _done(self, bead, json, verb):
+        if json:
+            self.write_json(jsonl.bead_record(bead))
+        else:
+            self.stdout.write(f"{verb} {bead.id}: {bead.title} [{bead.status}]")
+
+    def do_dep(self, dep_action, issue, target, type=None, **_):
+        if dep_action == "add":
+            dep = bead_service.add_dependency(issue, target, type, actor="cli")
+            self.stdout.write(f"Added {dep}")
+        else:
+            bead_service.remove_dependency(issue, target, actor="cli")
+            self.stdout.write(f"Removed dependency {issue} -> {target}")
+
+    def do_ready(self, rig, limit, json, **_):
+        queryset = Bead.objects.filter(rig_id=rig) if rig else None
+        beads = list(ready_beads(queryset)[:limit])
+        if json:
+            self.write_json(
+                [
+                    {
+                        "id": b.id,
+                        "title": b.title,
+                        "priority": b.priority,
+                        "issue_type": b.issue_type,
+                        "rig": b.rig_id,
+                    }
+                    for b in beads
+                ]
+            )
+            return
+        if not beads:
+            self.stdout.write("No ready beads.")
+        for bead in beads:
+            self.stdout.write(f"{bead.id:<16} P{bead.priority}  {bead.rig_id:<14} {bead.title}")
+
+    def do_heartbeat(self, worker, **_):
+        when = bead_service.heartbeat(worker)
+        self.stdout.write(f"♥ {worker} at {when.isoformat()}")

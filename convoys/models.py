@@ -1,0 +1,354 @@
+"""The convoy domain in rows: rigs, routes, beads and their dependencies, convoys, the event log.
+
+Rows are written only by `convoys.services`; models hold single-object rules.
+"""
+
+from django.conf import settings
+from django.db import models
+
+# Statuses and types are free strings; these are the values the product knows.
+DONE_STATUSES = ("closed", "tombstone")
+KNOWN_STATUSES = (
+    "open",
+    "in_progress",
+    "hooked",
+    "blocked",
+    "deferred",
+    "pinned",
+    "closed",
+    "tombstone",
+)
+ACTIVE_WORK_STATUSES = ("hooked", "in_progress")
+SLINGABLE_TYPES = ("task", "bug", "feature", "chore", "")
+BLOCKING_DEP_TYPES = ("blocks", "conditional-blocks", "waits-for", "merge-blocks")
+MERGED_PREFIX = "Merged in "
+
+CONVOY_OPEN = "open"
+CONVOY_CLOSED = "closed"
+CONVOY_STAGED_READY = "staged_ready"
+CONVOY_STAGED_WARNINGS = "staged_warnings"
+CONVOY_STATUSES = (CONVOY_OPEN, CONVOY_CLOSED, CONVOY_STAGED_READY, CONVOY_STAGED_WARNINGS)
+STAGED_STATUSES = (CONVOY_STAGED_READY, CONVOY_STAGED_WARNINGS)
+
+
+def bead_prefix(bead_id):
+    """Text up to and including the first '-' ("hq-cv-abc" -> "hq-"); '' when there is none."""
+    index = bead_id.find("-")
+    return bead_id[: index + 1] if index > 0 else ""
+
+
+def unwrap_external(target):
+    """`external:<x>:<id>` -> `<id>`; anything else unchanged."""
+    if target.startswith("external:"):
+        parts = target.split(":", 2)
+        if len(parts) == 3 and parts[2]:
+            return parts[2]
+    return target
+
+
+class Rig(models.Model):
+    ACTIVE, PARKED, DOCKED = "active", "parked", "docked"
+    STATES = [(ACTIVE, "active"), (PARKED, "parked"), (DOCKED, "docked")]
+
+    name = models.CharField(max_length=100, primary_key=True)
+    state = models.CharField(max_length=10, choices=STATES, default=ACTIVE)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def operational(self):
+        return self.state == self.ACTIVE
+
+
+class Route(models.Model):
+    """Bead-id prefix -> rig, as in Gas Town's routes.jsonl. No rig means town level."""
+
+    prefix = models.CharField(max_length=100, primary_key=True)
+    path = models.CharField(max_length=500)
+    rig = models.ForeignKey(Rig, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        ordering = ["prefix"]
+
+    def __str__(self):
+        return f"{self.prefix} -> {self.rig_id or '(town)'}"
+
+
+class Bead(models.Model):
+    id = models.CharField(max_length=255, primary_key=True)
+    title = models.TextField()
+    description = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=50, default="open", db_index=True)
+    issue_type = models.CharField(max_length=50, default="task", blank=True, db_index=True)
+    priority = models.IntegerField(default=2, db_index=True)
+    assignee = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    owner = models.CharField(max_length=255, blank=True, default="")
+    labels = models.JSONField(default=list, blank=True)
+    close_reason = models.TextField(blank=True, default="")
+    created_by = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    rig = models.ForeignKey(Rig, null=True, blank=True, on_delete=models.SET_NULL)
+    # Unknown keys of the beads record, exported again unchanged.
+    extra = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["status", "issue_type"])]
+
+    def __str__(self):
+        return self.id
+
+    @property
+    def is_done(self):
+        return self.status in DONE_STATUSES
+
+    @property
+    def is_slingable(self):
+        return self.issue_type in SLINGABLE_TYPES
+
+    @property
+    def symbol(self):
+        return status_symbol(self.status)
+
+
+def status_symbol(status):
+    if status in DONE_STATUSES:
+        return "✓"
+    if status in ACTIVE_WORK_STATUSES:
+        return "▶"
+    if status == "unknown":
+        return "?"
+    return "○"
+
+
+class Dependency(models.Model):
+    """`issue` depends on `depends_on_id`. The target may be absent from the database."""
+
+    issue = models.ForeignKey(Bead, related_name="dependencies", on_delete=models.CASCADE)
+    depends_on_id = models.CharField(max_length=255, db_index=True)
+    raw_target = models.CharField(max_length=300, blank=True, default="")
+    type = models.CharField(max_length=50, default="blocks", db_index=True)
+    created_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.CharField(max_length=255, blank=True, default="")
+    metadata = models.TextField(blank=True, default="")
+    extra = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issue", "depends_on_id"], name="unique_dependency")
+        ]
+        verbose_name_plural = "dependencies"
+
+    def __str__(self):
+        return f"{self.issue_id} -[{self.type}]-> {self.depends_on_id}"
+
+
+class Convoy(models.Model):
+    MERGE_STRATEGIES = ("direct", "mr", "local")
+
+    id = models.CharField(max_length=64, primary_key=True)
+    title = models.TextField()
+    description = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=20, default=CONVOY_OPEN, db_index=True)
+    owner = models.CharField(max_length=255, blank=True, default="")
+    notify = models.CharField(max_length=1000, blank=True, default="")
+    merge_strategy = models.CharField(max_length=10, blank=True, default="")
+    base_branch = models.CharField(max_length=255, blank=True, default="")
+    molecule = models.CharField(max_length=255, blank=True, default="")
+    owned = models.BooleanField(default=False)
+    max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    created_by = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    close_reason = models.TextField(blank=True, default="")
+    completion_notified_at = models.DateTimeField(null=True, blank=True)
+    labels = models.JSONField(default=list, blank=True)
+    extra = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+
+    def __str__(self):
+        return f"{self.id}: {self.title}"
+
+    @property
+    def is_staged(self):
+        return self.status in STAGED_STATUSES
+
+    def notify_addresses(self):
+        """Owner, then notify addresses, de-duplicated in that order."""
+        seen = []
+        for address in [self.owner, *self.notify.split(",")]:
+            address = address.strip()
+            if address and address not in seen:
+                seen.append(address)
+        return seen
+
+
+class TrackedBead(models.Model):
+    """Convoy -> bead tracking: non-blocking; the bead may not be in the database."""
+
+    convoy = models.ForeignKey(Convoy, related_name="tracked", on_delete=models.CASCADE)
+    bead_id = models.CharField(max_length=255, db_index=True)
+    raw_target = models.CharField(max_length=300, blank=True, default="")
+    position = models.PositiveIntegerField(default=0)
+    extra = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["convoy", "bead_id"], name="unique_tracking")
+        ]
+
+    def __str__(self):
+        return f"{self.convoy_id} tracks {self.bead_id}"
+
+
+class EventCounter(models.Model):
+    """One row whose update serialises event writers: seq is gap-free in commit order."""
+
+    name = models.CharField(max_length=20, primary_key=True)
+    value = models.BigIntegerField(default=0)
+
+
+class Event(models.Model):
+    """The append-only log: feeder input, audit history, browser replay source."""
+
+    seq = models.BigIntegerField(primary_key=True)
+    kind = models.CharField(max_length=40, db_index=True)
+    bead_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    convoy_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    actor = models.CharField(max_length=255, blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["seq"]
+
+    def __str__(self):
+        return f"#{self.seq} {self.kind} {self.bead_id or self.convoy_id}"
+
+
+class Worker(models.Model):
+    """A worker (`<rig>/polecats/<name>`) and when it last reported."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    rig = models.CharField(max_length=100, blank=True, default="")
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Dispatch(models.Model):
+    """One dispatch attempt: who, by which path, and how it went."""
+
+    PATHS = ("launch", "event", "stranded", "manual", "batch")
+
+    bead_id = models.CharField(max_length=255, db_index=True)
+    convoy_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    rig = models.CharField(max_length=100, blank=True, default="")
+    worker = models.CharField(max_length=255, blank=True, default="")
+    path = models.CharField(max_length=20)
+    ok = models.BooleanField(null=True)
+    error = models.TextField(blank=True, default="")
+    output = models.TextField(blank=True, default="")
+    duration_ms = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "dispatches"
+
+    def __str__(self):
+        return f"{self.bead_id} -> {self.worker} ({self.path})"
+
+
+class Cursor(models.Model):
+    """A persisted high-water mark over the event log (e.g. the catch-up feeder's)."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    position = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class HandledEvent(models.Model):
+    """Idempotency marker: a close event handled by the feeder (unique per event)."""
+
+    seq = models.BigIntegerField(primary_key=True)
+    handled_at = models.DateTimeField(auto_now_add=True)
+
+
+class Lease(models.Model):
+    """A time-bounded lock taken with one conditional update (ticks, scans, drains)."""
+
+    name = models.CharField(max_length=120, primary_key=True)
+    holder = models.CharField(max_length=120, blank=True, default="")
+    expires_at = models.DateTimeField()
+
+
+class Subscription(models.Model):
+    """A user's wish to hear about one convoy, or about every convoy (convoy empty)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    convoy = models.ForeignKey(Convoy, null=True, blank=True, on_delete=models.CASCADE)
+    email = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "convoy"], name="unique_subscription"),
+            models.UniqueConstraint(
+                fields=["user"],
+                condition=models.Q(convoy__isnull=True),
+                name="unique_all_subscription",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.user} -> {self.convoy_id or 'all convoys'}"
+
+
+class Notification(models.Model):
+    LANDED, DISPATCHED, CLOSED = "landed", "dispatched", "closed"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE
+    )
+    address = models.CharField(max_length=255, blank=True, default="")
+    convoy = models.ForeignKey(Convoy, null=True, on_delete=models.CASCADE)
+    kind = models.CharField(max_length=20)
+    subject = models.CharField(max_length=600)
+    body = models.TextField()
+    created_at = models.DateTimeField(db_index=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+    email_wanted = models.BooleanField(default=False)
+    emailed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return self.subject
+
+
+class ApiToken(models.Model):
+    """A bearer token for tools and workers; only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"{self.name} ({self.user})"

@@ -1,0 +1,115 @@
+"""The one readiness rule (SPEC §3), as a queryset and as a predicate.
+
+A bead is ready when: it is open and unassigned, or its worker is dead (then open, hooked or
+in_progress count too); it is slingable; no blocking dependency points at an existing target
+that is not done (merge-blocks needs a close reason starting "Merged in "); it has a rig; and
+that rig is active. Order: (priority, id). Launch, the feeders, the stranded scan, the
+dashboard counts and the CLI all call this module.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from .models import (
+    ACTIVE_WORK_STATUSES,
+    BLOCKING_DEP_TYPES,
+    DONE_STATUSES,
+    MERGED_PREFIX,
+    SLINGABLE_TYPES,
+    Bead,
+    Dependency,
+    Rig,
+    Worker,
+)
+
+
+def dead_worker_cutoff(now=None):
+    return (now or timezone.now()) - timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
+
+
+def _unfinished_blocker():
+    """Blocking dependencies of OuterRef('pk') whose target exists and is not done."""
+    plain = Dependency.objects.filter(
+        issue=OuterRef("pk"),
+        type__in=[t for t in BLOCKING_DEP_TYPES if t != "merge-blocks"],
+    ).filter(
+        Exists(Bead.objects.filter(pk=OuterRef("depends_on_id")).exclude(status__in=DONE_STATUSES))
+    )
+    merge = Dependency.objects.filter(issue=OuterRef("pk"), type="merge-blocks").filter(
+        Exists(
+            Bead.objects.filter(pk=OuterRef("depends_on_id")).filter(
+                ~Q(status__in=DONE_STATUSES)
+                | (Q(status="closed") & ~Q(close_reason__startswith=MERGED_PREFIX))
+            )
+        )
+    )
+    return Exists(plain) | Exists(merge)
+
+
+def blocked_condition():
+    """A Q-compatible expression: the bead has an unfinished blocker."""
+    return _unfinished_blocker()
+
+
+def ready_q(now=None):
+    dead_worker = Exists(
+        Worker.objects.filter(name=OuterRef("assignee"), last_seen__lt=dead_worker_cutoff(now))
+    )
+    claimable = Q(status="open", assignee="") | (
+        Q(status__in=("open", *ACTIVE_WORK_STATUSES)) & ~Q(assignee="") & dead_worker
+    )
+    return (
+        claimable
+        & Q(issue_type__in=SLINGABLE_TYPES)
+        & Q(rig__isnull=False)
+        & Q(rig__state=Rig.ACTIVE)
+        & ~blocked_condition()
+    )
+
+
+def ready_beads(queryset=None, now=None):
+    """The ready beads of `queryset` (default: all beads), ordered by (priority, id)."""
+    queryset = Bead.objects.all() if queryset is None else queryset
+    return queryset.filter(ready_q(now)).order_by("priority", "id")
+
+
+def is_ready(bead, now=None):
+    """The same rule for one bead (one query)."""
+    return ready_beads(Bead.objects.filter(pk=bead.pk), now).exists()
+
+
+def blocked_by(bead_ids):
+    """{bead_id: [unfinished blocker ids]} for the given beads (two queries)."""
+    deps = list(
+        Dependency.objects.filter(issue_id__in=bead_ids, type__in=BLOCKING_DEP_TYPES).values_list(
+            "issue_id", "depends_on_id", "type"
+        )
+    )
+    targets = {
+        row[0]: row[1:]
+        for row in Bead.objects.filter(pk__in={d[1] for d in deps}).values_list(
+            "id", "status", "close_reason"
+        )
+    }
+    result = {}
+    for issue_id, target, dep_type in deps:
+        if target not in targets:
+            continue
+        status, reason = targets[target]
+        if target_blocks(dep_type, status, reason):
+            result.setdefault(issue_id, []).append(target)
+    return result
+
+
+def target_blocks(dep_type, status, close_reason):
+    """Does an existing target with this status block along an edge of this type?"""
+    if dep_type not in BLOCKING_DEP_TYPES:
+        return False
+    if status == "tombstone":
+        return False
+    if status == "closed":
+        return dep_type == "merge-blocks" and not (close_reason or "").startswith(MERGED_PREFIX)
+    return True

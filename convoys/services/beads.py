@@ -1,0 +1,243 @@
+"""Bead writes: create, update, close, reopen, dependencies, worker heartbeats.
+
+Each function changes rows and appends its event in one transaction.
+"""
+
+import secrets
+import string
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..events import record
+from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, Worker, unwrap_external
+from .errors import NotFound, ServiceError
+from .rigs import rig_for
+
+BASE36 = string.digits + string.ascii_lowercase
+UPDATABLE = (
+    "title",
+    "description",
+    "status",
+    "assignee",
+    "priority",
+    "issue_type",
+    "labels",
+    "owner",
+    "close_reason",
+)
+
+
+def get_bead(bead_id, lock=False):
+    queryset = Bead.objects.select_for_update() if lock else Bead.objects
+    try:
+        return queryset.get(pk=bead_id)
+    except Bead.DoesNotExist:
+        raise NotFound(f"bead '{bead_id}' not found")
+
+
+def _event_data(bead, **more):
+    return {
+        "status": bead.status,
+        "assignee": bead.assignee,
+        "title": bead.title,
+        "priority": bead.priority,
+        "rig": bead.rig_id,
+        **more,
+    }
+
+
+def new_bead_id(prefix):
+    for _ in range(20):
+        candidate = prefix + "".join(secrets.choice(BASE36) for _ in range(5))
+        if not Bead.objects.filter(pk=candidate).exists():
+            return candidate
+    raise ServiceError(f"could not find a free id with prefix {prefix!r}")
+
+
+@transaction.atomic
+def create_bead(
+    title,
+    *,
+    bead_id=None,
+    prefix="bd-",
+    description="",
+    issue_type="task",
+    priority=2,
+    status="open",
+    assignee="",
+    labels=(),
+    created_by="",
+    actor="",
+):
+    title = (title or "").strip()
+    if not title:
+        raise ServiceError("title must not be empty")
+    if not isinstance(priority, int) or not 0 <= priority <= 4:
+        raise ServiceError(f"priority must be 0..4, got {priority!r}")
+    bead_id = bead_id or new_bead_id(prefix)
+    if Bead.objects.filter(pk=bead_id).exists():
+        raise ServiceError(f"bead '{bead_id}' already exists")
+    now = timezone.now()
+    bead = Bead.objects.create(
+        id=bead_id,
+        title=title,
+        description=description,
+        issue_type=issue_type,
+        priority=priority,
+        status=status,
+        assignee=assignee,
+        labels=list(labels),
+        created_by=created_by or actor,
+        created_at=now,
+        updated_at=now,
+        closed_at=now if status == "closed" else None,
+        rig_id=rig_for(bead_id),
+    )
+    record("bead.created", bead_id=bead.id, actor=actor, data=_event_data(bead))
+    return bead
+
+
+def _status_event_kind(old, new):
+    if new == "closed" and old != "closed":
+        return "bead.closed"
+    if old in ("closed", "tombstone") and new not in ("closed", "tombstone"):
+        return "bead.reopened"
+    return "bead.status"
+
+
+@transaction.atomic
+def update_bead(bead_id, *, actor="", reason=None, **fields):
+    """Change fields of a bead; status changes become close/reopen/status events."""
+    unknown = set(fields) - set(UPDATABLE)
+    if unknown:
+        raise ServiceError(f"cannot update field(s): {', '.join(sorted(unknown))}")
+    bead = get_bead(bead_id, lock=True)
+    if "priority" in fields and not (
+        isinstance(fields["priority"], int) and 0 <= fields["priority"] <= 4
+    ):
+        raise ServiceError(f"priority must be 0..4, got {fields['priority']!r}")
+    if "title" in fields and not (fields["title"] or "").strip():
+        raise ServiceError("title must not be empty")
+    old_status = bead.status
+    changes = {}
+    for name, value in fields.items():
+        if value is not None and getattr(bead, name) != value:
+            changes[name] = [getattr(bead, name), value]
+            setattr(bead, name, value)
+    if reason is not None and bead.status == "closed":
+        bead.close_reason = reason
+    if not changes and reason is None:
+        return bead
+    now = timezone.now()
+    bead.updated_at = now
+    if bead.status == "closed" and old_status != "closed":
+        bead.closed_at = now
+    elif bead.status != "closed":
+        bead.closed_at = None
+        if old_status == "closed":
+            bead.close_reason = ""
+    bead.save()
+    if "status" in changes:
+        kind = _status_event_kind(old_status, bead.status)
+        record(
+            kind,
+            bead_id=bead.id,
+            actor=actor,
+            data=_event_data(bead, old_status=old_status, close_reason=bead.close_reason),
+        )
+        rest = {k: v for k, v in changes.items() if k != "status"}
+        if rest:
+            record(
+                "bead.updated",
+                bead_id=bead.id,
+                actor=actor,
+                data=_event_data(bead, changes=_jsonable(rest)),
+            )
+    else:
+        record(
+            "bead.updated",
+            bead_id=bead.id,
+            actor=actor,
+            data=_event_data(bead, changes=_jsonable(changes)),
+        )
+    return bead
+
+
+def _jsonable(changes):
+    return {
+        k: [str(v) if not isinstance(v, (int, str, list, type(None))) else v for v in pair]
+        for k, pair in changes.items()
+    }
+
+
+def close_bead(bead_id, reason="", actor=""):
+    bead = get_bead(bead_id)
+    if bead.status == "closed":
+        raise ServiceError(f"bead '{bead_id}' is already closed")
+    return update_bead(bead_id, status="closed", reason=reason or "Closed", actor=actor)
+
+
+def reopen_bead(bead_id, actor=""):
+    bead = get_bead(bead_id)
+    if bead.status not in ("closed", "tombstone"):
+        raise ServiceError(f"bead '{bead_id}' is not closed (status: {bead.status})")
+    # The worker that closed it is gone: reopened work waits to be dispatched again.
+    return update_bead(bead_id, status="open", assignee="", actor=actor)
+
+
+@transaction.atomic
+def add_dependency(issue_id, target, dep_type="blocks", actor=""):
+    bead = get_bead(issue_id, lock=True)
+    dep_type = (dep_type or "blocks").strip()
+    if not dep_type or len(dep_type) > 50:
+        raise ServiceError("dependency type must be 1..50 characters")
+    resolved = unwrap_external(target.strip())
+    if not resolved:
+        raise ServiceError("dependency target must not be empty")
+    if resolved == bead.id and dep_type in BLOCKING_DEP_TYPES:
+        raise ServiceError(f"bead '{bead.id}' cannot block itself")
+    if Dependency.objects.filter(issue=bead, depends_on_id=resolved).exists():
+        raise ServiceError(f"'{bead.id}' already depends on '{resolved}'")
+    dep = Dependency.objects.create(
+        issue=bead,
+        depends_on_id=resolved,
+        raw_target=target if target != resolved else "",
+        type=dep_type,
+        created_at=timezone.now(),
+        created_by=actor,
+    )
+    record(
+        "bead.updated",
+        bead_id=bead.id,
+        actor=actor,
+        data=_event_data(bead, dependency_added={"target": resolved, "type": dep_type}),
+    )
+    return dep
+
+
+@transaction.atomic
+def remove_dependency(issue_id, target, actor=""):
+    bead = get_bead(issue_id, lock=True)
+    deleted, _ = Dependency.objects.filter(
+        issue=bead, depends_on_id=unwrap_external(target)
+    ).delete()
+    if not deleted:
+        raise NotFound(f"'{issue_id}' has no dependency on '{target}'")
+    record(
+        "bead.updated",
+        bead_id=bead.id,
+        actor=actor,
+        data=_event_data(bead, dependency_removed={"target": target}),
+    )
+
+
+def heartbeat(worker_name):
+    """A worker reports it is alive (no event: heartbeats are not changes)."""
+    worker_name = (worker_name or "").strip()
+    if not worker_name:
+        raise ServiceError("worker name must not be empty")
+    now = timezone.now()
+    rig = worker_name.split("/")[0] if "/" in worker_name else ""
+    Worker.objects.update_or_create(name=worker_name, defaults={"last_seen": now, "rig": rig})
+    return now

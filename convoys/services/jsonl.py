@@ -1,0 +1,678 @@
+"""bd JSONL import and export.
+
+Import streams the file in one transaction: any bad line rolls everything back, and the error
+names the file, the line and the problem. Memory holds one batch of records (plus the set of
+ids seen, to refuse duplicates). Unknown keys are kept in `extra` and exported unchanged.
+Tombstones, wisps (ephemeral) and memory lines are skipped, as `bd import` does.
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .. import convoy_fields
+from ..events import record_many
+from ..models import Bead, Convoy, Dependency, TrackedBead, unwrap_external
+from .errors import ServiceError
+from .rigs import rig_for, route_map, upsert_route
+
+BATCH = 1000
+BEAD_COLUMNS = (
+    "title",
+    "description",
+    "status",
+    "issue_type",
+    "priority",
+    "assignee",
+    "owner",
+    "labels",
+    "close_reason",
+    "created_by",
+    "created_at",
+    "updated_at",
+    "closed_at",
+)
+COMPUTED = {"_type", "dependency_count", "dependent_count", "comment_count", "parent"}
+STRING_FIELDS = (
+    "id",
+    "title",
+    "description",
+    "design",
+    "acceptance_criteria",
+    "notes",
+    "status",
+    "issue_type",
+    "owner",
+    "created_by",
+    "close_reason",
+    "external_ref",
+)
+TIMESTAMP_FIELDS = (
+    "created_at",
+    "updated_at",
+    "closed_at",
+    "started_at",
+    "due_at",
+    "defer_until",
+    "deleted_at",
+    "compacted_at",
+)
+EXPORT_ORDER = (
+    "id",
+    "title",
+    "description",
+    "status",
+    "priority",
+    "issue_type",
+    "assignee",
+    "owner",
+    "created_at",
+    "created_by",
+    "updated_at",
+    "closed_at",
+    "close_reason",
+    "labels",
+)
+
+
+class ImportFailed(ServiceError):
+    pass
+
+
+@dataclass
+class ImportReport:
+    file: str = ""
+    lines: int = 0
+    beads_created: int = 0
+    beads_updated: int = 0
+    beads_unchanged: int = 0
+    convoys_created: int = 0
+    convoys_updated: int = 0
+    dependencies: int = 0
+    tracked: int = 0
+    skipped_tombstones: int = 0
+    skipped_wisps: int = 0
+    skipped_memories: int = 0
+    routes: int = 0
+    events: int = 0
+    warnings: list = field(default_factory=list)
+
+    @property
+    def beads(self):
+        return self.beads_created + self.beads_updated + self.beads_unchanged
+
+    @property
+    def convoys(self):
+        return self.convoys_created + self.convoys_updated
+
+    def as_dict(self):
+        data = asdict(self)
+        data.update(beads=self.beads, convoys=self.convoys)
+        return data
+
+
+def parse_timestamp(value):
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    if parsed.tzinfo is None:
+        raise ValueError("timestamp has no time zone")
+    return parsed
+
+
+def format_timestamp(value):
+    if value is None:
+        return None
+    text = value.astimezone(UTC).isoformat()
+    return text.replace("+00:00", "Z")
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _kind(value):
+    return {
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _check(record, line):
+    """Validate one record's shape; raise ValueError naming the field."""
+    bead_id = record.get("id")
+    if bead_id is None:
+        raise ValueError("missing required field 'id'")
+    if not isinstance(bead_id, str) or not bead_id.strip():
+        raise ValueError(f"field 'id': expected a non-empty string, got {_kind(bead_id)}")
+    for name in STRING_FIELDS:
+        if name in record and not isinstance(record[name], str):
+            raise ValueError(f"field '{name}': expected string, got {_kind(record[name])}")
+    if "assignee" in record and not isinstance(record["assignee"], (str, type(None))):
+        raise ValueError(f"field 'assignee': expected string, got {_kind(record['assignee'])}")
+    if "priority" in record:
+        value = record["priority"]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"field 'priority': expected integer, got {_kind(value)}")
+    for name in TIMESTAMP_FIELDS:
+        value = record.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ValueError(f"field '{name}': expected RFC 3339 timestamp, got {_kind(value)}")
+        try:
+            parse_timestamp(value)
+        except ValueError:
+            raise ValueError(f"field '{name}': invalid timestamp {value[:40]!r}")
+    labels = record.get("labels", [])
+    if labels is not None and (
+        not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
+    ):
+        raise ValueError("field 'labels': expected an array of strings")
+    deps = record.get("dependencies", [])
+    if deps is not None:
+        if not isinstance(deps, list):
+            raise ValueError(f"field 'dependencies': expected array, got {_kind(deps)}")
+        for index, dep in enumerate(deps):
+            where = f"field 'dependencies[{index}]'"
+            if not isinstance(dep, dict):
+                raise ValueError(f"{where}: expected object, got {_kind(dep)}")
+            target = dep.get("depends_on_id")
+            if not isinstance(target, str) or not target.strip():
+                raise ValueError(f"{where}.depends_on_id: expected a non-empty string")
+            if "type" in dep and (not isinstance(dep["type"], str) or len(dep["type"]) > 50):
+                raise ValueError(f"{where}.type: expected a string of at most 50 characters")
+            if dep.get("created_at") is not None:
+                if not isinstance(dep["created_at"], str):
+                    raise ValueError(f"{where}.created_at: expected RFC 3339 timestamp")
+                try:
+                    parse_timestamp(dep["created_at"])
+                except ValueError:
+                    raise ValueError(f"{where}.created_at: invalid timestamp")
+
+
+def read_records(stream, name, max_line=None):
+    """Yield (line number, record) for every non-blank line; raise ImportFailed on the first bad one."""
+    max_line = max_line or settings.CONVOY_IMPORT_MAX_LINE
+    number = 0
+    while True:
+        raw = stream.readline(max_line + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > max_line and not raw.endswith(b"\n"):
+            raise ImportFailed(f"{name}:{number}: line is longer than {max_line} bytes")
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ImportFailed(
+                f"{name}:{number}: invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            )
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text, parse_constant=_reject_constant)
+        except RecursionError:
+            raise ImportFailed(f"{name}:{number}: JSON nested too deeply")
+        except ValueError as exc:
+            if not raw.endswith(b"\n"):
+                raise ImportFailed(f"{name}:{number}: truncated last line ({exc})")
+            raise ImportFailed(f"{name}:{number}: invalid JSON ({exc})")
+        if not isinstance(record, dict):
+            raise ImportFailed(f"{name}:{number}: expected a JSON object, got {_kind(record)}")
+        if record.get("_type") == "memory":
+            yield number, record
+            continue
+        try:
+            _check(record, number)
+        except ValueError as exc:
+            raise ImportFailed(f"{name}:{number}: {exc}")
+        except RecursionError:
+            raise ImportFailed(f"{name}:{number}: nesting too deep")
+        yield number, record
+
+
+def is_convoy_record(record):
+    return record.get("issue_type") == "convoy" or "gt:convoy" in (record.get("labels") or [])
+
+
+def _bead_values(record, now):
+    created = parse_timestamp(record["created_at"]) if record.get("created_at") else now
+    updated = parse_timestamp(record["updated_at"]) if record.get("updated_at") else created
+    status = record.get("status") or "open"
+    closed = parse_timestamp(record["closed_at"]) if record.get("closed_at") else None
+    if status == "closed" and closed is None:
+        closed = updated
+    return {
+        "title": record.get("title") or "",
+        "description": record.get("description") or "",
+        "status": status,
+        "issue_type": record.get("issue_type", "task") or "",
+        "priority": record.get("priority", 2),
+        "assignee": record.get("assignee") or "",
+        "owner": record.get("owner") or "",
+        "labels": list(record.get("labels") or []),
+        "close_reason": record.get("close_reason") or "",
+        "created_by": record.get("created_by") or "",
+        "created_at": created,
+        "updated_at": updated,
+        "closed_at": closed,
+    }
+
+
+def _extra(record, known):
+    return {k: v for k, v in record.items() if k not in known and k not in COMPUTED}
+
+
+def _dep_rows(record):
+    seen = set()
+    for dep in record.get("dependencies") or []:
+        raw = dep["depends_on_id"].strip()
+        target = unwrap_external(raw)
+        if target in seen:
+            continue
+        seen.add(target)
+        metadata = dep.get("metadata", "")
+        if not isinstance(metadata, str):
+            metadata = json.dumps(metadata)
+        extra = {
+            k: v
+            for k, v in dep.items()
+            if k
+            not in ("issue_id", "depends_on_id", "type", "created_at", "created_by", "metadata")
+        }
+        if "metadata" not in dep:
+            extra["_no_metadata"] = True
+        yield {
+            "target": target,
+            "raw": raw if raw != target else "",
+            "type": dep.get("type") or "blocks",
+            "created_at": parse_timestamp(dep["created_at"]) if dep.get("created_at") else None,
+            "created_by": dep.get("created_by") or "",
+            "metadata": metadata,
+            "extra": extra,
+        }
+
+
+class _Importer:
+    def __init__(self, report, actor):
+        self.report = report
+        self.actor = actor
+        self.routes = route_map()
+        self.now = timezone.now()
+        self.seen_ids = {}
+
+    def add(self, batch):
+        beads = [(n, r) for n, r in batch if not is_convoy_record(r)]
+        convoys = [(n, r) for n, r in batch if is_convoy_record(r)]
+        if beads:
+            self._beads(beads)
+        if convoys:
+            self._convoys(convoys)
+
+    def _beads(self, batch):
+        ids = [r["id"] for _, r in batch]
+        existing = Bead.objects.in_bulk(ids)
+        creates, updates, events, changed_fields = [], [], [], set()
+        for _, record in batch:
+            values = _bead_values(record, self.now)
+            extra = _extra(record, {"id", "dependencies", *BEAD_COLUMNS})
+            rig = rig_for(record["id"], self.routes)
+            bead = existing.get(record["id"])
+            if bead is None:
+                creates.append(Bead(id=record["id"], rig_id=rig, extra=extra, **values))
+                events.append(
+                    dict(
+                        kind="bead.created",
+                        bead_id=record["id"],
+                        actor=self.actor,
+                        data={
+                            "status": values["status"],
+                            "title": values["title"],
+                            "source": "import",
+                        },
+                    )
+                )
+                continue
+            diff = {k: v for k, v in values.items() if getattr(bead, k) != v}
+            if bead.extra != extra:
+                diff["extra"] = extra
+            if bead.rig_id != rig:
+                diff["rig_id"] = rig
+            if not diff:
+                self.report.beads_unchanged += 1
+                continue
+            old_status = bead.status
+            for name, value in diff.items():
+                setattr(bead, name, value)
+            changed_fields.update(diff)
+            updates.append(bead)
+            kind = "bead.updated"
+            if "status" in diff:
+                if bead.status == "closed":
+                    kind = "bead.closed"
+                elif old_status in ("closed", "tombstone"):
+                    kind = "bead.reopened"
+                else:
+                    kind = "bead.status"
+            events.append(
+                dict(
+                    kind=kind,
+                    bead_id=bead.id,
+                    actor=self.actor,
+                    data={
+                        "status": bead.status,
+                        "old_status": old_status,
+                        "assignee": bead.assignee,
+                        "title": bead.title,
+                        "close_reason": bead.close_reason,
+                        "source": "import",
+                        "changes": sorted(k for k in diff if k != "extra"),
+                    },
+                )
+            )
+        Bead.objects.bulk_create(creates, batch_size=500)
+        if updates:
+            Bead.objects.bulk_update(updates, sorted(changed_fields), batch_size=500)
+        self.report.beads_created += len(creates)
+        self.report.beads_updated += len(updates)
+        replaced = [b for b in ids if b in existing]
+        if replaced:
+            Dependency.objects.filter(issue_id__in=replaced).delete()
+        deps = [
+            Dependency(
+                issue_id=record["id"],
+                depends_on_id=row["target"],
+                raw_target=row["raw"],
+                type=row["type"],
+                created_at=row["created_at"],
+                created_by=row["created_by"],
+                metadata=row["metadata"],
+                extra=row["extra"],
+            )
+            for _, record in batch
+            for row in _dep_rows(record)
+        ]
+        Dependency.objects.bulk_create(deps, batch_size=1000)
+        self.report.dependencies += len(deps)
+        self.report.events += len(record_many(events))
+
+    def _convoys(self, batch):
+        existing = Convoy.objects.in_bulk([r["id"] for _, r in batch])
+        events = []
+        for _, record in batch:
+            values = _bead_values(record, self.now)
+            fields, text = convoy_fields.split_description(values["description"])
+            notified = fields.get("completion_notified_at")
+            extra = _extra(
+                record,
+                {
+                    "id",
+                    "dependencies",
+                    "title",
+                    "description",
+                    "status",
+                    "labels",
+                    "created_at",
+                    "updated_at",
+                    "closed_at",
+                    "close_reason",
+                    "created_by",
+                },
+            )
+            extra["convoy_fields"] = {
+                k: v for k, v in fields.items() if k in ("watchers", "nudge_watchers")
+            }
+            tracks, others = [], []
+            for dep in record.get("dependencies") or []:
+                (tracks if (dep.get("type") or "blocks") == "tracks" else others).append(dep)
+            if others:
+                extra["other_dependencies"] = others
+            convoy = existing.get(record["id"]) or Convoy(id=record["id"])
+            is_new = convoy.pk not in existing
+            convoy.title = values["title"]
+            convoy.description = text
+            convoy.status = values["status"]
+            convoy.owner = fields.get("owner") or ""
+            convoy.notify = fields.get("notify") or ""
+            convoy.merge_strategy = fields.get("merge") or ""
+            convoy.base_branch = fields.get("base_branch") or ""
+            convoy.molecule = fields.get("molecule") or ""
+            convoy.labels = values["labels"]
+            convoy.owned = "gt:owned" in values["labels"]
+            convoy.created_by = values["created_by"]
+            convoy.created_at = values["created_at"]
+            convoy.updated_at = values["updated_at"]
+            convoy.closed_at = values["closed_at"]
+            convoy.close_reason = values["close_reason"]
+            convoy.completion_notified_at = parse_timestamp(notified) if notified else None
+            convoy.extra = extra
+            convoy.save()
+            TrackedBead.objects.filter(convoy=convoy).delete()
+            rows, seen = [], set()
+            for position, dep in enumerate(tracks):
+                raw = dep["depends_on_id"].strip()
+                target = unwrap_external(raw)
+                if target in seen:
+                    continue
+                seen.add(target)
+                dep_extra = {
+                    k: v for k, v in dep.items() if k not in ("issue_id", "depends_on_id", "type")
+                }
+                rows.append(
+                    TrackedBead(
+                        convoy=convoy,
+                        bead_id=target,
+                        position=position,
+                        raw_target=raw if raw != target else "",
+                        extra=dep_extra,
+                    )
+                )
+            TrackedBead.objects.bulk_create(rows)
+            self.report.tracked += len(rows)
+            if is_new:
+                self.report.convoys_created += 1
+            else:
+                self.report.convoys_updated += 1
+            events.append(
+                dict(
+                    kind="convoy.imported",
+                    convoy_id=convoy.id,
+                    actor=self.actor,
+                    data={"status": convoy.status, "title": convoy.title, "tracked": len(rows)},
+                )
+            )
+        self.report.events += len(record_many(events))
+
+
+def import_routes(stream, name):
+    """routes.jsonl lines -> routes and rigs. Returns the number of routes."""
+    count = 0
+    for _number, record in read_routes(stream, name):
+        upsert_route(record["prefix"], record["path"])
+        count += 1
+    return count
+
+
+def read_routes(stream, name):
+    for number, raw in enumerate(stream, start=1):
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError:
+            raise ImportFailed(f"{name}:{number}: invalid UTF-8")
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        try:
+            record = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise ImportFailed(f"{name}:{number}: invalid JSON ({exc})")
+        if not isinstance(record, dict):
+            raise ImportFailed(f"{name}:{number}: expected a JSON object")
+        for key in ("prefix", "path"):
+            if not isinstance(record.get(key), str) or not record[key].strip():
+                raise ImportFailed(f"{name}:{number}: field '{key}': expected a non-empty string")
+        if not record["prefix"].endswith("-"):
+            raise ImportFailed(f"{name}:{number}: field 'prefix': must end with '-'")
+        yield number, record
+
+
+def import_file(path, routes_path=None, actor="import"):
+    """Import a bd JSONL export (and optionally a routes.jsonl) atomically."""
+    report = ImportReport(file=str(path))
+    try:
+        with transaction.atomic():
+            if routes_path:
+                with open(routes_path, "rb") as routes:
+                    report.routes = import_routes(routes, str(routes_path))
+            with open(path, "rb") as stream:
+                import_stream(stream, str(path), report, actor)
+    except OSError as exc:
+        raise ImportFailed(f"{exc.filename}: {exc.strerror}")
+    return report
+
+
+def import_stream(stream, name, report, actor="import"):
+    importer = _Importer(report, actor)
+    batch = []
+    for number, record in read_records(stream, name):
+        report.lines = number
+        if record.get("_type") == "memory":
+            report.skipped_memories += 1
+            continue
+        if record.get("status") == "tombstone":
+            report.skipped_tombstones += 1
+            continue
+        if record.get("ephemeral") is True or record.get("wisp") is True:
+            report.skipped_wisps += 1
+            continue
+        first = importer.seen_ids.setdefault(record["id"], number)
+        if first != number:
+            raise ImportFailed(
+                f"{name}:{number}: duplicate id '{record['id']}' (first on line {first})"
+            )
+        batch.append((number, record))
+        if len(batch) >= BATCH:
+            importer.add(batch)
+            batch = []
+    if batch:
+        importer.add(batch)
+    return report
+
+
+# --- export -----------------------------------------------------------------------------------
+
+
+def _dep_record(issue_id, dep):
+    row = {
+        "issue_id": issue_id,
+        "depends_on_id": dep.raw_target or dep.depends_on_id,
+        "type": dep.type,
+    }
+    if dep.created_at:
+        row["created_at"] = format_timestamp(dep.created_at)
+    if dep.created_by:
+        row["created_by"] = dep.created_by
+    extra = dict(dep.extra)
+    if not extra.pop("_no_metadata", False):
+        row["metadata"] = dep.metadata
+    row.update(extra)
+    return row
+
+
+def bead_record(bead):
+    values = {
+        "id": bead.id,
+        "title": bead.title,
+        "description": bead.description,
+        "status": bead.status,
+        "priority": bead.priority,
+        "issue_type": bead.issue_type,
+        "assignee": bead.assignee,
+        "owner": bead.owner,
+        "created_at": format_timestamp(bead.created_at),
+        "created_by": bead.created_by,
+        "updated_at": format_timestamp(bead.updated_at),
+        "closed_at": format_timestamp(bead.closed_at),
+        "close_reason": bead.close_reason,
+        "labels": bead.labels,
+    }
+    record = {k: v for k, v in values.items() if v not in ("", None, []) or k == "priority"}
+    record.update(bead.extra)
+    deps = [_dep_record(bead.id, dep) for dep in bead.dependencies.all()]
+    if deps:
+        record["dependencies"] = deps
+    return record
+
+
+def convoy_record(convoy):
+    fields = dict(convoy.extra.get("convoy_fields", {}))
+    fields.update(
+        owner=convoy.owner,
+        notify=convoy.notify,
+        merge=convoy.merge_strategy,
+        molecule=convoy.molecule,
+        base_branch=convoy.base_branch,
+        completion_notified_at=format_timestamp(convoy.completion_notified_at),
+    )
+    extra = {
+        k: v for k, v in convoy.extra.items() if k not in ("convoy_fields", "other_dependencies")
+    }
+    labels = list(convoy.labels)
+    if convoy.owned and "gt:owned" not in labels:
+        labels.append("gt:owned")
+    values = {
+        "id": convoy.id,
+        "title": convoy.title,
+        "description": convoy_fields.join_description(convoy.description, fields),
+        "status": convoy.status,
+        "priority": extra.pop("priority", 2),
+        "issue_type": extra.pop("issue_type", "convoy"),
+        "created_at": format_timestamp(convoy.created_at),
+        "created_by": convoy.created_by,
+        "updated_at": format_timestamp(convoy.updated_at),
+        "closed_at": format_timestamp(convoy.closed_at),
+        "close_reason": convoy.close_reason,
+        "labels": labels,
+    }
+    record = {k: v for k, v in values.items() if v not in ("", None, []) or k == "priority"}
+    record.update(extra)
+    deps = [
+        {
+            "issue_id": convoy.id,
+            "depends_on_id": t.raw_target or t.bead_id,
+            "type": "tracks",
+            **t.extra,
+        }
+        for t in convoy.tracked.all()
+    ]
+    deps += convoy.extra.get("other_dependencies", [])
+    if deps:
+        record["dependencies"] = deps
+    return record
+
+
+def export_records():
+    beads = Bead.objects.order_by("id").prefetch_related("dependencies")
+    for bead in beads.iterator(chunk_size=2000):
+        yield bead_record(bead)
+    for convoy in (
+        Convoy.objects.order_by("id").prefetch_related("tracked").iterator(chunk_size=500)
+    ):
+        yield convoy_record(convoy)
+
+
+def export_to(stream):
+    count = 0
+    for record in export_records():
+        stream.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        count += 1
+    return count

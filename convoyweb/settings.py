@@ -1,0 +1,217 @@
+"""convoyweb settings: every value comes from an environment variable with a safe default.
+
+The embedded default (nothing set) is SQLite in the project folder, django-q2 on the ORM
+broker and the in-memory channel layer. `DATABASE_URL=postgres://…` and `REDIS_URL=redis://…`
+switch to the scale-out stack. The README lists every variable.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def env_int(name, default):
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def env_float(name, default):
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def env_list(name, default):
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("CONVOY_PRODUCTION", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set when CONVOY_PRODUCTION=1")
+    # Development key: fine on a laptop, refused in production (see above).
+    SECRET_KEY = "convoyweb-development-key-not-for-production-use-0123456789abcdef"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "channels",
+    "django_q",
+    "convoys",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "convoyweb.urls"
+ASGI_APPLICATION = "convoyweb.asgi.application"
+WSGI_APPLICATION = "convoyweb.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "convoys.views.unread_count",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------------
+DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'convoyweb.sqlite3'}"
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + IMMEDIATE transactions: the only combination with zero "database is locked"
+    # under concurrent writers (reference/reliability.md §0.7).
+    _db["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": env_int("SQLITE_TIMEOUT", 20),
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    _db["TEST"] = {"NAME": os.environ.get("SQLITE_TEST_NAME") or None}
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    # Persistent connections leak under ASGI: CONN_MAX_AGE stays 0; use the pool instead.
+    if env_bool("DATABASE_POOL", False):
+        _db["OPTIONS"] = {"pool": {"min_size": 1, "max_size": env_int("DATABASE_POOL_SIZE", 10)}}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if not DEBUG and env_bool("CONVOY_PRODUCTION", False)
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+WHITENOISE_USE_FINDERS = True
+
+# --- Security (production values through the environment) ---------------------------------------
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+if env_bool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+USE_X_FORWARDED_HOST = env_bool("USE_X_FORWARDED_HOST", False)
+X_FRAME_OPTIONS = "DENY"
+
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "convoyweb@localhost")
+
+# --- Channels and django-q2 -------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                # redis-py 8 caps the async pool at 100 and raises beyond it (reliability §0.4).
+                "hosts": [{"address": REDIS_URL, "max_connections": 2000}],
+                "capacity": 200,
+                # Members of a crashed web process expire instead of slowing every send.
+                "group_expiry": 300,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+Q_CLUSTER = {
+    "name": "convoyweb",
+    "workers": env_int("CONVOY_WORKERS", 2),
+    # A task must finish before `retry`, or the ORM broker hands it out again (reliability §1.1).
+    "timeout": env_int("CONVOY_TASK_TIMEOUT", 60),
+    "retry": env_int("CONVOY_TASK_RETRY", 90),
+    "max_attempts": 3,
+    "ack_failures": True,
+    "catch_up": False,
+    "save_limit": 100,
+    "queue_limit": 20,
+    "recycle": 500,
+    "poll": 0.1,
+    "label": "Tasks",
+}
+if REDIS_URL:
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+
+# --- convoyweb behaviour ------------------------------------------------------------------------
+CONVOY_DISPATCHER = os.environ.get("CONVOY_DISPATCHER", "builtin")
+CONVOY_DISPATCH_COMMAND = os.environ.get("CONVOY_DISPATCH_COMMAND", "")
+CONVOY_DISPATCH_TIMEOUT = env_float("CONVOY_DISPATCH_TIMEOUT", 30.0)
+CONVOY_FEED_INTERVAL = env_float("CONVOY_FEED_INTERVAL", 5.0)
+CONVOY_STRANDED_INTERVAL = env_float("CONVOY_STRANDED_INTERVAL", 30.0)
+CONVOY_RETRY_COOLDOWN = env_float("CONVOY_RETRY_COOLDOWN", 60.0)
+CONVOY_WORKER_TIMEOUT = env_float("CONVOY_WORKER_TIMEOUT", 600.0)
+CONVOY_EMPTY_GRACE = env_float("CONVOY_EMPTY_GRACE", 300.0)
+CONVOY_EVENT_RETENTION = env_int("CONVOY_EVENT_RETENTION", 100_000)
+CONVOY_RELAY_INTERVAL = env_float("CONVOY_RELAY_INTERVAL", 0.2)
+CONVOY_IMPORT_MAX_LINE = env_int("CONVOY_IMPORT_MAX_LINE", 8 * 1024 * 1024)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "convoys": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    },
+}
