@@ -1,0 +1,81 @@
+"""Dispatchers: how a claimed bead reaches a worker. Nothing of the web here.
+
+`builtin` (default): the assignment is the dispatch; no external process.
+`command`: run CONVOY_DISPATCH_COMMAND without a shell; `{bead}` (or `{}`), `{rig}`,
+`{convoy}` and `{worker}` are replaced in each argument; exit 0 is success.
+A dotted path names any class with the same `dispatch` method.
+"""
+
+import shlex
+import subprocess
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    error: str = ""
+    output: str = ""
+
+
+class BuiltinDispatcher:
+    name = "builtin"
+
+    def dispatch(self, bead_id, rig, convoy_id, worker):
+        return Outcome(ok=True, output=f"assigned {bead_id} to {worker}")
+
+
+class CommandDispatcher:
+    name = "command"
+    max_output = 10_000
+
+    def __init__(self, template=None, timeout=None):
+        self.template = template if template is not None else settings.CONVOY_DISPATCH_COMMAND
+        self.timeout = timeout if timeout is not None else settings.CONVOY_DISPATCH_TIMEOUT
+        if not self.template.strip():
+            raise ValueError("CONVOY_DISPATCHER=command needs CONVOY_DISPATCH_COMMAND")
+
+    def argv(self, bead_id, rig, convoy_id, worker):
+        values = {
+            "{bead}": bead_id,
+            "{}": bead_id,
+            "{rig}": rig or "",
+            "{convoy}": convoy_id or "",
+            "{worker}": worker or "",
+        }
+        args = []
+        for token in shlex.split(self.template):
+            for key, value in values.items():
+                token = token.replace(key, value)
+            args.append(token)
+        return args
+
+    def dispatch(self, bead_id, rig, convoy_id, worker):
+        args = self.argv(bead_id, rig, convoy_id, worker)
+        try:
+            done = subprocess.run(
+                args, capture_output=True, text=True, timeout=self.timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            output = ((exc.stdout or b"") + (exc.stderr or b"")).decode(errors="replace")
+            return Outcome(False, f"timed out after {self.timeout:g}s", output[-self.max_output :])
+        except OSError as exc:
+            return Outcome(False, f"cannot run {args[0]!r}: {exc.strerror}")
+        output = (done.stdout + done.stderr)[-self.max_output :]
+        if done.returncode == 0:
+            return Outcome(True, "", output)
+        first = (done.stderr.strip() or done.stdout.strip() or "").splitlines()
+        reason = first[0] if first else f"exit status {done.returncode}"
+        return Outcome(False, reason, output)
+
+
+def get_dispatcher(name=None):
+    name = name or settings.CONVOY_DISPATCHER
+    if name == "builtin":
+        return BuiltinDispatcher()
+    if name == "command":
+        return CommandDispatcher()
+    return import_string(name)()

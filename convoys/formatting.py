@@ -1,0 +1,160 @@
+"""Text and JSON shapes shared by the CLI and the web pages (reference §2.5–§2.8, §3.1)."""
+
+from .dag import EPIC, max_parallelism
+
+RULE = "─" * 80
+
+
+def truncate(text, width=28):
+    return text if len(text) <= width else text[:width] + ".."
+
+
+def node_line(node):
+    line = f"{node.id} [{node.type or 'task'}] {node.title}"
+    if node.rig:
+        line += f" (rig: {node.rig})"
+    line += f" [{node.status}]"
+    if node.blocked_by:
+        line += f" ← blocked by: {', '.join(sorted(node.blocked_by))}"
+    return line
+
+
+def render_tree(dag, input_kind, root=None):
+    if input_kind == EPIC and root in dag.nodes:
+        lines = [node_line(dag.nodes[root])]
+        stack = [
+            (child, "", i == len(kids) - 1)
+            for kids in [sorted(set(dag.nodes[root].children))]
+            for i, child in enumerate(kids)
+        ][::-1]
+        seen = {root}
+        while stack:
+            node_id, prefix, last = stack.pop()
+            if node_id in seen:
+                continue
+            seen.add(node_id)
+            lines.append(prefix + ("└── " if last else "├── ") + node_line(dag.nodes[node_id]))
+            kids = sorted(set(dag.nodes[node_id].children))
+            child_prefix = prefix + ("    " if last else "│   ")
+            for i, child in reversed(list(enumerate(kids))):
+                stack.append((child, child_prefix, i == len(kids) - 1))
+        return "\n".join(lines) + "\n"
+    return "".join(f"  {node_line(dag.nodes[n])}\n" for n in sorted(dag.nodes))
+
+
+def render_wave_table(dag, waves):
+    lines = [
+        "  %-6s %-15s %-30s %-12s %s" % ("Wave", "ID", "Title", "Rig", "Blocked By"),
+        "  " + RULE,
+    ]
+    total = 0
+    for number, wave in enumerate(waves, start=1):
+        for node_id in wave:
+            node = dag.nodes[node_id]
+            blocked = ", ".join(node.blocked_by) if node.blocked_by else "—"
+            lines.append(
+                "  %-6d %-15s %-30s %-12s %s"
+                % (number, node.id, truncate(node.title), node.rig or "?", blocked)
+            )
+            total += 1
+    size, at = max_parallelism(waves)
+    lines.append("")
+    lines.append(
+        f"  {total} tasks across {len(waves)} waves (max parallelism: {size} in wave {at})"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_gated(dag, gated):
+    if not gated:
+        return ""
+    lines = ["", "  Gated (blocked by open non-slingable nodes):", "  " + RULE]
+    for item in gated:
+        by = ", ".join(item.gated_by) if item.gated_by else "(transitively gated)"
+        lines.append(
+            "  %-15s %-30s ← gated by %s" % (item.id, truncate(dag.nodes[item.id].title), by)
+        )
+    lines.append("")
+    lines.append(
+        f"  {len(gated)} task(s) gated, will not be dispatched until blockers are resolved"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_findings(title, findings):
+    if not findings:
+        return ""
+    out = [f"{title}:"]
+    for index, finding in enumerate(findings, start=1):
+        out.append(f"  {index}. [{finding.category}] {finding.message}")
+        if finding.bead_ids:
+            out.append(f"     Affected: {', '.join(finding.bead_ids)}")
+        if finding.suggested_fix:
+            out.append(f"     Fix: {finding.suggested_fix}")
+    return "\n".join(out) + "\n"
+
+
+def tree_json(dag, input_kind, root=None):
+    def entry(node_id, seen):
+        node = dag.nodes[node_id]
+        data = {"id": node.id, "title": node.title, "type": node.type, "status": node.status}
+        if node.rig:
+            data["rig"] = node.rig
+        kids = [c for c in sorted(set(node.children)) if c not in seen]
+        if kids and input_kind == EPIC:
+            seen.update(kids)
+            data["children"] = [entry(child, seen) for child in kids]
+        return data
+
+    if input_kind == EPIC and root in dag.nodes:
+        return [entry(root, {root})]
+    return [entry(n, set(dag.nodes)) for n in sorted(dag.nodes)]
+
+
+def waves_json(dag, waves):
+    result = []
+    for number, wave in enumerate(waves, start=1):
+        tasks = []
+        for node_id in wave:
+            node = dag.nodes[node_id]
+            task = {"id": node.id, "title": node.title, "type": node.type, "rig": node.rig}
+            if node.blocked_by:
+                task["blocked_by"] = sorted(node.blocked_by)
+            tasks.append(task)
+        result.append({"number": number, "tasks": tasks})
+    return result
+
+
+def render_launch(result):
+    """The launch report (reference §3.1), adapted to this product's commands."""
+    cid = result["convoy_id"]
+    waves = result.get("waves", [])
+    lines = [
+        f"Convoy launched: {cid} (status: {result['status']})",
+        "",
+        f"  Monitor: python manage.py convoy status {cid}",
+        "",
+        "Wave summary:",
+        f"  {len(waves)} waves, {sum(len(w) for w in waves)} tasks total",
+    ]
+    for number, wave in enumerate(waves, start=1):
+        state = "dispatched" if number == 1 else "pending"
+        lines.append(f"  Wave {number}: {len(wave)} tasks ({state})")
+    lines += ["", "Dispatched (Wave 1):"]
+    for row in sorted(result["dispatched"], key=lambda r: r["id"]):
+        mark = "✓" if row["ok"] else "✗"
+        line = f"  {mark} {row['id']}  {row.get('title', '')}  (rig: {row['rig']})"
+        if not row["ok"]:
+            line += f"    error: {row['error']}"
+        lines.append(line)
+    if result["skipped"]:
+        lines += ["", "Skipped (Wave 1):"]
+        for row in result["skipped"]:
+            lines.append(f"  ○ {row['id']}  {row['reason']}")
+    lines += [
+        "",
+        f"  Hint: open /convoys/{cid}/ in the web dashboard to watch it live",
+        "",
+        "Subsequent waves will be dispatched automatically by the feeder as tasks complete.",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,322 @@
+"""`manage.py convoy create|add|check|status|list|close|land|stranded|stage|launch|feed`."""
+
+from django.utils import timezone
+
+from ... import selectors
+from ...formatting import render_launch
+from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
+from ...services import convoys as convoy_service
+from ...services import feeding, launch, staging
+from ...services.notify import format_duration
+from ..base import ServiceCommand, error
+
+
+class Command(ServiceCommand):
+    help = "Track batches of beads: stage, launch, watch, check, close and land convoys."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        p = sub.add_parser("create", help="create an open convoy tracking beads")
+        p.add_argument("name", nargs="?", default="")
+        p.add_argument("ids", nargs="*")
+        p.add_argument("--owner", default="")
+        p.add_argument("--notify", nargs="?", const="mayor/", default="")
+        p.add_argument("--owned", action="store_true")
+        p.add_argument("--merge", default="")
+        p.add_argument("--base-branch", default="")
+        p.add_argument("--molecule", default="")
+        p.add_argument("--from-epic", default=None)
+        p.add_argument("--max-in-flight", type=int, default=None)
+        self.add_json(p)
+        p = sub.add_parser("add", help="track more beads (reopens a closed convoy)")
+        p.add_argument("convoy")
+        p.add_argument("ids", nargs="+")
+        p = sub.add_parser("check", help="close complete convoys")
+        p.add_argument("convoy", nargs="?")
+        p.add_argument("--dry-run", action="store_true")
+        p = sub.add_parser("status", help="progress of one convoy, or of every open one")
+        p.add_argument("convoy", nargs="?")
+        self.add_json(p)
+        p = sub.add_parser("list", help="list convoys")
+        p.add_argument("--all", action="store_true")
+        p.add_argument("--status", default=None)
+        p.add_argument("--tree", action="store_true")
+        self.add_json(p)
+        p = sub.add_parser("close", help="close a convoy")
+        p.add_argument("convoy")
+        p.add_argument("--reason", default="")
+        p.add_argument("-f", "--force", action="store_true")
+        p = sub.add_parser("land", help="land an owned convoy")
+        p.add_argument("convoy")
+        p.add_argument("-f", "--force", action="store_true")
+        p = sub.add_parser("stranded", help="open convoys with ready work nobody is doing")
+        self.add_json(p)
+        for name in ("stage", "launch"):
+            p = sub.add_parser(name, help=f"{name} an epic, a list of beads or a staged convoy")
+            p.add_argument("ids", nargs="*")
+            p.add_argument("--title", default=None)
+            p.add_argument("--force", action="store_true")
+            self.add_json(p)
+            if name == "stage":
+                p.add_argument("--launch", action="store_true")
+        p = sub.add_parser("feed", help="run one catch-up pass and one stranded scan now")
+        p.add_argument("--once", action="store_true", help="(the only mode; for cron and tests)")
+        self.add_json(p)
+
+    def handle(self, *args, action, **options):
+        getattr(self, "do_" + action)(**options)
+
+    # --- create / add -----------------------------------------------------------------------
+    def do_create(
+        self,
+        name,
+        ids,
+        owner,
+        notify,
+        owned,
+        merge,
+        base_branch,
+        molecule,
+        from_epic,
+        max_in_flight,
+        json,
+        **_,
+    ):
+        convoy = convoy_service.create(
+            name,
+            ids,
+            owner=owner,
+            notify=notify,
+            owned=owned,
+            merge=merge,
+            base_branch=base_branch,
+            molecule=molecule,
+            from_epic=from_epic,
+            actor="cli",
+            max_in_flight=max_in_flight,
+        )
+        if json:
+            self.write_json(selectors.convoy_status_json(convoy))
+            return
+        tracked = convoy.tracked.count()
+        self.stdout.write(f"✓ Created convoy 🚚 {convoy.id}: {convoy.title}")
+        self.stdout.write(f"  Tracking {tracked} issue(s)")
+        self.stdout.write(
+            "  Owned convoy: caller manages lifecycle via convoy land"
+            if owned
+            else "  Convoy auto-closes when all tracked issues complete"
+        )
+
+    def do_add(self, convoy, ids, **_):
+        row, added, reopened = convoy_service.add(convoy, ids, actor="cli")
+        if reopened:
+            self.stdout.write(f"↺ Reopened convoy {row.id}")
+        self.stdout.write(f"✓ Added {len(added)} issue(s) to convoy 🚚 {row.id}")
+        if added:
+            self.stdout.write(f"  Issues: {', '.join(added)}")
+
+    # --- check / close / land --------------------------------------------------------------
+    def do_check(self, convoy, dry_run, **_):
+        results = convoy_service.check(convoy, dry_run=dry_run)
+        if convoy:
+            row, closed, info = results[0]
+            if row.status == "closed" and not closed:
+                self.stdout.write(f"○ Convoy {row.id} is already closed")
+            elif closed:
+                verb = "⚠ Would auto-close" if dry_run else "✓ Auto-closed"
+                self.stdout.write(f"{verb} convoy 🚚 {row.id}: {row.title}")
+            else:
+                self.stdout.write(f"○ Convoy {row.id} has {_remaining(info)}")
+            return
+        closed = [(row, info) for row, was_closed, info in results if was_closed]
+        if not closed:
+            self.stdout.write("No convoys ready to close.")
+            return
+        verb = "⚠ Would auto-close" if dry_run else "✓ Auto-closed"
+        self.stdout.write(f"{verb} {len(closed)} convoy(s):")
+        for row, _ in closed:
+            self.stdout.write(f"  🚚 {row.id}: {row.title}")
+
+    def do_close(self, convoy, reason, force, **_):
+        row, changed, still_open = convoy_service.close(convoy, reason=reason, force=force)
+        if not changed:
+            self.stdout.write(f"○ Convoy {row.id} is already closed")
+            return
+        self.stdout.write(f"✓ Closed convoy 🚚 {row.id}: {row.title}")
+        if reason:
+            self.stdout.write(f"  Reason: {reason}")
+        total = row.tracked.count()
+        line = f"  Tracked: {total} issue(s) ({total - len(still_open)} closed"
+        self.stdout.write(line + (f", {len(still_open)} still open)" if still_open else ")"))
+
+    def do_land(self, convoy, force, **_):
+        row, changed, released = convoy_service.land(convoy, force=force)
+        if not changed:
+            self.stdout.write(f"○ Convoy {row.id} is already closed")
+            return
+        self.stdout.write(f"✓ Landed convoy 🚚 {row.id}: {row.title}")
+        if released:
+            self.stdout.write(f"  Released workers: {', '.join(released)}")
+
+    # --- status / list / stranded ----------------------------------------------------------
+    def do_status(self, convoy, json, **_):
+        if not convoy:
+            rows = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
+            if json:
+                self.write_json([selectors.convoy_status_json(c) for c in rows])
+                return
+            if not rows:
+                self.stdout.write("No open convoys.")
+            summaries = selectors.convoy_summaries(rows)
+            for row in rows:
+                s = summaries[row.id]
+                self.stdout.write(f"🚚 {row.id}: {row.title}  {s['done']}/{s['total']}")
+            return
+        row = convoy_service.get_convoy(convoy)
+        data = selectors.convoy_status_json(row)
+        if json:
+            self.write_json(data)
+            return
+        self.stdout.write(f"🚚 {row.id}: {row.title}")
+        self.stdout.write(
+            f"  Status: {row.status}   Progress: {data['completed']}/{data['total']}"
+            f" done" + (f"   Owner: {row.owner}" if row.owner else "")
+        )
+        now = timezone.now()
+        for item in data["tracked"]:
+            symbol = status_symbol(item["status"])
+            worker = ""
+            if item["assignee"]:
+                age = item.get("worker_seen")
+                worker = f"  {item['assignee']}" + (
+                    f" ({format_duration(now - age)} ago)" if age else ""
+                )
+            title = item["title"] or "(not in database)"
+            self.stdout.write(f"    {symbol} {item['id']:<16} {title}{worker}")
+
+    def do_list(self, all, status, tree, json, **_):
+        queryset = Convoy.objects.order_by("id")
+        if status:
+            queryset = queryset.filter(status=convoy_service.normalize_status(status))
+        elif not all:
+            queryset = queryset.filter(status__in=(CONVOY_OPEN, *STAGED_STATUSES))
+        rows = list(queryset)
+        if json:
+            summaries = selectors.convoy_summaries(rows)
+            self.write_json(
+                [
+                    {
+                        "id": c.id,
+                        "title": c.title,
+                        "status": c.status,
+                        "created_at": c.created_at,
+                        "completed": summaries[c.id]["done"],
+                        "total": summaries[c.id]["total"],
+                    }
+                    for c in rows
+                ]
+            )
+            return
+        if not rows:
+            self.stdout.write("No convoys.")
+            return
+        summaries = selectors.convoy_summaries(rows)
+        details = convoy_service.tracked_details(rows) if tree else {}
+        for row in rows:
+            s = summaries[row.id]
+            self.stdout.write(
+                f"🚚 {row.id}  {row.status:<15} {s['done']}/{s['total']}  {row.title}"
+            )
+            for index, (bead_id, bead) in enumerate(details.get(row.id, [])):
+                branch = "└──" if index == len(details[row.id]) - 1 else "├──"
+                status_ = bead.status if bead else "unknown"
+                self.stdout.write(
+                    f"   {branch} {status_symbol(status_)} {bead_id} "
+                    f"{bead.title if bead else ''}".rstrip()
+                )
+
+    def do_stranded(self, json, **_):
+        rows = feeding.stranded()
+        if json:
+            self.write_json([{k: v for k, v in r.items() if k != "kind"} for r in rows])
+            return
+        if not rows:
+            self.stdout.write("No stranded convoys.")
+        for row in rows:
+            if row["kind"] == "empty":
+                note = "Empty convoy (0 tracked issues) — needs cleanup"
+            elif row["kind"] == "feedable":
+                note = f"{row['ready_count']} ready: {', '.join(row['ready_issues'])}"
+            else:
+                note = f"{row['tracked_count']} tracked, 0 ready — needs agent review"
+            self.stdout.write(f"🚚 {row['id']}: {row['title']}\n    {note}")
+
+    # --- stage / launch / feed --------------------------------------------------------------
+    def do_stage(self, ids, title, force, json, launch=False, **_):
+        plan = staging.stage(ids, title)
+        if json:
+            self.write_json(plan.as_json())
+            if plan.errors:
+                raise error(f"convoy staging failed: {len(plan.errors)} error(s) found")
+            return
+        text, errors = plan.render()
+        if errors:
+            self.stdout.write(text)
+            self.stderr.write(errors)
+            raise error(f"convoy staging failed: {len(plan.errors)} error(s) found")
+        if plan.restaged:
+            self.stdout.write(f"Re-staging existing convoy {plan.convoy_id}")
+        self.stdout.write(text)
+        verb = "updated" if plan.restaged else "created"
+        self.stdout.write(f"Convoy {verb}: {plan.convoy_id} (status: {plan.status})")
+        if plan.moved:
+            for bead_id, (before, after) in sorted(plan.moved.items()):
+                self.stdout.write(f"  moved {bead_id}: wave {before or '-'} → {after or '-'}")
+        if launch:
+            result = launch.launch_staged(plan.convoy_id, force=force)
+            self._launch_output(result, False)
+
+    def do_launch(self, ids, title, force, json, **_):
+        result = launch.launch(ids, force=force, title=title)
+        self._launch_output(result, json)
+
+    def _launch_output(self, result, json):
+        if json:
+            self.write_json(result.as_json())
+            return
+        for warning in result.warnings:
+            self.stdout.write(warning)
+        self.stdout.write(render_launch(result.as_report()))
+
+    def do_feed(self, json, **_):
+        catch = feeding.catch_up()
+        scan = feeding.stranded_scan()
+        if json:
+            self.write_json({"catch_up": catch, "stranded": scan})
+            return
+        if "seeded" in catch:
+            self.stdout.write(f"Catch-up: seeded the high-water mark at #{catch['seeded']}")
+        elif "handled" in catch:
+            self.stdout.write(
+                f"Catch-up: handled {len(catch['handled'])} close event(s), "
+                f"mark at #{catch['position']}"
+            )
+        if "skipped" in scan:
+            self.stdout.write(f"Stranded scan: {scan['skipped']}")
+        else:
+            self.stdout.write(
+                f"Stranded scan: dispatched {', '.join(scan['dispatched']) or 'nothing'}; closed "
+                f"empty {', '.join(scan['closed_empty']) or 'none'}; landed "
+                f"{', '.join(scan['landed']) or 'none'}"
+            )
+
+
+def _remaining(info):
+    open_ = info["total"] - info["done"] - info["unknown"]
+    if info["total"] == 0:
+        return "0 tracked issues (an empty convoy is never complete)"
+    if info["unknown"] and open_:
+        return f"{open_} open, {info['unknown']} unknown issue(s) remaining"
+    if info["unknown"]:
+        return f"{info['unknown']} tracked issue(s) with unknown status"
+    return f"{open_} open issue(s) remaining"

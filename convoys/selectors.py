@@ -1,0 +1,122 @@
+"""Read-side queries shared by pages, API and CLI; each runs a fixed number of queries."""
+
+from datetime import timedelta
+
+from django.db.models import Max
+from django.utils import timezone
+
+from .models import (
+    ACTIVE_WORK_STATUSES,
+    CONVOY_OPEN,
+    DONE_STATUSES,
+    Bead,
+    Convoy,
+    Event,
+    TrackedBead,
+    Worker,
+)
+from .readiness import ready_beads
+
+SEGMENTS = ("done", "active", "ready", "blocked", "unknown")
+
+
+def segment_of(bead, ready_ids):
+    if bead is None:
+        return "unknown"
+    if bead.status in DONE_STATUSES:
+        return "done"
+    if bead.pk in ready_ids:
+        return "ready"
+    if bead.status in ACTIVE_WORK_STATUSES:
+        return "active"
+    return "blocked"
+
+
+def convoy_summaries(convoys, now=None):
+    """{convoy id: counts per segment, total, last activity, stranded and spin flags}."""
+    now = now or timezone.now()
+    ids = [c.pk for c in convoys]
+    rows = list(TrackedBead.objects.filter(convoy_id__in=ids).values_list("convoy_id", "bead_id"))
+    bead_ids = {b for _, b in rows}
+    beads = {
+        b.pk: b
+        for b in Bead.objects.filter(pk__in=bead_ids).only("id", "status", "updated_at", "assignee")
+    }
+    ready_ids = set(
+        ready_beads(Bead.objects.filter(pk__in=bead_ids), now).values_list("pk", flat=True)
+    )
+    spin = set(
+        Event.objects.filter(
+            kind="spin", convoy_id__in=ids, created_at__gte=now - timedelta(hours=1)
+        ).values_list("convoy_id", flat=True)
+    )
+    result = {}
+    for convoy in convoys:
+        result[convoy.pk] = dict.fromkeys(SEGMENTS, 0) | {
+            "total": 0,
+            "last_activity": convoy.updated_at,
+            "spin": convoy.pk in spin,
+        }
+    for convoy_id, bead_id in rows:
+        bead = beads.get(bead_id)
+        summary = result[convoy_id]
+        summary[segment_of(bead, ready_ids)] += 1
+        summary["total"] += 1
+        if bead is not None and bead.updated_at > summary["last_activity"]:
+            summary["last_activity"] = bead.updated_at
+    by_id = {c.pk: c for c in convoys}
+    for convoy_id, summary in result.items():
+        total = summary["total"] or 1
+        summary["percent"] = {k: round(100 * summary[k] / total, 2) for k in SEGMENTS}
+        summary["stranded"] = by_id[convoy_id].status == CONVOY_OPEN and (
+            summary["total"] == 0 or (summary["active"] == 0 and summary["done"] < summary["total"])
+        )
+    return result
+
+
+def convoy_status_json(convoy):
+    """The `convoy status --json` shape."""
+    tracked = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
+    beads = Bead.objects.in_bulk(tracked)
+    workers = dict(
+        Worker.objects.filter(
+            name__in={b.assignee for b in beads.values() if b.assignee}
+        ).values_list("name", "last_seen")
+    )
+    items = []
+    for bead_id in tracked:
+        bead = beads.get(bead_id)
+        items.append(
+            {
+                "id": bead_id,
+                "title": bead.title if bead else "",
+                "status": bead.status if bead else "unknown",
+                "issue_type": bead.issue_type if bead else "",
+                "assignee": bead.assignee if bead else "",
+                "rig": (bead.rig_id or "") if bead else "",
+                "worker_seen": workers.get(bead.assignee) if bead and bead.assignee else None,
+            }
+        )
+    completed = sum(1 for i in items if i["status"] in DONE_STATUSES)
+    return {
+        "id": convoy.id,
+        "title": convoy.title,
+        "status": convoy.status,
+        "owner": convoy.owner,
+        "tracked": items,
+        "completed": completed,
+        "total": len(items),
+    }
+
+
+def last_activity(convoy_ids):
+    return dict(
+        Event.objects.filter(convoy_id__in=convoy_ids)
+        .values("convoy_id")
+        .annotate(last=Max("created_at"))
+        .values_list("convoy_id", "last")
+    )
+
+
+def open_convoys():
+    return Convoy.objects.filter(status=CONVOY_OPEN)

@@ -1,0 +1,389 @@
+"""Convoy lifecycle: ids, the status transition rule, create, add, check, close, land.
+
+Completion (SPEC §6): at least one tracked bead and every tracked bead done; a tracked bead
+that is not in the database is "unknown" and never done.
+"""
+
+import re
+import secrets
+import string
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from ..events import record
+from ..models import (
+    CONVOY_CLOSED,
+    CONVOY_OPEN,
+    CONVOY_STATUSES,
+    DONE_STATUSES,
+    SLINGABLE_TYPES,
+    Bead,
+    Convoy,
+    Dependency,
+    TrackedBead,
+    bead_prefix,
+    unwrap_external,
+)
+from .errors import NotFound, ServiceError
+
+BASE36 = string.digits + string.ascii_lowercase
+COMPLETED_REASON = "All tracked issues completed"
+EMPTY_REASON = "Empty convoy (0 tracked issues)"
+LANDED_REASON = "Landed by owner"
+
+TRANSITIONS = {
+    "open": {"open", "closed"},
+    "closed": {"closed", "open"},
+    "staged_ready": {"open", "closed", "staged_ready", "staged_warnings"},
+    "staged_warnings": {"open", "closed", "staged_ready", "staged_warnings"},
+}
+
+
+def normalize_status(raw):
+    status = (raw or "").strip().lower()
+    if status not in CONVOY_STATUSES:
+        raise ServiceError(
+            f'unsupported convoy status "{raw}" (expected "open", "closed", "staged_ready", '
+            'or "staged_warnings")'
+        )
+    return status
+
+
+def check_transition(current, target):
+    """The one transition rule (SPEC §2). Raises ServiceError when the move is illegal."""
+    cur, tgt = normalize_status(current), normalize_status(target)
+    if tgt not in TRANSITIONS[cur]:
+        raise ServiceError(f'illegal convoy status transition "{current}" -> "{target}"')
+    return tgt
+
+
+def new_convoy_id():
+    for _ in range(50):
+        candidate = "hq-cv-" + "".join(secrets.choice(BASE36) for _ in range(5))
+        if not Convoy.objects.filter(pk=candidate).exists():
+            return candidate
+    raise ServiceError("could not find a free convoy id")
+
+
+def get_convoy(convoy_id, lock=False):
+    queryset = Convoy.objects.select_for_update() if lock else Convoy.objects
+    try:
+        return queryset.get(pk=convoy_id)
+    except Convoy.DoesNotExist:
+        if Bead.objects.filter(pk=convoy_id).exists():
+            bead_type = Bead.objects.get(pk=convoy_id).issue_type
+            raise ServiceError(f"'{convoy_id}' is not a convoy (type: {bead_type})")
+        raise NotFound(f"convoy '{convoy_id}' not found")
+
+
+def set_status(convoy, target, *, reason="", actor="", kind=None, data=None):
+    """Move a convoy through the transition table and record the event."""
+    target = check_transition(convoy.status, target)
+    old = convoy.status
+    now = timezone.now()
+    convoy.status = target
+    convoy.updated_at = now
+    if target == CONVOY_CLOSED:
+        convoy.closed_at = convoy.closed_at if old == CONVOY_CLOSED else now
+        convoy.close_reason = reason or convoy.close_reason
+    else:
+        convoy.closed_at = None
+        convoy.close_reason = ""
+    if old == CONVOY_CLOSED and target == CONVOY_OPEN:
+        convoy.completion_notified_at = None
+    convoy.save()
+    kind = kind or {
+        (CONVOY_CLOSED, CONVOY_OPEN): "convoy.reopened",
+    }.get((old, target), "convoy.closed" if target == CONVOY_CLOSED else "convoy.status")
+    record(
+        kind,
+        convoy_id=convoy.id,
+        actor=actor,
+        data={
+            "status": target,
+            "old_status": old,
+            "title": convoy.title,
+            "reason": convoy.close_reason,
+            **(data or {}),
+        },
+    )
+    return convoy
+
+
+def tracked_details(convoys):
+    """{convoy_id: [(tracked bead id, Bead or None)]} in tracking order (two queries)."""
+    rows = list(
+        TrackedBead.objects.filter(convoy__in=convoys).order_by("convoy_id", "position", "id")
+    )
+    beads = Bead.objects.in_bulk({row.bead_id for row in rows})
+    result = {c.pk if hasattr(c, "pk") else c: [] for c in convoys}
+    for row in rows:
+        result.setdefault(row.convoy_id, []).append((row.bead_id, beads.get(row.bead_id)))
+    return result
+
+
+def progress(pairs):
+    total = len(pairs)
+    done = sum(1 for _, bead in pairs if bead is not None and bead.status in DONE_STATUSES)
+    unknown = sum(1 for _, bead in pairs if bead is None)
+    return {
+        "total": total,
+        "done": done,
+        "unknown": unknown,
+        "complete": total > 0 and done == total,
+    }
+
+
+def is_complete(convoy):
+    return progress(tracked_details([convoy])[convoy.pk])["complete"]
+
+
+def looks_like_issue_id(text):
+    return bool(re.match(r"^[a-z]{2,3}-", text)) or Bead.objects.filter(pk=text).exists()
+
+
+@transaction.atomic
+def create(
+    name,
+    bead_ids=(),
+    *,
+    owner="",
+    notify="",
+    owned=False,
+    merge="",
+    base_branch="",
+    molecule="",
+    from_epic=None,
+    actor="",
+    max_in_flight=None,
+):
+    """`convoy create`: name + beads, or `--from-epic` (slingable leaves, sub-epics recursed)."""
+    bead_ids = list(bead_ids)
+    if merge and merge not in Convoy.MERGE_STRATEGIES:
+        raise ServiceError(f'invalid --merge value "{merge}": must be direct, mr, or local')
+    if from_epic:
+        epic = Bead.objects.filter(pk=from_epic).first()
+        if epic is None:
+            raise NotFound(f"bead '{from_epic}' not found")
+        if epic.issue_type != "epic":
+            raise ServiceError(
+                f"'{from_epic}' is not an epic (type: {epic.issue_type}); "
+                "--from-epic only works with epic beads"
+            )
+        bead_ids = epic_leaves(from_epic) + bead_ids
+        if not bead_ids:
+            raise ServiceError(
+                f"epic '{from_epic}' has no slingable children (task, bug, feature, chore)"
+            )
+        name = name or epic.title
+    elif name and looks_like_issue_id(name):
+        bead_ids = [name, *bead_ids]
+        first = Bead.objects.filter(pk=name).first()
+        name = first.title if first else f"Tracking {name}"
+    if not name:
+        raise ServiceError("convoy name required (or give bead ids, or --from-epic)")
+    if name.startswith("-") and " " not in name:
+        raise ServiceError(f'refusing to create convoy: name "{name}" looks like a CLI flag')
+    now = timezone.now()
+    convoy = Convoy.objects.create(
+        id=new_convoy_id(),
+        title=name,
+        status=CONVOY_OPEN,
+        owner=owner or actor,
+        notify=notify,
+        owned=owned,
+        merge_strategy=merge,
+        base_branch=base_branch,
+        molecule=molecule,
+        created_by=actor,
+        created_at=now,
+        updated_at=now,
+        description=f"Convoy tracking {len(bead_ids)} issues",
+        max_in_flight=max_in_flight,
+        labels=["gt:owned"] if owned else [],
+    )
+    record(
+        "convoy.created",
+        convoy_id=convoy.id,
+        actor=actor,
+        data={"status": convoy.status, "title": convoy.title, "owner": convoy.owner},
+    )
+    if bead_ids:
+        _track(convoy, bead_ids, actor)
+    return convoy
+
+
+def epic_leaves(epic_id):
+    """BFS down parent-child: slingable children are tracked leaves, others are recursed."""
+    leaves, queue, seen = [], [epic_id], {epic_id}
+    while queue:
+        children = list(
+            Dependency.objects.filter(depends_on_id__in=queue, type="parent-child")
+            .values_list("issue_id", "issue__issue_type")
+            .order_by("issue_id")
+        )
+        queue = []
+        for child, child_type in children:
+            if child in seen:
+                continue
+            seen.add(child)
+            if (child_type or "") in SLINGABLE_TYPES:
+                leaves.append(child)
+            else:
+                queue.append(child)
+    return leaves
+
+
+def _track(convoy, bead_ids, actor):
+    start = (TrackedBead.objects.filter(convoy=convoy).aggregate(m=Max("position"))["m"] or 0) + 1
+    added = []
+    for offset, raw in enumerate(bead_ids):
+        bead_id = unwrap_external(raw.strip())
+        try:
+            with transaction.atomic():
+                TrackedBead.objects.create(
+                    convoy=convoy,
+                    bead_id=bead_id,
+                    position=start + offset,
+                    raw_target=raw if raw != bead_id else "",
+                )
+            added.append(bead_id)
+        except IntegrityError:
+            continue
+    if added:
+        record(
+            "convoy.tracked",
+            convoy_id=convoy.id,
+            actor=actor,
+            data={"added": added, "title": convoy.title, "status": convoy.status},
+        )
+    return added
+
+
+@transaction.atomic
+def add(convoy_id, bead_ids, actor=""):
+    """Track more beads; a closed convoy reopens and its landing stamp is cleared."""
+    convoy = get_convoy(convoy_id, lock=True)
+    normalize_status(convoy.status)
+    if not bead_ids:
+        raise ServiceError("give at least one bead id to add")
+    reopened = False
+    if convoy.status == CONVOY_CLOSED:
+        set_status(convoy, CONVOY_OPEN, actor=actor)
+        reopened = True
+    added = _track(convoy, bead_ids, actor)
+    return convoy, added, reopened
+
+
+def close_if_complete(convoy, *, dry_run=False, actor="feeder"):
+    """Check: close a complete open (or staged) convoy and land it. Returns True if closed."""
+    with transaction.atomic():
+        convoy = get_convoy(convoy.pk, lock=True)
+        if convoy.status == CONVOY_CLOSED:
+            return False
+        if not is_complete(convoy):
+            return False
+        if dry_run:
+            return True
+        set_status(
+            convoy, CONVOY_CLOSED, reason=COMPLETED_REASON, actor=actor, kind="convoy.landed"
+        )
+    from .notify import notify_landing
+
+    notify_landing(convoy)
+    return True
+
+
+def check(convoy_id=None, *, dry_run=False, actor="cli"):
+    """`convoy check`: one convoy or every open one. Returns [(convoy, closed?, progress)]."""
+    if convoy_id:
+        convoys = [get_convoy(convoy_id)]
+    else:
+        convoys = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
+    details = tracked_details(convoys)
+    results = []
+    for convoy in convoys:
+        info = progress(details[convoy.pk])
+        closed = False
+        if convoy.status != CONVOY_CLOSED and info["complete"]:
+            closed = close_if_complete(convoy, dry_run=dry_run, actor=actor)
+        elif convoy.status == CONVOY_CLOSED:
+            from .notify import notify_landing
+
+            if convoy.close_reason == COMPLETED_REASON and not dry_run:
+                notify_landing(convoy)  # a missed notification is sent once
+        results.append((convoy, closed, info))
+    return results
+
+
+def close(convoy_id, *, reason="", force=False, actor="cli"):
+    with transaction.atomic():
+        convoy = get_convoy(convoy_id, lock=True)
+        if convoy.status == CONVOY_CLOSED:
+            return convoy, False, []
+        check_transition(convoy.status, CONVOY_CLOSED)
+        pairs = tracked_details([convoy])[convoy.pk]
+        still_open = [(i, b) for i, b in pairs if b is None or b.status not in DONE_STATUSES]
+        if still_open and not force:
+            lines = [
+                f"    {'▶' if b and b.status in ('in_progress', 'hooked') else '○'} {i}"
+                for i, b in still_open
+            ]
+            raise ServiceError(
+                f"convoy has {len(still_open)} open issue(s)\n"
+                + "\n".join(lines)
+                + "\n  Use --force to close anyway"
+            )
+        reason = reason or ("Force closed" if force else COMPLETED_REASON)
+        set_status(convoy, CONVOY_CLOSED, reason=reason, actor=actor)
+    if reason == COMPLETED_REASON:
+        from .notify import notify_landing
+
+        notify_landing(convoy)
+    return convoy, True, still_open
+
+
+def land(convoy_id, *, force=False, actor="cli"):
+    """Owned convoys only: close with "Landed by owner", release workers, notify."""
+    with transaction.atomic():
+        convoy = get_convoy(convoy_id, lock=True)
+        if not convoy.owned:
+            raise ServiceError(
+                f"convoy '{convoy_id}' is not an owned convoy\n  Only convoys created with "
+                "--owned can be landed.\n  Use `convoy close` instead for non-owned convoys."
+            )
+        if convoy.status == CONVOY_CLOSED:
+            return convoy, False, []
+        pairs = tracked_details([convoy])[convoy.pk]
+        still_open = [i for i, b in pairs if b is None or b.status not in DONE_STATUSES]
+        if still_open and not force:
+            raise ServiceError(
+                f"convoy has {len(still_open)} open issue(s): "
+                f"{', '.join(still_open)}\n  Use --force to land anyway"
+            )
+        released = sorted({b.assignee for _, b in pairs if b is not None and b.assignee})
+        set_status(
+            convoy,
+            CONVOY_CLOSED,
+            reason=LANDED_REASON,
+            actor=actor,
+            kind="convoy.landed",
+            data={"released_workers": released},
+        )
+    from .notify import notify_landing
+
+    notify_landing(convoy)
+    return convoy, True, released
+
+
+def tracking_open_convoy(bead_id):
+    """The open convoy tracking `bead_id`, if any (staged convoys do not count)."""
+    return (
+        Convoy.objects.filter(status=CONVOY_OPEN, tracked__bead_id=bead_id).order_by("id").first()
+    )
+
+
+def rig_of_prefix(bead_id, routes):
+    return routes.get(bead_prefix(bead_id))

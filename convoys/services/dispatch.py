@@ -1,0 +1,184 @@
+"""Dispatch: claim a bead with one conditional update, then call the dispatcher.
+
+Only the caller whose UPDATE matched the row it read wins; a second feeder, cluster or scan
+racing it updates zero rows and walks away (SPEC §5, reliability §4). A failed dispatch
+releases the claim, and the bead cools down before it is tried again.
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from ..dispatchers import get_dispatcher
+from ..events import record
+from ..models import ACTIVE_WORK_STATUSES, Bead, Dispatch, Worker
+
+log = logging.getLogger("convoys.dispatch")
+
+WORKER_NAMES = (
+    "nux",
+    "slit",
+    "furiosa",
+    "capable",
+    "toast",
+    "dag",
+    "ace",
+    "max",
+    "rictus",
+    "morsov",
+    "keeper",
+    "cheedo",
+    "dag",
+    "organic",
+    "coma",
+    "valkyrie",
+)
+SPIN_LIMIT = 3
+
+
+@dataclass
+class Claim:
+    bead_id: str
+    title: str
+    rig: str
+    convoy_id: str
+    worker: str
+    path: str
+    dispatch_id: int
+    previous_status: str
+
+
+def in_cooldown(bead_id, now=None):
+    now = now or timezone.now()
+    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
+    return Dispatch.objects.filter(bead_id=bead_id, ok=False, created_at__gte=since).exists()
+
+
+def cooling_down(bead_ids, now=None):
+    now = now or timezone.now()
+    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
+    return set(
+        Dispatch.objects.filter(bead_id__in=bead_ids, ok=False, created_at__gte=since).values_list(
+            "bead_id", flat=True
+        )
+    )
+
+
+def pick_worker(rig):
+    busy = set(
+        Bead.objects.filter(
+            status__in=ACTIVE_WORK_STATUSES, assignee__startswith=f"{rig}/"
+        ).values_list("assignee", flat=True)
+    )
+    round_ = 0
+    while True:
+        for name in WORKER_NAMES:
+            candidate = f"{rig}/polecats/{name}" + (f"-{round_}" if round_ else "")
+            if candidate not in busy:
+                return candidate
+        round_ += 1
+
+
+@transaction.atomic
+def claim(bead, convoy_id="", path="manual", actor="feeder"):
+    """Claim `bead` as read by the caller; return a Claim, or None if someone else won."""
+    now = timezone.now()
+    worker = pick_worker(bead.rig_id)
+    won = Bead.objects.filter(pk=bead.pk, status=bead.status, assignee=bead.assignee).update(
+        status="hooked", assignee=worker, updated_at=now
+    )
+    if won != 1:
+        return None
+    Worker.objects.update_or_create(name=worker, defaults={"rig": bead.rig_id, "last_seen": now})
+    attempt = Dispatch.objects.create(
+        bead_id=bead.pk,
+        convoy_id=convoy_id,
+        rig=bead.rig_id,
+        worker=worker,
+        path=path,
+        created_at=now,
+    )
+    record(
+        "bead.dispatched",
+        bead_id=bead.pk,
+        convoy_id=convoy_id,
+        actor=actor,
+        data={
+            "status": "hooked",
+            "assignee": worker,
+            "title": bead.title,
+            "rig": bead.rig_id,
+            "path": path,
+            "old_status": bead.status,
+            "previous_assignee": bead.assignee,
+        },
+    )
+    return Claim(bead.pk, bead.title, bead.rig_id, convoy_id, worker, path, attempt.pk, bead.status)
+
+
+def run(claim_, dispatcher=None):
+    """Call the dispatcher for a claim; record the attempt; release the claim on failure."""
+    dispatcher = dispatcher or get_dispatcher()
+    started = time.monotonic()
+    try:
+        outcome = dispatcher.dispatch(claim_.bead_id, claim_.rig, claim_.convoy_id, claim_.worker)
+    except Exception as exc:  # a broken dispatcher must not stop the others
+        log.exception("dispatcher failed for %s", claim_.bead_id)
+        from ..dispatchers import Outcome
+
+        outcome = Outcome(False, f"{type(exc).__name__}: {exc}")
+    duration = (time.monotonic() - started) * 1000
+    with transaction.atomic():
+        Dispatch.objects.filter(pk=claim_.dispatch_id).update(
+            ok=outcome.ok, error=outcome.error, output=outcome.output, duration_ms=duration
+        )
+        if not outcome.ok:
+            Bead.objects.filter(pk=claim_.bead_id, status="hooked", assignee=claim_.worker).update(
+                status="open", assignee="", updated_at=timezone.now()
+            )
+            record(
+                "dispatch.failed",
+                bead_id=claim_.bead_id,
+                convoy_id=claim_.convoy_id,
+                data={
+                    "status": "open",
+                    "assignee": "",
+                    "error": outcome.error,
+                    "worker": claim_.worker,
+                    "path": claim_.path,
+                },
+            )
+        _check_spin(claim_)
+    return {
+        "id": claim_.bead_id,
+        "title": claim_.title,
+        "rig": claim_.rig,
+        "worker": claim_.worker if outcome.ok else "",
+        "ok": outcome.ok,
+        "error": outcome.error,
+    }
+
+
+def _check_spin(claim_):
+    hour_ago = timezone.now() - timedelta(hours=1)
+    count = Dispatch.objects.filter(bead_id=claim_.bead_id, created_at__gte=hour_ago).count()
+    if count > SPIN_LIMIT:
+        record(
+            "spin",
+            bead_id=claim_.bead_id,
+            convoy_id=claim_.convoy_id,
+            data={"dispatches_last_hour": count, "title": claim_.title},
+        )
+
+
+def dispatch(bead, convoy_id="", path="manual", dispatcher=None):
+    """Claim then run. Returns the result dict, or None when the claim was lost."""
+    won = claim(bead, convoy_id=convoy_id, path=path)
+    if won is None:
+        return None
+    return run(won, dispatcher)

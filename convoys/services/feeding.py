@@ -1,0 +1,230 @@
+"""Feeding: the event-driven feeder, the catch-up pass and the stranded scan (SPEC §5).
+
+Every path dispatches through `dispatch.claim`, so running any of them twice, in two
+clusters, or racing each other never dispatches a bead twice. One drain runs at a time per
+convoy (a lease), and each close event is handled once (a unique marker row).
+"""
+
+import logging
+import os
+import socket
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..events import last_seq
+from ..models import (
+    ACTIVE_WORK_STATUSES,
+    CONVOY_OPEN,
+    Bead,
+    Convoy,
+    Cursor,
+    Event,
+    HandledEvent,
+    TrackedBead,
+)
+from ..readiness import ready_beads
+from . import dispatch, leases
+from .convoys import EMPTY_REASON, close_if_complete, set_status, tracked_details
+
+log = logging.getLogger("convoys.feeding")
+HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+CATCH_UP_CURSOR = "close-feeder"
+
+
+def holder():
+    return f"{HOLDER}:{id(object())}"
+
+
+def feed_convoy(convoy, path, limit=None):
+    """Land the convoy if complete; else dispatch its first ready bead(s) by (priority, id),
+    iterating past failures. Returns the successful dispatch results."""
+    me = holder()
+    name = f"drain:{convoy.pk}"
+    if not leases.acquire_waiting(name, me, ttl=120, wait=10):
+        log.warning("convoy %s: drain busy, skipping", convoy.pk)
+        return []
+    try:
+        convoy.refresh_from_db()
+        if convoy.status != CONVOY_OPEN:
+            return []
+        if close_if_complete(convoy, actor=path):
+            return []
+        tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+        if limit is None:
+            limit = 1
+            if convoy.max_in_flight:
+                busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES).count()
+                limit = max(convoy.max_in_flight - busy, 0)
+        results = []
+        if limit <= 0:
+            return results
+        candidates = list(ready_beads(Bead.objects.filter(pk__in=tracked)))
+        cooling = dispatch.cooling_down([b.pk for b in candidates])
+        for bead in candidates:
+            if bead.pk in cooling:
+                continue
+            result = dispatch.dispatch(bead, convoy_id=convoy.pk, path=path)
+            if result is None or not result["ok"]:
+                continue
+            results.append(result)
+            if len(results) >= limit:
+                break
+        if not results:
+            log.info("convoy %s: no ready issues to feed", convoy.pk)
+        return results
+    finally:
+        leases.release(name, me)
+
+
+def handle_close_event(seq, path="event"):
+    """Handle one close event once: feed every open convoy tracking the closed bead."""
+    event = Event.objects.filter(seq=seq).first()
+    if event is None or event.kind != "bead.closed":
+        return {"seq": seq, "skipped": "not a close event"}
+    try:
+        with transaction.atomic():
+            HandledEvent.objects.create(seq=seq)
+    except IntegrityError:
+        return {"seq": seq, "skipped": "already handled"}
+    convoys = list(
+        Convoy.objects.filter(tracked__bead_id=event.bead_id, status=CONVOY_OPEN)
+        .distinct()
+        .order_by("id")
+    )
+    fed = {}
+    for convoy in convoys:
+        fed[convoy.pk] = [r["id"] for r in feed_convoy(convoy, path)]
+    log.info("close %s of %s: fed %s", seq, event.bead_id, fed)
+    return {"seq": seq, "bead": event.bead_id, "fed": fed}
+
+
+def catch_up(batch=1000):
+    """Handle close events past the persisted high-water mark. The first run on a database
+    with history only seeds the mark."""
+    me = holder()
+    if not leases.acquire("catch-up", me, ttl=60):
+        return {"skipped": "another catch-up is running"}
+    try:
+        cursor = Cursor.objects.filter(name=CATCH_UP_CURSOR).first()
+        if cursor is None:
+            mark = last_seq()
+            Cursor.objects.get_or_create(name=CATCH_UP_CURSOR, defaults={"position": mark})
+            return {"seeded": mark}
+        events = list(
+            Event.objects.filter(seq__gt=cursor.position)
+            .order_by("seq")
+            .values_list("seq", "kind")[:batch]
+        )
+        handled = []
+        for seq, kind in events:
+            if kind == "bead.closed" and not HandledEvent.objects.filter(seq=seq).exists():
+                result = handle_close_event(seq, path="event")
+                if "skipped" not in result:
+                    handled.append(seq)
+        if events:
+            Cursor.objects.filter(name=CATCH_UP_CURSOR, position__lt=events[-1][0]).update(
+                position=events[-1][0]
+            )
+        return {"handled": handled, "position": events[-1][0] if events else cursor.position}
+    finally:
+        leases.release("catch-up", me)
+
+
+def classify_open_convoys(now=None):
+    """Every open convoy as feedable / stuck / empty / moving, with its ready beads."""
+    now = now or timezone.now()
+    convoys = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
+    details = tracked_details(convoys)
+    all_ids = {bead_id for pairs in details.values() for bead_id, _ in pairs}
+    ready = {b.pk for b in ready_beads(Bead.objects.filter(pk__in=all_ids), now)}
+    rows = []
+    for convoy in convoys:
+        pairs = details[convoy.pk]
+        ready_ids = [i for i, b in pairs if i in ready]
+        active = [i for i, b in pairs if b is not None and b.status in ACTIVE_WORK_STATUSES]
+        if not pairs:
+            kind = "empty"
+        elif ready_ids:
+            kind = "feedable"
+        elif active:
+            kind = "moving"
+        else:
+            kind = "stuck"
+        rows.append(
+            {
+                "convoy": convoy,
+                "kind": kind,
+                "tracked_count": len(pairs),
+                "ready_issues": ready_ids,
+                "active": active,
+            }
+        )
+    return rows
+
+
+def stranded(now=None):
+    """The stranded convoys (reference §4.4 JSON shape): feedable, stuck and empty ones."""
+    result = []
+    for row in classify_open_convoys(now):
+        if row["kind"] == "moving":
+            continue
+        convoy = row["convoy"]
+        item = {
+            "id": convoy.id,
+            "title": convoy.title,
+            "tracked_count": row["tracked_count"],
+            "ready_count": len(row["ready_issues"]),
+            "ready_issues": row["ready_issues"],
+            "created_at": convoy.created_at.isoformat(),
+            "kind": row["kind"],
+        }
+        if convoy.base_branch:
+            item["base_branch"] = convoy.base_branch
+        result.append(item)
+    return result
+
+
+def stranded_scan(now=None):
+    """One dispatch per feedable convoy; land complete ones; close old empty ones quietly."""
+    me = holder()
+    if not leases.acquire("stranded-scan", me, ttl=max(settings.CONVOY_STRANDED_INTERVAL, 10)):
+        return {"skipped": "another scan is running"}
+    try:
+        now = now or timezone.now()
+        summary = {"dispatched": [], "closed_empty": [], "landed": [], "stuck": []}
+        grace = timedelta(seconds=settings.CONVOY_EMPTY_GRACE)
+        for row in classify_open_convoys(now):
+            convoy = row["convoy"]
+            if row["kind"] == "feedable":
+                results = feed_convoy(convoy, "stranded", limit=1)
+                summary["dispatched"] += [r["id"] for r in results]
+                if results:
+                    from ..events import record
+
+                    with transaction.atomic():
+                        record(
+                            "stranded.found",
+                            convoy_id=convoy.pk,
+                            actor="stranded",
+                            data={
+                                "title": convoy.title,
+                                "dispatched": results[0]["id"],
+                                "ready_count": len(row["ready_issues"]),
+                            },
+                        )
+            elif row["kind"] == "empty":
+                if now - convoy.created_at >= grace:
+                    with transaction.atomic():
+                        set_status(convoy, "closed", reason=EMPTY_REASON, actor="stranded")
+                    summary["closed_empty"].append(convoy.pk)
+            elif row["kind"] == "stuck":
+                if close_if_complete(convoy, actor="stranded"):
+                    summary["landed"].append(convoy.pk)
+                else:
+                    summary["stuck"].append(convoy.pk)
+        return summary
+    finally:
+        leases.release("stranded-scan", me)

@@ -1,0 +1,162 @@
+"""Launch: every check first, then open the convoy and claim each ready Wave 1 task in one
+transaction, then run the dispatcher for each claim (a failure releases only its own claim).
+An epic or a task list is staged and launched in one step.
+"""
+
+from dataclasses import dataclass, field
+
+from django.db import transaction
+
+from .. import dag as dagmod
+from ..models import CONVOY_CLOSED, CONVOY_OPEN, CONVOY_STAGED_WARNINGS, Bead, Convoy, Rig
+from ..readiness import blocked_by, ready_beads
+from . import dispatch, staging
+from .convoys import get_convoy, set_status
+from .errors import ServiceError
+
+
+@dataclass
+class LaunchResult:
+    convoy_id: str
+    status: str
+    waves: list
+    dispatched: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    plan: object = None
+
+    def as_json(self):
+        return {
+            "convoy_id": self.convoy_id,
+            "status": self.status,
+            "dispatched": [
+                {k: r[k] for k in ("id", "rig", "worker", "ok", "error")}
+                for r in sorted(self.dispatched, key=lambda r: r["id"])
+            ],
+            "skipped": self.skipped,
+        }
+
+    def as_report(self):
+        return {
+            "convoy_id": self.convoy_id,
+            "status": self.status,
+            "waves": self.waves,
+            "dispatched": self.dispatched,
+            "skipped": self.skipped,
+        }
+
+
+def launch(ids, *, force=False, actor="cli", title=None):
+    if len(ids) == 1 and Convoy.objects.filter(pk=ids[0]).exists():
+        convoy = Convoy.objects.get(pk=ids[0])
+        if convoy.status == CONVOY_OPEN:
+            raise ServiceError(f"convoy {convoy.id} is already launched")
+        if convoy.status == CONVOY_CLOSED:
+            raise ServiceError(f"convoy {convoy.id} is closed")
+        return launch_staged(convoy.id, force=force, actor=actor)
+    plan = staging.analyze(ids, title)
+    if plan.errors:
+        raise ServiceError(
+            f"convoy staging failed: {len(plan.errors)} error(s) found\n"
+            + "\n".join(f"  [{f.category}] {f.message}" for f in plan.errors)
+        )
+    _preflight(plan.status, plan.dag, force, plan.convoy_id or "(new)")
+    plan = staging.stage(ids, title, actor=actor)
+    result = launch_staged(plan.convoy_id, force=force, actor=actor)
+    result.plan = plan
+    return result
+
+
+def _preflight(status, dag, force, convoy_id):
+    if status == CONVOY_STAGED_WARNINGS and not force:
+        raise ServiceError(f"convoy {convoy_id} has warnings, use --force to launch")
+    if status not in (CONVOY_STAGED_WARNINGS, "staged_ready"):
+        raise ServiceError(f'convoy {convoy_id} has unexpected status "{status}"')
+    states = dict(Rig.objects.values_list("name", "state"))
+    blocked = {}
+    for node_id in dag.slingable_ids():
+        rig = dag.nodes[node_id].rig
+        if rig and states.get(rig, "active") != "active":
+            blocked.setdefault(rig, []).append(node_id)
+    if blocked and not force:
+        lines = "\n".join(f"  {rig}: {', '.join(ids)}" for rig, ids in sorted(blocked.items()))
+        raise ServiceError(
+            f"cannot launch: {len(blocked)} target rig(s) are parked or docked:\n{lines}\n\n"
+            "Use `python manage.py rigs unpark` or `rigs undock` to restore, or --force to "
+            "proceed anyway"
+        )
+    return blocked
+
+
+def launch_staged(convoy_id, *, force=False, actor="cli"):
+    convoy = get_convoy(convoy_id)
+    nodes, edges = staging.collect(dagmod.CONVOY, [convoy.id], convoy)
+    dag = dagmod.build_dag(nodes, edges)
+    blocked_rigs = _preflight(convoy.status, dag, force, convoy.id)
+    try:
+        waves, _ = dagmod.compute_waves(dag)
+    except dagmod.NoSlingableTasks:
+        waves = []
+    if not waves:
+        raise ServiceError(f"convoy {convoy.id}: no waves to dispatch")
+    wave1 = waves[0]
+    claims, skipped = [], []
+    with transaction.atomic():
+        convoy = get_convoy(convoy.id, lock=True)
+        if convoy.status not in ("staged_ready", CONVOY_STAGED_WARNINGS):
+            raise ServiceError(
+                f"convoy {convoy.id} is {convoy.status}; launch needs a staged convoy"
+            )
+        set_status(
+            convoy,
+            CONVOY_OPEN,
+            actor=actor,
+            kind="convoy.launched",
+            data={"waves": len(waves), "wave1": len(wave1)},
+        )
+        beads = Bead.objects.in_bulk(wave1)
+        ready = {b.pk: b for b in ready_beads(Bead.objects.filter(pk__in=wave1))}
+        blockers = blocked_by(wave1)
+        cooling = dispatch.cooling_down(wave1)
+        for bead_id in wave1:
+            bead = beads.get(bead_id)
+            if bead_id in ready and bead_id not in cooling:
+                won = dispatch.claim(
+                    ready[bead_id], convoy_id=convoy.id, path="launch", actor=actor
+                )
+                if won:
+                    claims.append(won)
+                    continue
+                skipped.append({"id": bead_id, "reason": "claimed by another dispatcher"})
+            else:
+                skipped.append({"id": bead_id, "reason": _why_not_ready(bead, blockers, cooling)})
+    result = LaunchResult(convoy.id, convoy.status, waves, skipped=skipped)
+    if blocked_rigs:
+        result.warnings.append(
+            f"Warning: {len(blocked_rigs)} non-operational rig(s) in convoy: "
+            f"{', '.join(sorted(blocked_rigs))}\n  Proceeding with --force (tasks may fail)"
+        )
+    for claim in claims:
+        result.dispatched.append(dispatch.run(claim))
+    return result
+
+
+def _why_not_ready(bead, blockers, cooling):
+    if bead is None:
+        return "not in the database"
+    if bead.status in ("closed", "tombstone"):
+        return f"already {bead.status}"
+    if bead.pk in cooling:
+        return "dispatch failed recently (cooling down)"
+    if bead.assignee:
+        return f"already {bead.status} ({bead.assignee})"
+    if bead.status != "open":
+        return f"status is {bead.status}"
+    if blockers.get(bead.pk):
+        return f"blocked by {', '.join(blockers[bead.pk])}"
+    if not bead.rig_id:
+        return "no rig"
+    rig = Rig.objects.filter(pk=bead.rig_id).first()
+    if rig and rig.state != "active":
+        return f"rig {rig.name} is {rig.state}"
+    return "not ready"

@@ -1,0 +1,176 @@
+"""Landing notifications: claimed once per completion, stored in inboxes, e-mailed by a task."""
+
+import logging
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ..events import record_many
+from ..models import Convoy, Notification, Subscription, status_symbol
+
+log = logging.getLogger("convoys.notify")
+
+
+def format_duration(delta):
+    minutes = int(delta.total_seconds() // 60)
+    if minutes < 1:
+        return "<1m"
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h" if hours else f"{days}d"
+
+
+def landing_message(convoy, pairs):
+    subject = f"🚚 Convoy landed: {convoy.title}"
+    lines = [f"Convoy {convoy.id} has landed.", "", f"Issues ({len(pairs)}):"]
+    for bead_id, bead in pairs:
+        status = bead.status if bead else "unknown"
+        lines.append(f"  {status_symbol(status)} {bead_id}  {bead.title if bead else ''}".rstrip())
+    end = convoy.closed_at or timezone.now()
+    lines += ["", f"Duration: {format_duration(end - convoy.created_at)}"]
+    if convoy.close_reason:
+        lines.append(f"Reason: {convoy.close_reason}")
+    return subject, "\n".join(lines)
+
+
+def recipients(convoy):
+    """[(user or None, address, wants e-mail)], de-duplicated."""
+    User = get_user_model()
+    result, seen_users = [], set()
+    for sub in Subscription.objects.filter(
+        Q(convoy=convoy) | Q(convoy__isnull=True)
+    ).select_related("user"):
+        if sub.user_id not in seen_users:
+            seen_users.add(sub.user_id)
+            result.append((sub.user, "", sub.email))
+    addresses = convoy.notify_addresses()
+    users = {}
+    for user in User.objects.filter(Q(username__in=addresses) | Q(email__in=addresses)):
+        users[user.username] = user
+        if user.email:
+            users[user.email] = user
+    for address in addresses:
+        user = users.get(address)
+        if user is not None:
+            if user.pk not in seen_users:
+                seen_users.add(user.pk)
+                result.append((user, address, False))
+        else:
+            result.append((None, address, "@" in address))
+    return result
+
+
+def notify_landing(convoy):
+    """Claim the completion stamp with one conditional update; only the winner notifies."""
+    from .convoys import tracked_details
+
+    with transaction.atomic():
+        now = timezone.now()
+        won = Convoy.objects.filter(pk=convoy.pk, completion_notified_at__isnull=True).update(
+            completion_notified_at=now
+        )
+        if won != 1:
+            return []
+        convoy.refresh_from_db()
+        subject, body = landing_message(convoy, tracked_details([convoy])[convoy.pk])
+        rows = [
+            Notification(
+                user=user,
+                address=address,
+                convoy=convoy,
+                kind=Notification.LANDED,
+                subject=subject,
+                body=body,
+                created_at=now,
+                email_wanted=email,
+            )
+            for user, address, email in recipients(convoy)
+        ]
+        created = Notification.objects.bulk_create(rows)
+        ids = [n.pk for n in created if n.pk is not None]
+        if not ids:  # some backends do not return ids from bulk_create
+            ids = list(
+                Notification.objects.filter(convoy=convoy, created_at=now).values_list(
+                    "pk", flat=True
+                )
+            )
+        notifications = list(Notification.objects.filter(pk__in=ids))
+        record_many(
+            [
+                dict(
+                    kind="notification",
+                    convoy_id=convoy.id,
+                    data={
+                        "user_id": n.user_id,
+                        "notification_id": n.pk,
+                        "subject": n.subject,
+                        "kind": n.kind,
+                        "title": convoy.title,
+                    },
+                )
+                for n in notifications
+                if n.user_id
+            ]
+        )
+        emails = [n.pk for n in notifications if n.email_wanted]
+        if emails:
+            transaction.on_commit(lambda: _enqueue_emails(emails), robust=True)
+    return notifications
+
+
+def _enqueue_emails(ids):
+    from django_q.tasks import async_task
+
+    async_task("convoys.tasks.send_notification_emails", ids, group="email")
+
+
+def send_emails(notification_ids):
+    """Send the e-mails of these notifications once each (the stamp is claimed first)."""
+    sent = 0
+    for note in Notification.objects.filter(
+        pk__in=notification_ids, email_wanted=True, emailed_at__isnull=True
+    ).select_related("user"):
+        to = note.user.email if note.user_id else note.address
+        if not to or "@" not in to:
+            continue
+        if not Notification.objects.filter(pk=note.pk, emailed_at__isnull=True).update(
+            emailed_at=timezone.now()
+        ):
+            continue
+        try:
+            send_mail(note.subject, note.body, settings.DEFAULT_FROM_EMAIL, [to])
+            sent += 1
+        except Exception:
+            log.exception("e-mail for notification %s failed", note.pk)
+            Notification.objects.filter(pk=note.pk).update(emailed_at=None)
+            raise
+    return sent
+
+
+@transaction.atomic
+def mark_read(user, ids=None):
+    queryset = Notification.objects.filter(user=user, read_at__isnull=True)
+    if ids is not None:
+        queryset = queryset.filter(pk__in=ids)
+    return queryset.update(read_at=timezone.now())
+
+
+@transaction.atomic
+def subscribe(user, convoy=None, email=False):
+    sub, _ = Subscription.objects.update_or_create(
+        user=user, convoy=convoy, defaults={"email": email}
+    )
+    return sub
+
+
+@transaction.atomic
+def unsubscribe(user, convoy=None):
+    return Subscription.objects.filter(user=user, convoy=convoy).delete()[0]

@@ -1,0 +1,316 @@
+"""Staging: classify the input, collect beads and dependencies, analyse the DAG, then create
+or update a staged convoy. `analyze` writes nothing (the stage page previews with it).
+
+Collecting an epic uses one recursive query, so the number of queries does not grow with
+the size of the epic.
+"""
+
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from .. import dag as dagmod
+from .. import formatting
+from ..events import record
+from ..models import (
+    CONVOY_OPEN,
+    STAGED_STATUSES,
+    Bead,
+    Convoy,
+    Dependency,
+    Rig,
+    TrackedBead,
+)
+from .convoys import get_convoy, new_convoy_id, set_status
+from .errors import ServiceError
+
+
+@dataclass
+class Plan:
+    input_kind: str
+    ids: list
+    root: str = ""
+    dag: object = None
+    errors: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    waves: list = field(default_factory=list)
+    gated: list = field(default_factory=list)
+    status: str = ""
+    convoy_id: str = ""
+    restaged: bool = False
+    title: str = ""
+    moved: dict = field(default_factory=dict)
+
+    def as_json(self):
+        data = {
+            "status": self.status or "error",
+            "convoy_id": self.convoy_id,
+            "restaged": self.restaged,
+            "errors": [f.as_dict() for f in self.errors],
+            "warnings": [f.as_dict() for f in self.warnings],
+            "waves": formatting.waves_json(self.dag, self.waves) if self.waves else [],
+            "tree": formatting.tree_json(self.dag, self.input_kind, self.root) if self.dag else [],
+        }
+        if self.gated:
+            data["gated"] = [
+                {
+                    "id": g.id,
+                    "title": self.dag.nodes[g.id].title,
+                    "type": self.dag.nodes[g.id].type,
+                    "gated_by": g.gated_by or None,
+                }
+                for g in self.gated
+            ]
+        return data
+
+    def render(self):
+        text = formatting.render_tree(self.dag, self.input_kind, self.root) if self.dag else ""
+        if self.errors:
+            return text, formatting.render_findings("Errors", self.errors)
+        text += "\n" + formatting.render_wave_table(self.dag, self.waves)
+        text += formatting.render_gated(self.dag, self.gated)
+        if self.warnings:
+            text += "\n" + formatting.render_findings("Warnings", self.warnings)
+        return text, ""
+
+
+def classify(ids):
+    """-> (kind, ids, restage convoy or None). Errors name the offending argument."""
+    if not ids:
+        raise ServiceError(
+            "convoy stage requires at least one bead ID\n\nUsage: convoy stage "
+            "<epic-id | task-id... | convoy-id>"
+        )
+    for arg in ids:
+        if arg.startswith("-"):
+            raise ServiceError(f'invalid bead ID "{arg}": looks like a CLI flag, not a bead ID')
+    unique = sorted(set(ids))
+    convoys = Convoy.objects.in_bulk(unique)
+    beads = Bead.objects.in_bulk([i for i in unique if i not in convoys])
+    parts = {"convoy": [], "epic": [], "task": []}
+    for arg in unique:
+        if arg in convoys:
+            parts["convoy"].append(arg)
+        elif arg in beads:
+            parts["epic" if beads[arg].issue_type == "epic" else "task"].append(arg)
+        else:
+            raise ServiceError(f"cannot resolve bead {arg}: not found")
+    present = sorted(k for k, v in parts.items() if v)
+    if len(present) > 1:
+        text = " + ".join(f"{k} ({', '.join(parts[k])})" for k in present)
+        raise ServiceError(
+            f"mixed input types: {text}\n  Use separate invocations for different input types"
+        )
+    kind = present[0]
+    if kind == "epic" and len(parts["epic"]) > 1:
+        raise ServiceError(
+            f"only one epic ID allowed, got {len(unique)}: {', '.join(unique)}\n"
+            "  To stage multiple epics, run convoy stage once per epic"
+        )
+    if kind == "convoy":
+        if len(unique) > 1:
+            raise ServiceError(
+                f"only one convoy ID allowed, got {len(unique)}: {', '.join(unique)}"
+            )
+        convoy = convoys[unique[0]]
+        if convoy.status not in STAGED_STATUSES:
+            raise ServiceError(
+                f"cannot stage convoy {convoy.id}: it is {convoy.status} "
+                "(only staged convoys can be re-staged)"
+            )
+        return dagmod.CONVOY, unique, convoy
+    return (dagmod.EPIC if kind == "epic" else dagmod.TASKS), unique, None
+
+
+def _descendants_sql(epic_id):
+    table = Dependency._meta.db_table
+    sql = (
+        f"WITH RECURSIVE tree(id) AS (SELECT %s UNION "
+        f"SELECT d.issue_id FROM {table} d JOIN tree ON d.depends_on_id = tree.id "
+        f"WHERE d.type = 'parent-child') SELECT id FROM tree"
+    )
+    return sql, [epic_id]
+
+
+def collect(kind, ids, convoy=None):
+    """-> (nodes, deps) with a constant number of queries."""
+    if kind == dagmod.EPIC:
+        sql, params = _descendants_sql(ids[0])
+        beads = Bead.objects.filter(id__in=RawSQL(sql, params))
+        deps = Dependency.objects.filter(issue_id__in=RawSQL(sql, params))
+    else:
+        if kind == dagmod.CONVOY:
+            ids = list(
+                TrackedBead.objects.filter(convoy=convoy)
+                .order_by("bead_id")
+                .values_list("bead_id", flat=True)
+            )
+            if not ids:
+                raise ServiceError(f"convoy {convoy.id} tracks no beads")
+        beads = Bead.objects.filter(id__in=ids)
+        deps = Dependency.objects.filter(issue_id__in=ids)
+    nodes = [
+        dagmod.Node(id=b[0], title=b[1], type=b[2] or "", status=b[3], rig=b[4] or "")
+        for b in beads.values_list("id", "title", "issue_type", "status", "rig_id").iterator(
+            chunk_size=5000
+        )
+    ]
+    edges = list(deps.values_list("issue_id", "depends_on_id", "type").iterator(chunk_size=5000))
+    return nodes, edges
+
+
+def _overlapping(kind, ids, slingable):
+    """Open or staged convoys tracking any of the slingable beads: {convoy: count}."""
+    queryset = TrackedBead.objects.filter(convoy__status__in=(CONVOY_OPEN, *STAGED_STATUSES))
+    if kind == dagmod.EPIC:
+        sql, params = _descendants_sql(ids[0])
+        queryset = queryset.filter(bead_id__in=RawSQL(sql, params))
+    else:
+        queryset = queryset.filter(bead_id__in=slingable)
+    counts = {}
+    wanted = set(slingable)
+    for convoy_id, status, bead_id in queryset.values_list(
+        "convoy_id", "convoy__status", "bead_id"
+    ):
+        if bead_id in wanted:
+            counts.setdefault((convoy_id, status), 0)
+            counts[(convoy_id, status)] += 1
+    return counts
+
+
+def analyze(ids, title=None):
+    """Everything staging decides, without writing."""
+    kind, ids, restage = classify(ids)
+    plan = Plan(input_kind=kind, ids=ids, root=ids[0] if kind == dagmod.EPIC else "")
+    nodes, edges = collect(kind, ids, restage)
+    plan.dag = dagmod.build_dag(nodes, edges)
+    slingable = plan.dag.slingable_ids()
+    if restage is None:
+        overlap = _overlapping(kind, ids, slingable)
+        open_ = sorted((cid, n) for (cid, status), n in overlap.items() if status == CONVOY_OPEN)
+        staged = sorted(cid for (cid, status) in overlap if status in STAGED_STATUSES)
+        if open_:
+            cid, count = open_[0]
+            raise ServiceError(
+                f"cannot stage: open convoy {cid} already tracks {count} of these beads — close "
+                f"it first or wait for completion\n  python manage.py convoy close {cid} "
+                '--reason "re-staging"'
+            )
+        if len(staged) > 1:
+            raise ServiceError(
+                f"ambiguous: {len(staged)} staged convoys overlap with these beads "
+                f"({', '.join(staged)})\n  Specify which convoy to re-stage: "
+                "python manage.py convoy stage <convoy-id>"
+            )
+        if staged:
+            restage = Convoy.objects.get(pk=staged[0])
+    if restage is not None:
+        plan.restaged = True
+        plan.convoy_id = restage.id
+    plan.errors = dagmod.detect_errors(plan.dag)
+    if plan.errors:
+        return plan
+    rig_states = dict(Rig.objects.values_list("name", "state"))
+    plan.warnings = dagmod.detect_warnings(plan.dag, kind, rig_states)
+    try:
+        plan.waves, plan.gated = dagmod.compute_waves(plan.dag)
+    except dagmod.NoSlingableTasks as exc:
+        raise ServiceError(str(exc))
+    plan.warnings = plan.warnings + dagmod.gated_warnings(plan.gated)
+    plan.status = dagmod.choose_status(plan.errors, plan.warnings)
+    if title:
+        plan.title = title
+    elif kind == dagmod.EPIC:
+        plan.title = "Convoy: " + plan.dag.nodes[plan.root].title
+    elif restage is not None:
+        plan.title = restage.title
+    else:
+        rigs = {plan.dag.nodes[i].rig for i in slingable if plan.dag.nodes[i].rig}
+        plan.title = f"Staged: {len(slingable)} beads across {len(rigs)} rigs"
+    if restage is not None:
+        previous = dagmod.wave_of((restage.extra or {}).get("plan", {}).get("waves", []))
+        current = dagmod.wave_of(plan.waves)
+        plan.moved = {
+            i: [previous.get(i), current.get(i)]
+            for i in set(previous) | set(current)
+            if previous.get(i) != current.get(i)
+        }
+    return plan
+
+
+def stage(ids, title=None, actor="cli"):
+    """Analyse, then create or update the staged convoy (nothing is written on errors)."""
+    plan = analyze(ids, title)
+    if plan.errors:
+        return plan
+    slingable = plan.dag.slingable_ids()
+    stamp = timezone.now()
+    summary = f"Staged convoy: {len(slingable)} tasks, {len(plan.waves)} waves."
+    extra_plan = {
+        "waves": plan.waves,
+        "gated": [[g.id, g.gated_by] for g in plan.gated],
+        "input": plan.input_kind,
+        "root": plan.root,
+    }
+    with transaction.atomic():
+        if plan.restaged:
+            convoy = get_convoy(plan.convoy_id, lock=True)
+            if convoy.status not in STAGED_STATUSES:
+                raise ServiceError(
+                    f"convoy {convoy.id} is {convoy.status}; it can no longer be re-staged"
+                )
+            set_status(
+                convoy,
+                plan.status,
+                actor=actor,
+                kind="convoy.restaged",
+                data={"moved": plan.moved, "waves": len(plan.waves)},
+            )
+            convoy.title = plan.title or convoy.title
+            convoy.description = f"{summary} Re-staged at {stamp.isoformat()}"
+            convoy.extra = {**convoy.extra, "plan": extra_plan}
+            convoy.save(update_fields=["title", "description", "extra"])
+            TrackedBead.objects.filter(convoy=convoy).exclude(bead_id__in=slingable).delete()
+            have = set(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
+            TrackedBead.objects.bulk_create(
+                [
+                    TrackedBead(convoy=convoy, bead_id=b, position=i)
+                    for i, b in enumerate(slingable)
+                    if b not in have
+                ],
+                batch_size=1000,
+            )
+        else:
+            convoy = Convoy.objects.create(
+                id=new_convoy_id(),
+                title=plan.title,
+                status=plan.status,
+                created_by=actor,
+                owner=actor if actor not in ("cli", "api") else "",
+                created_at=stamp,
+                updated_at=stamp,
+                description=f"{summary} Staged at {stamp.isoformat()}",
+                extra={"plan": extra_plan},
+            )
+            TrackedBead.objects.bulk_create(
+                [
+                    TrackedBead(convoy=convoy, bead_id=b, position=i)
+                    for i, b in enumerate(slingable)
+                ],
+                batch_size=1000,
+            )
+            record(
+                "convoy.staged",
+                convoy_id=convoy.id,
+                actor=actor,
+                data={
+                    "status": convoy.status,
+                    "title": convoy.title,
+                    "tasks": len(slingable),
+                    "waves": len(plan.waves),
+                },
+            )
+            plan.convoy_id = convoy.id
+    return plan
