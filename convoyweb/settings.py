@@ -105,7 +105,8 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": env_int("SQLITE_TIMEOUT", 20),
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    _db["TEST"] = {"NAME": os.environ.get("SQLITE_TEST_NAME") or None}
+    # A file, not memory: fault and race tests run real processes against the test database.
+    _db["TEST"] = {"NAME": os.environ.get("SQLITE_TEST_NAME") or str(BASE_DIR / ".test.sqlite3")}
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     # Persistent connections leak under ASGI: CONN_MAX_AGE stays 0; use the pool instead.
     if env_bool("DATABASE_POOL", False):

@@ -92,6 +92,7 @@ class ImportReport:
     beads_unchanged: int = 0
     convoys_created: int = 0
     convoys_updated: int = 0
+    convoys_unchanged: int = 0
     dependencies: int = 0
     tracked: int = 0
     skipped_tombstones: int = 0
@@ -107,7 +108,7 @@ class ImportReport:
 
     @property
     def convoys(self):
-        return self.convoys_created + self.convoys_updated
+        return self.convoys_created + self.convoys_updated + self.convoys_unchanged
 
     def as_dict(self):
         data = asdict(self)
@@ -181,21 +182,21 @@ def _check(record, line):
         if not isinstance(deps, list):
             raise ValueError(f"field 'dependencies': expected array, got {_kind(deps)}")
         for index, dep in enumerate(deps):
-            where = f"field 'dependencies[{index}]'"
+            where = f"field 'dependencies[{index}]"
             if not isinstance(dep, dict):
-                raise ValueError(f"{where}: expected object, got {_kind(dep)}")
+                raise ValueError(f"{where}': expected object, got {_kind(dep)}")
             target = dep.get("depends_on_id")
             if not isinstance(target, str) or not target.strip():
-                raise ValueError(f"{where}.depends_on_id: expected a non-empty string")
+                raise ValueError(f"{where}.depends_on_id': expected a non-empty string")
             if "type" in dep and (not isinstance(dep["type"], str) or len(dep["type"]) > 50):
-                raise ValueError(f"{where}.type: expected a string of at most 50 characters")
+                raise ValueError(f"{where}.type': expected a string of at most 50 characters")
             if dep.get("created_at") is not None:
                 if not isinstance(dep["created_at"], str):
-                    raise ValueError(f"{where}.created_at: expected RFC 3339 timestamp")
+                    raise ValueError(f"{where}.created_at': expected RFC 3339 timestamp")
                 try:
                     parse_timestamp(dep["created_at"])
                 except ValueError:
-                    raise ValueError(f"{where}.created_at: invalid timestamp")
+                    raise ValueError(f"{where}.created_at': invalid timestamp")
 
 
 def read_records(stream, name, max_line=None):
@@ -439,6 +440,7 @@ class _Importer:
                 extra["other_dependencies"] = others
             convoy = existing.get(record["id"]) or Convoy(id=record["id"])
             is_new = convoy.pk not in existing
+            before = None if is_new else self._convoy_state(convoy)
             convoy.title = values["title"]
             convoy.description = text
             convoy.status = values["status"]
@@ -456,8 +458,6 @@ class _Importer:
             convoy.close_reason = values["close_reason"]
             convoy.completion_notified_at = parse_timestamp(notified) if notified else None
             convoy.extra = extra
-            convoy.save()
-            TrackedBead.objects.filter(convoy=convoy).delete()
             rows, seen = [], set()
             for position, dep in enumerate(tracks):
                 raw = dep["depends_on_id"].strip()
@@ -477,6 +477,11 @@ class _Importer:
                         extra=dep_extra,
                     )
                 )
+            if before is not None and before == self._convoy_state(convoy, rows):
+                self.report.convoys_unchanged += 1
+                continue
+            convoy.save()
+            TrackedBead.objects.filter(convoy=convoy).delete()
             TrackedBead.objects.bulk_create(rows)
             self.report.tracked += len(rows)
             if is_new:
@@ -492,6 +497,34 @@ class _Importer:
                 )
             )
         self.report.events += len(record_many(events))
+
+    @staticmethod
+    def _convoy_state(convoy, rows=None):
+        names = (
+            "title",
+            "description",
+            "status",
+            "owner",
+            "notify",
+            "merge_strategy",
+            "base_branch",
+            "molecule",
+            "labels",
+            "owned",
+            "created_by",
+            "created_at",
+            "updated_at",
+            "closed_at",
+            "close_reason",
+            "completion_notified_at",
+            "extra",
+        )
+        if rows is None:
+            rows = list(convoy.tracked.all())
+        return (
+            [getattr(convoy, n) for n in names],
+            [(r.bead_id, r.raw_target, r.position, r.extra) for r in rows],
+        )
 
 
 def import_routes(stream, name):

@@ -1,0 +1,88 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data" / "beads"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def shared_file(name):
+    path = SHARED / name
+    if not path.exists():
+        pytest.skip(f"{path} is absent (../shared is not next to this clone)")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _sync_tasks(monkeypatch, settings):
+    """django-q2 runs tasks inline in unit tests (its documented test mode)."""
+    from django_q.conf import Conf
+
+    monkeypatch.setattr(Conf, "SYNC", True)
+    settings.CONVOY_RETRY_COOLDOWN = 60
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+
+
+@pytest.fixture
+def routes(db):
+    from convoys.services.rigs import upsert_route
+
+    upsert_route("gt-", "gastown/mayor/rig")
+    upsert_route("bd-", "beads")
+    upsert_route("hq-", ".")
+
+
+def is_postgres():
+    return connection.vendor == "postgresql"
+
+
+def require_postgres():
+    if not is_postgres():
+        pytest.skip("runs in the PostgreSQL pass (DATABASE_URL=postgres://…; .ci/run does both)")
+
+
+def redis_url():
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        if IN_CI and is_postgres():
+            pytest.fail("REDIS_URL must be set in the CI PostgreSQL pass")
+        pytest.skip("needs Redis (REDIS_URL=redis://…; .ci/run sets it in the PostgreSQL pass)")
+    return url
+
+
+def database_url():
+    """A DATABASE_URL that points child processes at the test database."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    host = s.get("HOST") or "127.0.0.1"
+    port = s.get("PORT") or 5432
+    user = s.get("USER") or ""
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    return f"postgres://{auth}{host}:{port}/{s['NAME']}"
+
+
+def child_env(**extra):
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url()
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def manage(*args, env=None, check=False, timeout=120):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env or child_env(),
+        timeout=timeout,
+        check=check,
+    )

@@ -1,0 +1,222 @@
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from convoys.models import Bead, Convoy, Dependency, Event, Route, TrackedBead
+from convoys.services import jsonl
+
+from .conftest import FIXTURES, shared_file
+
+REAL_FILES = {
+    # file: (beads, convoys, tombstones, wisps)
+    "steveyegge+beads+issues.jsonl": (150, 2, 0, 552),
+    "steveyegge+beads+issues@ce622f5.jsonl": (2356, 47, 3319, 0),
+    "steveyegge+gastown+issues.jsonl": (2668, 0, 1, 0),
+    "Cygnus-Wealth+gas-town-hq+issues.jsonl": (1162, 102, 0, 0),
+}
+
+
+def counts():
+    return (
+        Bead.objects.count(),
+        Dependency.objects.count(),
+        Convoy.objects.count(),
+        TrackedBead.objects.count(),
+        Event.objects.count(),
+        Route.objects.count(),
+    )
+
+
+def run(*args):
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_small_fixture_imports_with_routes(db):
+    out, _ = run(
+        "beads",
+        "import",
+        str(FIXTURES / "small.jsonl"),
+        "--routes",
+        str(FIXTURES / "routes.jsonl"),
+        "--json",
+    )
+    report = json.loads(out)
+    assert report["beads_created"] == 5
+    assert report["convoys_created"] == 1
+    assert report["skipped_tombstones"] == 1 and report["skipped_wisps"] == 1
+    assert report["routes"] == 3
+    a2 = Bead.objects.get(pk="gt-a2")
+    assert a2.rig_id == "gastown" and a2.issue_type == "feature"
+    assert a2.extra == {"custom_field": {"kept": True}}
+    # external:<x>:<id> unwrapped, the original kept; dangling targets kept
+    dep = Dependency.objects.get(issue_id="gt-a3", depends_on_id="bd-zz9")
+    assert dep.raw_target == "external:bd:bd-zz9"
+    assert Dependency.objects.filter(issue_id="gt-a4", depends_on_id="gt-gone").exists()
+    convoy = Convoy.objects.get(pk="hq-cv-abc12")
+    assert convoy.owner == "mayor/" and convoy.merge_strategy == "direct"
+    assert list(convoy.tracked.values_list("bead_id", flat=True)) == ["gt-a2", "ri-q7"]
+    # nine fractional digits and an offset
+    assert Bead.objects.get(pk="gt-a1").created_at.isoformat() == "2026-01-05T17:01:00.123456+00:00"
+    assert Event.objects.filter(kind="bead.created").count() == 5
+
+
+def test_reimport_updates_in_place(db):
+    path = str(FIXTURES / "small.jsonl")
+    run("beads", "import", path)
+    before = counts()
+    out, _ = run("beads", "import", path, "--json")
+    report = json.loads(out)
+    assert report["beads_unchanged"] == 5 and report["beads_created"] == 0
+    assert counts() == before  # no duplicates, no new events
+
+
+def test_reimport_with_a_close_writes_a_close_event(db, tmp_path):
+    path = FIXTURES / "small.jsonl"
+    run("beads", "import", str(path))
+    changed = path.read_text().replace(
+        '"id":"gt-a2","title":"Build the thing","status":"open"',
+        '"id":"gt-a2","title":"Build the thing","status":"closed","closed_at":"2026-01-09T00:00:00Z"',
+    )
+    target = tmp_path / "changed.jsonl"
+    target.write_text(changed)
+    run("beads", "import", str(target))
+    assert Bead.objects.get(pk="gt-a2").status == "closed"
+    assert Event.objects.filter(kind="bead.closed", bead_id="gt-a2").count() == 1
+
+
+def test_export_round_trip(db, tmp_path):
+    run("beads", "import", str(FIXTURES / "small.jsonl"))
+    first = tmp_path / "first.jsonl"
+    run("beads", "export", "-o", str(first))
+    records = [json.loads(line) for line in first.read_text().splitlines()]
+    by_id = {r["id"]: r for r in records}
+    assert by_id["gt-a2"]["custom_field"] == {"kept": True}
+    assert by_id["gt-a3"]["dependencies"][2]["depends_on_id"] == "external:bd:bd-zz9"
+    assert by_id["hq-cv-abc12"]["issue_type"] == "convoy"
+    assert "Owner: mayor/" in by_id["hq-cv-abc12"]["description"]
+    Bead.objects.all().delete()
+    Convoy.objects.all().delete()
+    run("beads", "import", str(first))
+    second = tmp_path / "second.jsonl"
+    run("beads", "export", "-o", str(second))
+    assert first.read_text() == second.read_text()
+
+
+BAD_LINES = [
+    ("invalid JSON", b'{"id": "gt-x1", "title": oops}\n', "invalid JSON"),
+    ("not an object", b'["gt-x1"]\n', "expected a JSON object"),
+    ("missing id", b'{"title": "no id"}\n', "missing required field 'id'"),
+    (
+        "wrong type",
+        b'{"id": "gt-x1", "title": "t", "priority": "high"}\n',
+        "field 'priority': expected integer, got string",
+    ),
+    ("NaN", b'{"id": "gt-x1", "title": "t", "priority": NaN}\n', "NaN is not valid JSON"),
+    ("bad UTF-8", b'{"id": "gt-x1", "title": "\xff\xfe"}\n', "invalid UTF-8"),
+    (
+        "bad timestamp",
+        b'{"id": "gt-x1", "title": "t", "created_at": "yesterday"}\n',
+        "field 'created_at': invalid timestamp",
+    ),
+    (
+        "bad dependency",
+        b'{"id": "gt-x1", "title": "t", "dependencies": [{"type": "blocks"}]}\n',
+        "dependencies[0].depends_on_id",
+    ),
+    ("duplicate id", b'{"id": "gt-epic1", "title": "again"}\n', "duplicate id 'gt-epic1'"),
+]
+
+
+@pytest.mark.parametrize("name,line,message", BAD_LINES, ids=[b[0] for b in BAD_LINES])
+def test_bad_line_rejects_the_whole_file(db, tmp_path, name, line, message):
+    run("beads", "import", str(FIXTURES / "small.jsonl"))
+    before = counts()
+    good = (FIXTURES / "small.jsonl").read_bytes()
+    target = tmp_path / "bad.jsonl"
+    target.write_bytes(good.replace(b"\n", b"\n", 3)[: good.index(b"\n", 0) + 1] + line + good)
+    with pytest.raises(CommandError) as exc:
+        run("beads", "import", str(target))
+    assert f"{target}:2: " in str(exc.value)
+    assert message in str(exc.value)
+    assert counts() == before
+
+
+def test_truncated_last_line_is_rejected(db, tmp_path):
+    target = tmp_path / "truncated.jsonl"
+    good = (FIXTURES / "small.jsonl").read_bytes()
+    target.write_bytes(good + b'{"id": "gt-z9", "title": "cut o')
+    with pytest.raises(CommandError, match=r":9: truncated last line"):
+        run("beads", "import", str(target))
+    assert Bead.objects.count() == 0
+
+
+def test_oversized_line_is_rejected(db, tmp_path, settings):
+    settings.CONVOY_IMPORT_MAX_LINE = 1000
+    target = tmp_path / "big.jsonl"
+    target.write_bytes(b'{"id": "gt-big", "title": "' + b"x" * 5000 + b'"}\n')
+    with pytest.raises(CommandError, match=r":1: line is longer than 1000 bytes"):
+        run("beads", "import", str(target))
+    assert Bead.objects.count() == 0
+
+
+def test_missing_file_is_one_line_error(db):
+    with pytest.raises(CommandError, match="No such file"):
+        run("beads", "import", "/nonexistent/issues.jsonl")
+
+
+@pytest.mark.parametrize("name", sorted(REAL_FILES))
+def test_real_exports_import_with_matching_counts(db, name):
+    path = shared_file(name)
+    routes = shared_file("Cygnus-Wealth+gas-town-hq+routes.jsonl") if "Cygnus" in name else None
+    report = jsonl.import_file(path, routes_path=routes)
+    beads, convoys, tombstones, wisps = REAL_FILES[name]
+    lines = sum(1 for line in path.read_bytes().splitlines() if line.strip())
+    assert (report.beads, report.convoys) == (beads, convoys)
+    assert (report.skipped_tombstones, report.skipped_wisps) == (tombstones, wisps)
+    assert report.beads + report.convoys + tombstones + wisps + report.skipped_memories == lines
+    assert Bead.objects.count() == beads and Convoy.objects.count() == convoys
+
+
+def test_real_export_round_trips(db, tmp_path):
+    path = shared_file("steveyegge+gastown+issues.jsonl")
+    jsonl.import_file(path)
+    first = tmp_path / "a.jsonl"
+    with first.open("w") as stream:
+        jsonl.export_to(stream)
+    originals = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        originals[record["id"]] = record
+    exported = [json.loads(line) for line in first.read_text().splitlines()]
+    for record in exported:
+        original = originals[record["id"]]
+        for key in ("title", "status", "priority", "issue_type", "assignee", "close_reason"):
+            assert record.get(key) == original.get(key), (record["id"], key)
+        assert len(record.get("dependencies", [])) == len(original.get("dependencies", []))
+    Bead.objects.all().delete()
+    jsonl.import_file(first)
+    second = tmp_path / "b.jsonl"
+    with second.open("w") as stream:
+        jsonl.export_to(stream)
+    assert first.read_text() == second.read_text()
+
+
+def test_cygnus_convoys_show_unknown_and_never_land(db):
+    from convoys.services import convoys, feeding
+
+    jsonl.import_file(
+        shared_file("Cygnus-Wealth+gas-town-hq+issues.jsonl"),
+        routes_path=shared_file("Cygnus-Wealth+gas-town-hq+routes.jsonl"),
+    )
+    open_before = set(Convoy.objects.filter(status="open").values_list("pk", flat=True))
+    assert open_before
+    convoys.check()
+    feeding.stranded_scan()
+    assert set(Convoy.objects.filter(status="open").values_list("pk", flat=True)) == open_before
+    out, _ = run("convoy", "status", sorted(open_before)[0])
+    assert "?" in out and "(not in database)" in out
