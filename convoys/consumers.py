@@ -1,0 +1,149 @@
+"""The live websocket: subscribe to topics, replay from a sequence number, then live events.
+
+Query string: `topics=dashboard,convoy:<id>,bead:<id>,inbox` and `since=<seq>`.
+Only authenticated users connect (Origin is checked by AllowedHostsOriginValidator); convoy
+topics need the `view_convoy` permission, the inbox carries only the user's own notices.
+Consumers never write.
+"""
+
+import collections
+import json
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from . import relay
+from .models import Event
+
+MAX_UNACKED = 1000
+REPLAY_LIMIT = 5000
+
+
+def _topic_groups(user, topics):
+    groups = []
+    may_view = user.has_perm("convoys.view_convoy")
+    for topic in topics:
+        name, _, arg = topic.partition(":")
+        if name == "inbox":
+            groups.append(f"user.{user.pk}")
+        elif not may_view:
+            continue
+        elif name == "dashboard":
+            groups.append(relay.DASHBOARD)
+        elif (
+            name in ("convoy", "bead")
+            and arg
+            and len(arg) < 200
+            and arg.replace("-", "").replace(".", "").isalnum()
+        ):
+            groups.append(f"{name}.{arg}")
+    return sorted(set(groups))
+
+
+def _replay(since, groups):
+    """Events after `since` for these groups; None when the log no longer reaches back."""
+    oldest = Event.objects.order_by("seq").values_list("seq", flat=True).first()
+    if oldest is not None and since + 1 < oldest:
+        return None
+    wanted = set(groups)
+    out = []
+    for event in Event.objects.filter(seq__gt=since).order_by("seq")[: REPLAY_LIMIT * 4]:
+        data = relay.serialize(event)
+        if wanted.intersection(relay.groups_for(data)):
+            out.append(data)
+            if len(out) >= REPLAY_LIMIT:
+                return None
+    return out
+
+
+def _last():
+    from .events import last_seq
+
+    return last_seq()
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()  # before accept: the handshake is refused with 403
+            return
+        relay.ensure_running()
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        topics = ",".join(query.get("topics", [""])).split(",")
+        self.groups_joined = await database_sync_to_async(_topic_groups)(user, topics)
+        self.sent = collections.deque(maxlen=20000)
+        self.sent_set = set()
+        self.last_in_group = {}
+        self.unacked = 0
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        try:
+            since = int(query.get("since", ["-1"])[0])
+        except ValueError:
+            since = -1
+        head = await database_sync_to_async(_last)()
+        await self.send_json({"type": "hello", "seq": head, "topics": self.groups_joined})
+        if since >= 0:
+            await self.replay(since)
+
+    async def disconnect(self, code):
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        kind = message.get("type")
+        if kind == "ack":
+            self.unacked = 0
+        elif kind == "replay":
+            await self.replay(int(message.get("since", 0)))
+        elif kind == "ping":
+            for group in self.groups_joined:  # refresh memberships (Redis group expiry)
+                await self.channel_layer.group_add(group, self.channel_name)
+            await self.send_json({"type": "pong", "seq": await database_sync_to_async(_last)()})
+
+    async def replay(self, since):
+        events = await database_sync_to_async(_replay)(since, self.groups_joined)
+        if events is None:
+            await self.send_json({"type": "resync"})
+            return
+        for event in events:
+            await self.deliver(event)
+        await self.send_json(
+            {"type": "replayed", "since": since, "seq": events[-1]["seq"] if events else since}
+        )
+
+    async def convoy_event(self, message):
+        event, group, prev = message["event"], message["group"], message.get("prev")
+        seen = self.last_in_group.get(group)
+        if prev is not None and seen is not None and prev > seen:
+            await self.replay(seen)  # the layer dropped something: fill the gap from the log
+        self.last_in_group[group] = max(seen or 0, event["seq"])
+        await self.deliver(event)
+
+    async def deliver(self, event):
+        seq = event["seq"]
+        if seq in self.sent_set:
+            return
+        if len(self.sent) == self.sent.maxlen:
+            self.sent_set.discard(self.sent[0])
+        self.sent.append(seq)
+        self.sent_set.add(seq)
+        for group in relay.groups_for(event):
+            if group in self.last_in_group:
+                self.last_in_group[group] = max(self.last_in_group[group], seq)
+        self.unacked += 1
+        if self.unacked > MAX_UNACKED:
+            # A reader this far behind is stalled: drop it; it reconnects and replays.
+            await self.close(code=4008)
+            return
+        await self.send_json({"type": "event", **event})
+
+    async def send_json(self, data):
+        await self.send(text_data=json.dumps(data, ensure_ascii=False))

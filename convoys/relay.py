@@ -1,0 +1,142 @@
+"""The relay: tails the event log inside each web process and pushes new events to the groups
+that show them (SPEC §10). It starts on the first websocket connection (daphne has no ASGI
+lifespan).
+
+Embedded default (in-memory layer): every web process relays to its own sockets.
+With Redis: one relay at a time holds a lease and publishes through the Redis layer to every
+web process; its position is persisted, so a successor continues where it stopped.
+
+Each message carries `prev`, the previous seq sent to that group, so a consumer that misses
+one (every layer drops silently under load) notices and replays from the log.
+"""
+
+import asyncio
+import logging
+import os
+import socket
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import close_old_connections
+
+from .models import Cursor, Event
+from .services import leases
+
+log = logging.getLogger("convoys.relay")
+
+DASHBOARD = "dashboard"
+_task = None
+
+
+def groups_for(event):
+    """The groups an event belongs to (names are channel-layer safe)."""
+    if event["kind"] == "notification":
+        user = event["data"].get("user_id")
+        return [f"user.{user}"] if user else []
+    groups = [DASHBOARD]
+    convoys = set(event["data"].get("convoys") or [])
+    if event["convoy_id"]:
+        convoys.add(event["convoy_id"])
+    groups += [f"convoy.{c}" for c in sorted(convoys)]
+    if event["bead_id"]:
+        groups.append(f"bead.{event['bead_id']}")
+    return groups
+
+
+def serialize(event):
+    return {
+        "seq": event.seq,
+        "kind": event.kind,
+        "bead_id": event.bead_id,
+        "convoy_id": event.convoy_id,
+        "actor": event.actor,
+        "data": event.data,
+        "created_at": event.created_at.isoformat(),
+    }
+
+
+def _fetch(after, limit=500):
+    close_old_connections()
+    rows = list(Event.objects.filter(seq__gt=after).order_by("seq")[:limit])
+    return [serialize(e) for e in rows]
+
+
+def _last_seq():
+    close_old_connections()
+    from .events import last_seq
+
+    return last_seq()
+
+
+def _lead(holder):
+    close_old_connections()
+    return leases.acquire("relay", holder, ttl=5)
+
+
+def _load_position():
+    cursor = Cursor.objects.filter(name="relay").first()
+    if cursor is None:
+        from .events import last_seq
+
+        return last_seq()
+    return cursor.position
+
+
+def _save_position(position):
+    Cursor.objects.update_or_create(name="relay", defaults={"position": position})
+
+
+class Relay:
+    def __init__(self, shared):
+        self.shared = shared  # True with a shared (Redis) layer: lead by lease
+        self.layer = get_channel_layer()
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:relay"
+        self.prev = {}
+        self.position = None
+
+    async def run(self):
+        interval = settings.CONVOY_RELAY_INTERVAL
+        while True:
+            try:
+                await self.step()
+            except Exception:
+                log.exception("relay step failed")
+                await asyncio.sleep(1)
+            await asyncio.sleep(interval)
+
+    async def step(self):
+        if self.shared:
+            if not await sync_to_async(_lead)(self.holder):
+                self.position = None
+                return
+            if self.position is None:
+                self.position = await sync_to_async(_load_position)()
+        elif self.position is None:
+            self.position = await sync_to_async(_last_seq)()
+        events = await sync_to_async(_fetch)(self.position)
+        for event in events:
+            await self.publish(event)
+            self.position = event["seq"]
+        if events and self.shared:
+            await sync_to_async(_save_position)(self.position)
+
+    async def publish(self, event):
+        for group in groups_for(event):
+            message = {
+                "type": "convoy.event",
+                "event": event,
+                "group": group,
+                "prev": self.prev.get(group),
+            }
+            self.prev[group] = event["seq"]
+            await self.layer.group_send(group, message)
+
+
+def ensure_running():
+    """Start this process's relay once (called from the first websocket connect)."""
+    global _task
+    if _task is None or _task.done():
+        shared = "Redis" in type(get_channel_layer()).__name__
+        _task = asyncio.get_running_loop().create_task(Relay(shared).run())
+    return _task

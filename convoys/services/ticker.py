@@ -1,0 +1,45 @@
+"""The clock for the periodic jobs. django-q2's scheduler wakes only every ~30 s and its finest
+schedule is one minute, so a thread in each task-cluster process enqueues the catch-up feeder
+every CONVOY_FEED_INTERVAL seconds and the stranded scan every CONVOY_STRANDED_INTERVAL
+seconds. A lease per job keeps several clusters from enqueueing the same tick twice."""
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from . import leases
+
+log = logging.getLogger("convoys.ticker")
+
+JOBS = (
+    ("catch-up", "convoys.tasks.catch_up", "CONVOY_FEED_INTERVAL"),
+    ("stranded-scan", "convoys.tasks.stranded_scan", "CONVOY_STRANDED_INTERVAL"),
+)
+
+
+def run(stop, holder, enqueue=None):
+    """Enqueue each job on its interval until `stop` (a threading.Event) is set."""
+    if enqueue is None:
+        from django_q.tasks import async_task
+
+        def enqueue(func, name):
+            async_task(func, task_name=name, group="ticker")
+
+    due = dict.fromkeys((name for name, _, _ in JOBS), time.monotonic())
+    while not stop.is_set():
+        now = time.monotonic()
+        for name, func, setting in JOBS:
+            interval = float(getattr(settings, setting))
+            if now < due[name]:
+                continue
+            due[name] = max(due[name] + interval, now + interval / 2)
+            try:
+                if leases.acquire(f"tick:{name}", holder, ttl=interval * 0.8):
+                    enqueue(func, name)
+            except Exception:
+                log.exception("ticker could not enqueue %s", name)
+            finally:
+                close_old_connections()
+        stop.wait(max(min(due.values()) - time.monotonic(), 0.05))
