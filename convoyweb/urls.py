@@ -5,3 +5,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("convoys.urls")),
 ]
+
+handler403 = "convoys.views.forbidden"

@@ -1,0 +1,301 @@
+"""The JSON API under /api/, with its OpenAPI schema at /api/openapi.json.
+
+Built on django-ninja: typed request/response schemas generate the OpenAPI document and
+validate input before a view runs (bad input never reaches a service), with less machinery
+than DRF for an API of this size. Workers and tools use `Authorization: Bearer <token>`
+(`manage.py tokens create`); browsers use their session (with CSRF).
+"""
+
+import hashlib
+import secrets
+from datetime import datetime
+
+from django.db.models import Q
+from ninja import NinjaAPI, Schema
+from ninja.errors import HttpError
+from ninja.security import HttpBearer, django_auth
+
+from . import selectors
+from .models import ApiToken, Bead, Convoy
+from .readiness import blocked_by, ready_beads
+from .services import beads as bead_service
+from .services import feeding, launch, staging
+from .services.errors import NotFound, ServiceError
+from .views import convoy_graph
+
+
+def digest(token):
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(user, name):
+    token = "cvw_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, name=name, digest=digest(token))
+    return token
+
+
+class BearerToken(HttpBearer):
+    def authenticate(self, request, token):
+        row = ApiToken.objects.filter(digest=digest(token)).select_related("user").first()
+        if row is None or not row.user.is_active:
+            return None
+        request.user = row.user
+        return row.user
+
+
+api = NinjaAPI(
+    title="convoyweb API", version="1", auth=[BearerToken(), django_auth], urls_namespace="api"
+)
+
+
+@api.exception_handler(NotFound)
+def not_found(request, exc):
+    return api.create_response(request, {"detail": str(exc)}, status=404)
+
+
+@api.exception_handler(ServiceError)
+def refused(request, exc):
+    return api.create_response(request, {"detail": str(exc)}, status=400)
+
+
+def need(request, perm):
+    if not request.user.has_perm(f"convoys.{perm}"):
+        raise HttpError(403, f"permission required: convoys.{perm}")
+
+
+class Progress(Schema):
+    total: int
+    done: int
+    active: int
+    ready: int
+    blocked: int
+    unknown: int
+    stranded: bool
+    spin: bool
+
+
+class ConvoyOut(Schema):
+    id: str
+    title: str
+    status: str
+    owner: str
+    created_at: datetime
+    closed_at: datetime | None
+    close_reason: str
+    progress: Progress
+
+
+class TaskOut(Schema):
+    id: str
+    title: str
+    status: str
+    rig: str
+    blocked_by: list[str]
+
+
+class WaveOut(Schema):
+    number: int
+    tasks: list[TaskOut]
+
+
+class ConvoyDetailOut(ConvoyOut):
+    tracked: list[dict]
+    waves: list[WaveOut]
+    gated: list[str]
+
+
+class BeadOut(Schema):
+    id: str
+    title: str
+    status: str
+    issue_type: str
+    priority: int
+    assignee: str
+    rig: str | None
+    close_reason: str
+    updated_at: datetime
+    ready: bool | None = None
+    blocked_by: list[str] | None = None
+
+
+class BeadUpdateIn(Schema):
+    status: str | None = None
+    assignee: str | None = None
+    priority: int | None = None
+    title: str | None = None
+
+
+class CloseIn(Schema):
+    reason: str = ""
+
+
+class HeartbeatIn(Schema):
+    worker: str
+
+
+class StageIn(Schema):
+    ids: list[str]
+    title: str | None = None
+
+
+class LaunchIn(StageIn):
+    force: bool = False
+
+
+class Detail(Schema):
+    detail: str
+
+
+def _convoy_out(convoy, summary):
+    return {
+        "id": convoy.id,
+        "title": convoy.title,
+        "status": convoy.status,
+        "owner": convoy.owner,
+        "created_at": convoy.created_at,
+        "closed_at": convoy.closed_at,
+        "close_reason": convoy.close_reason,
+        "progress": {
+            k: summary[k]
+            for k in ("total", "done", "active", "ready", "blocked", "unknown", "stranded", "spin")
+        },
+    }
+
+
+def _bead_out(bead, detail=False):
+    data = {
+        "id": bead.id,
+        "title": bead.title,
+        "status": bead.status,
+        "issue_type": bead.issue_type,
+        "priority": bead.priority,
+        "assignee": bead.assignee,
+        "rig": bead.rig_id,
+        "close_reason": bead.close_reason,
+        "updated_at": bead.updated_at,
+    }
+    if detail:
+        data["ready"] = ready_beads(Bead.objects.filter(pk=bead.pk)).exists()
+        data["blocked_by"] = blocked_by([bead.pk]).get(bead.pk, [])
+    return data
+
+
+@api.get("/convoys", response=list[ConvoyOut], tags=["convoys"])
+def list_convoys(request, status: str = "active", limit: int = 200):
+    need(request, "view_convoy")
+    queryset = Convoy.objects.order_by("-created_at", "id")
+    if status == "active":
+        queryset = queryset.filter(status__in=("open", "staged_ready", "staged_warnings"))
+    elif status != "all":
+        queryset = queryset.filter(status=status)
+    rows = list(queryset[: min(limit, 1000)])
+    summaries = selectors.convoy_summaries(rows)
+    return [_convoy_out(c, summaries[c.pk]) for c in rows]
+
+
+@api.get("/convoys/{convoy_id}", response={200: ConvoyDetailOut, 404: Detail}, tags=["convoys"])
+def get_convoy(request, convoy_id: str):
+    need(request, "view_convoy")
+    convoy = Convoy.objects.filter(pk=convoy_id).first()
+    if convoy is None:
+        raise NotFound(f"convoy '{convoy_id}' not found")
+    summary = selectors.convoy_summaries([convoy])[convoy.pk]
+    _, graph, waves, gated = convoy_graph(convoy)
+    status = selectors.convoy_status_json(convoy)
+    return {
+        **_convoy_out(convoy, summary),
+        "tracked": [{k: v for k, v in t.items() if k != "worker_seen"} for t in status["tracked"]],
+        "waves": [
+            {
+                "number": n,
+                "tasks": [
+                    {
+                        "id": i,
+                        "title": graph.nodes[i].title,
+                        "status": graph.nodes[i].status,
+                        "rig": graph.nodes[i].rig,
+                        "blocked_by": sorted(graph.nodes[i].blocked_by),
+                    }
+                    for i in wave
+                ],
+            }
+            for n, wave in enumerate(waves, start=1)
+        ],
+        "gated": [g.id for g in gated],
+    }
+
+
+@api.get("/beads", response=list[BeadOut], tags=["beads"])
+def list_beads(
+    request,
+    status: str | None = None,
+    rig: str | None = None,
+    assignee: str | None = None,
+    q: str | None = None,
+    ready: bool = False,
+    limit: int = 200,
+):
+    need(request, "view_bead")
+    queryset = Bead.objects.all()
+    if status:
+        queryset = queryset.filter(status=status)
+    if rig:
+        queryset = queryset.filter(rig_id=rig)
+    if assignee:
+        queryset = queryset.filter(assignee__startswith=assignee)
+    if q:
+        queryset = queryset.filter(Q(id__icontains=q) | Q(title__icontains=q))
+    queryset = ready_beads(queryset) if ready else queryset.order_by("id")
+    return [_bead_out(b) for b in queryset[: min(limit, 2000)]]
+
+
+@api.get("/beads/{bead_id}", response={200: BeadOut, 404: Detail}, tags=["beads"])
+def get_bead(request, bead_id: str):
+    need(request, "view_bead")
+    return _bead_out(bead_service.get_bead(bead_id), detail=True)
+
+
+@api.patch("/beads/{bead_id}", response={200: BeadOut, 400: Detail, 404: Detail}, tags=["beads"])
+def update_bead(request, bead_id: str, payload: BeadUpdateIn):
+    need(request, "change_bead")
+    fields = {k: v for k, v in payload.dict().items() if v is not None}
+    if not fields:
+        raise ServiceError("nothing to update: give status, assignee, priority or title")
+    return _bead_out(bead_service.update_bead(bead_id, actor=f"api:{request.user}", **fields))
+
+
+@api.post(
+    "/beads/{bead_id}/close", response={200: BeadOut, 400: Detail, 404: Detail}, tags=["beads"]
+)
+def close_bead(request, bead_id: str, payload: CloseIn):
+    need(request, "change_bead")
+    return _bead_out(
+        bead_service.close_bead(bead_id, reason=payload.reason, actor=f"api:{request.user}")
+    )
+
+
+@api.post("/heartbeat", response={200: dict, 400: Detail}, tags=["workers"])
+def heartbeat(request, payload: HeartbeatIn):
+    need(request, "change_bead")
+    return {"worker": payload.worker, "at": bead_service.heartbeat(payload.worker).isoformat()}
+
+
+@api.get("/stranded", response=list[dict], tags=["convoys"])
+def stranded(request):
+    need(request, "view_convoy")
+    return [{k: v for k, v in row.items()} for row in feeding.stranded()]
+
+
+@api.post("/stage", response={200: dict, 400: Detail, 404: Detail}, tags=["convoys"])
+def stage(request, payload: StageIn):
+    need(request, "add_convoy")
+    plan = staging.stage(payload.ids, payload.title, actor=f"api:{request.user}")
+    return plan.as_json()
+
+
+@api.post("/launch", response={200: dict, 400: Detail, 404: Detail}, tags=["convoys"])
+def launch_convoy(request, payload: LaunchIn):
+    need(request, "change_convoy")
+    return launch.launch(
+        payload.ids, force=payload.force, title=payload.title, actor=f"api:{request.user}"
+    ).as_json()

@@ -1,0 +1,78 @@
+"""`manage.py swarm --url http://127.0.0.1:8000`: simulated workers for the demo.
+
+A real client of the JSON API (Bearer token, HTTP): it finds beads dispatched to workers,
+heartbeats those workers, marks some in progress, and closes each after a while, so the
+feeder dispatches the next wave and convoys land. Stop it with Ctrl-C, or leave it out
+(`serve` without --swarm).
+"""
+
+import json
+import random
+import time
+import urllib.error
+import urllib.request
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from ...api import create_token
+
+
+class Command(BaseCommand):
+    help = "Run a simulated swarm of workers against the JSON API (demo)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--url", default="http://127.0.0.1:8000")
+        parser.add_argument("--user", default="demo")
+        parser.add_argument("--min-work", type=float, default=4.0)
+        parser.add_argument("--max-work", type=float, default=15.0)
+        parser.add_argument("--token", default="")
+
+    def handle(self, *args, url, user, min_work, max_work, token, **options):
+        if not token:
+            account = get_user_model().objects.filter(username=user).first()
+            if account is None:
+                self.stderr.write(f"swarm: user '{user}' not found (run `manage.py demo`)")
+                return
+            token = create_token(account, "swarm")
+        self.base, self.token = url.rstrip("/") + "/api", token
+        rng = random.Random()
+        due = {}
+        self.stdout.write(f"swarm: working against {self.base}")
+        while True:
+            try:
+                hooked = self.call("GET", "/beads?status=hooked&limit=500")
+                working = self.call("GET", "/beads?status=in_progress&limit=500")
+            except (urllib.error.URLError, OSError) as exc:
+                self.stdout.write(f"swarm: waiting for the server ({exc})")
+                time.sleep(2)
+                continue
+            now = time.monotonic()
+            for bead in hooked + working:
+                if bead["id"] not in due:
+                    due[bead["id"]] = now + rng.uniform(min_work, max_work)
+                    self.stdout.write(f"swarm: {bead['assignee']} picked up {bead['id']}")
+                self.call("POST", "/heartbeat", {"worker": bead["assignee"]})
+                if bead["status"] == "hooked" and rng.random() < 0.5:
+                    self.call("PATCH", f"/beads/{bead['id']}", {"status": "in_progress"})
+                elif now >= due[bead["id"]]:
+                    self.call("POST", f"/beads/{bead['id']}/close", {"reason": "Done by swarm"})
+                    self.stdout.write(f"swarm: {bead['assignee']} closed {bead['id']}")
+                    due.pop(bead["id"], None)
+            time.sleep(1)
+
+    def call(self, method, path, payload=None):
+        data = json.dumps(payload).encode() if payload is not None else None
+        request = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            if exc.code in (400, 404):  # closed or reassigned meanwhile
+                return []
+            raise
