@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One command: install into .venv, migrate, load demo data, start web + task cluster + swarm.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e .
+export DEBUG=${DEBUG:-1}
+.venv/bin/python manage.py migrate --noinput -v0
+.venv/bin/python manage.py collectstatic --noinput -v0
+.venv/bin/python manage.py demo
+SWARM=--swarm
+[ "${CONVOY_SWARM:-1}" = "0" ] && SWARM=""
+echo "Log in as demo / convoy-demo"
+exec .venv/bin/python manage.py serve --port "${PORT:-8000}" $SWARM

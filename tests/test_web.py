@@ -1,0 +1,254 @@
+"""Pages and the JSON API through the test client: login, permissions, CSRF, actions, queries."""
+
+import json
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from convoys.api import create_token
+from convoys.models import Bead, Convoy, Event, Notification, Subscription
+from convoys.services import beads, convoys, staging
+
+from .factories import bead, blocks, child
+
+
+def user_with(*codenames, username="alice"):
+    user = User.objects.create_user(username, password="pw-pw-pw-123")
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    return user_with("view_convoy", "view_bead", username="viewer")
+
+
+@pytest.fixture
+def admin_user(db):
+    return user_with("view_convoy", "view_bead", "change_convoy", "add_convoy", "change_bead",
+                     username="boss")
+
+
+def logged_in(user, csrf=False):
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def world(routes):
+    bead("gt-root", "Root", type="epic")
+    for bead_id in ("gt-a", "gt-b", "gt-c"):
+        bead(bead_id)
+        child("gt-root", bead_id)
+    blocks("gt-a", "gt-b")
+    plan = staging.stage(["gt-root"], actor="test")
+    return plan.convoy_id
+
+
+def test_every_page_needs_login(world):
+    client = Client()
+    for url in ["/", f"/convoys/{world}/", "/stage/", "/stranded/", "/beads/gt-a/", "/inbox/",
+                "/subscriptions/"]:
+        response = client.get(url)
+        assert response.status_code == 302 and "/login/" in response["Location"], url
+
+
+def test_pages_render_for_a_viewer(world, viewer):
+    client = logged_in(viewer)
+    for url in ["/", f"/convoys/{world}/", "/stage/?epic=gt-root", "/stranded/", "/beads/gt-a/",
+                "/inbox/", "/subscriptions/", "/?status=closed&sort=activity&q=root"]:
+        assert client.get(url).status_code == 200, url
+    page = client.get(f"/convoys/{world}/").content.decode()
+    assert '<svg class="dag"' in page and 'data-id="gt-b"' in page
+    assert "3 tasks across 2 waves (max parallelism: 2 in wave 1)" in page
+
+
+def test_missing_permission_gets_a_clear_403(world, db):
+    nobody = User.objects.create_user("nobody", password="pw-pw-pw-123")
+    response = logged_in(nobody).get("/")
+    assert response.status_code == 403 and b"you may not do that" in response.content
+
+
+def test_actions_need_change_permission_and_csrf(world, viewer, admin_user):
+    response = logged_in(viewer).post(f"/convoys/{world}/launch/", {"force": "1"})
+    assert response.status_code == 403
+    assert Convoy.objects.get(pk=world).status == "staged_warnings"
+    csrf_client = logged_in(admin_user, csrf=True)
+    assert csrf_client.post(f"/convoys/{world}/launch/", {"force": "1"}).status_code == 403
+    response = logged_in(admin_user).post(f"/convoys/{world}/launch/", {"force": "1"})
+    assert response.status_code == 302
+    assert Convoy.objects.get(pk=world).status == "open"
+    assert Bead.objects.get(pk="gt-a").status == "hooked"
+
+
+def test_convoy_actions(world, admin_user):
+    client = logged_in(admin_user)
+    client.post(f"/convoys/{world}/launch/", {"force": "1"})
+    client.post(f"/convoys/{world}/subscribe/", {"email": "1"})
+    assert Subscription.objects.get(user=admin_user).email
+    client.post(f"/convoys/{world}/close/", {"force": "1", "reason": "stop"})
+    convoy = Convoy.objects.get(pk=world)
+    assert convoy.status == "closed" and convoy.close_reason == "stop"
+    bead("gt-d")
+    client.post(f"/convoys/{world}/add/", {"ids": "gt-d"})
+    assert Convoy.objects.get(pk=world).status == "open"
+
+
+def test_bead_close_and_reopen_from_the_bead_page(world, admin_user):
+    client = logged_in(admin_user)
+    client.post("/beads/gt-c/close/", {"reason": "done"})
+    assert Bead.objects.get(pk="gt-c").status == "closed"
+    client.post("/beads/gt-c/reopen/")
+    assert Bead.objects.get(pk="gt-c").status == "open"
+    assert Event.objects.filter(bead_id="gt-c", kind="bead.reopened").exists()
+
+
+def test_stage_page_previews_without_writing_then_stages(routes, admin_user):
+    bead("gt-root", type="epic")
+    bead("gt-a")
+    child("gt-root", "gt-a")
+    client = logged_in(admin_user)
+    page = client.get("/stage/?epic=gt-root").content.decode()
+    assert "gt-root [epic]" in page and "staged_warnings" in page and "[orphan]" in page
+    assert Convoy.objects.count() == 0
+    response = client.post("/stage/", {"epic": "gt-root", "do": "stage"})
+    assert response.status_code == 302 and Convoy.objects.count() == 1
+
+
+def test_stage_page_shows_errors(routes, admin_user):
+    bead("zz-a")
+    page = logged_in(admin_user).get("/stage/?ids=zz-a").content.decode()
+    assert "no valid rig" in page and Convoy.objects.count() == 0
+
+
+def test_inbox_marks_read(world, admin_user):
+    Subscription.objects.create(user=admin_user)
+    beads.close_bead("gt-a")
+    beads.close_bead("gt-b")
+    beads.close_bead("gt-c")
+    convoy = Convoy.objects.get(pk=world)
+    convoys.set_status(convoy, "open")
+    convoys.close_if_complete(convoy)
+    note = Notification.objects.get(user=admin_user)
+    assert note.subject == "🚚 Convoy landed: Convoy: Root"
+    client = logged_in(admin_user)
+    assert "🚚 Convoy landed" in client.get("/inbox/").content.decode()
+    client.post("/inbox/")
+    assert Notification.objects.get(pk=note.pk).read_at is not None
+
+
+def _queries(client, url):
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def test_dashboard_query_count_does_not_grow(routes, viewer):
+    client = logged_in(viewer)
+
+    def add_convoys(n, start):
+        for i in range(start, start + n):
+            ids = [bead(f"gt-q{i}x{j}").id for j in range(3)]
+            convoys.create(f"Convoy {i}", ids)
+
+    add_convoys(2, 0)
+    small = _queries(client, "/")
+    add_convoys(8, 2)
+    assert _queries(client, "/") == small
+
+
+def test_convoy_page_query_count_does_not_grow(routes, viewer):
+    client = logged_in(viewer)
+    small_ids = [bead(f"gt-s{i}").id for i in range(3)]
+    large_ids = [bead(f"gt-l{i}").id for i in range(30)]
+    for ids in (small_ids, large_ids):
+        for a, b in zip(ids, ids[1:], strict=False):
+            blocks(a, b)
+    small = convoys.create("Small", small_ids)
+    large = convoys.create("Large", large_ids)
+    assert _queries(client, f"/convoys/{small.pk}/") == _queries(client, f"/convoys/{large.pk}/")
+
+
+# --- JSON API -------------------------------------------------------------------------------
+def api(client, method, url, body=None, token=None):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    response = getattr(client, method)(url, data=json.dumps(body) if body is not None else None,
+                                       content_type="application/json", **headers)
+    return response.status_code, response.json()
+
+
+def test_api_token_auth_and_errors(world, admin_user):
+    token = create_token(admin_user, "tool")
+    client = Client()
+    assert api(client, "get", "/api/convoys")[0] == 401
+    assert api(client, "get", "/api/convoys", token="cvw_wrong")[0] == 401
+    status, data = api(client, "get", "/api/convoys", token=token)
+    assert status == 200 and data[0]["id"] == world and data[0]["progress"]["total"] == 3
+    status, data = api(client, "get", f"/api/convoys/{world}", token=token)
+    assert [[t["id"] for t in w["tasks"]] for w in data["waves"]] == [["gt-a", "gt-c"], ["gt-b"]]
+    assert api(client, "get", "/api/convoys/hq-cv-nope0", token=token) == (
+        404, {"detail": "convoy 'hq-cv-nope0' not found"})
+    status, data = api(client, "patch", "/api/beads/gt-a", {"priority": "high"}, token=token)
+    assert status == 422 and Bead.objects.get(pk="gt-a").priority == 2
+    status, data = api(client, "patch", "/api/beads/gt-a", {"priority": 9}, token=token)
+    assert status == 400 and "priority must be 0..4" in data["detail"]
+
+
+def test_api_close_heartbeat_launch(world, admin_user):
+    token = create_token(admin_user, "worker")
+    client = Client()
+    status, data = api(client, "post", "/api/launch", {"ids": [world], "force": True}, token=token)
+    assert status == 200 and [d["id"] for d in data["dispatched"]] == ["gt-a", "gt-c"]
+    worker = Bead.objects.get(pk="gt-a").assignee
+    assert api(client, "post", "/api/heartbeat", {"worker": worker}, token=token)[0] == 200
+    status, data = api(client, "post", "/api/beads/gt-a/close", {"reason": "done"}, token=token)
+    assert status == 200 and data["status"] == "closed"
+    assert api(client, "post", "/api/beads/gt-a/close", {}, token=token)[0] == 400
+    assert api(client, "get", "/api/stranded", token=token)[0] == 200
+
+
+def test_api_permissions_and_session_csrf(world, viewer):
+    token = create_token(viewer, "ro")
+    assert api(Client(), "post", "/api/beads/gt-a/close", {}, token=token)[0] == 403
+    browser = logged_in(viewer, csrf=True)
+    assert api(browser, "get", "/api/beads?status=open")[0] == 200
+    assert api(browser, "post", "/api/beads/gt-a/close", {})[0] in (401, 403)
+    assert Bead.objects.get(pk="gt-a").status == "open"
+
+
+def test_openapi_schema_lists_the_endpoints(db):
+    schema = Client().get("/api/openapi.json").json()
+    paths = set(schema["paths"])
+    assert {"/api/convoys", "/api/convoys/{convoy_id}", "/api/beads", "/api/beads/{bead_id}",
+            "/api/beads/{bead_id}/close", "/api/heartbeat", "/api/stranded", "/api/stage",
+            "/api/launch"} <= paths
+
+
+def test_admin_bulk_close_goes_through_services(world, db):
+    admin = User.objects.create_superuser("root", "root@localhost", "pw-pw-pw-123")
+    client = logged_in(admin)
+    response = client.post("/admin/convoys/bead/", {"action": "close_selected",
+                                                   "_selected_action": ["gt-a", "gt-c"]})
+    assert response.status_code == 302
+    assert Event.objects.filter(kind="bead.closed", bead_id__in=["gt-a", "gt-c"]).count() == 2
+    assert client.get("/admin/convoys/bead/gt-a/change/").status_code == 200
+
+
+def test_admin_convoy_status_obeys_transition_table(world, db):
+    admin = User.objects.create_superuser("root", "root@localhost", "pw-pw-pw-123")
+    client = logged_in(admin)
+    convoys.close(world, force=True)
+    page = client.get(f"/admin/convoys/convoy/{world}/change/")
+    assert page.status_code == 200
+    form = {"title": "T", "status": "staged_ready", "owner": "", "notify": "",
+            "merge_strategy": "", "base_branch": "", "molecule": "", "max_in_flight": "",
+            "description": "", "close_reason": "", "tracked-TOTAL_FORMS": "0",
+            "tracked-INITIAL_FORMS": "0", "tracked-MIN_NUM_FORMS": "0",
+            "tracked-MAX_NUM_FORMS": "1000"}
+    response = client.post(f"/admin/convoys/convoy/{world}/change/", form)
+    assert response.status_code == 200 and b"illegal convoy status transition" in response.content
+    assert Convoy.objects.get(pk=world).status == "closed"
