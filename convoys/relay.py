@@ -134,9 +134,10 @@ class Relay:
 
 
 def ensure_running():
-    """Start this process's relay once (called from the first websocket connect)."""
+    """Start this process's relay once per event loop (called on websocket connect)."""
     global _task
-    if _task is None or _task.done():
+    loop = asyncio.get_running_loop()
+    if _task is None or _task.done() or _task.get_loop() is not loop:
         shared = "Redis" in type(get_channel_layer()).__name__
-        _task = asyncio.get_running_loop().create_task(Relay(shared).run())
+        _task = loop.create_task(Relay(shared).run())
     return _task
