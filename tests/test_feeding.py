@@ -99,7 +99,9 @@ def test_failed_dispatch_iterates_cools_down_and_releases(routes, closing, setti
     assert Dispatch.objects.get(bead_id="gt-f1").ok is False
     feeding.stranded_scan()  # gt-f1 is cooling down: not retried yet
     assert Dispatch.objects.filter(bead_id="gt-f1").count() == 1
-    Dispatch.objects.filter(bead_id="gt-f1").update(created_at=timezone.now() - timedelta(minutes=2))
+    Dispatch.objects.filter(bead_id="gt-f1").update(
+        created_at=timezone.now() - timedelta(minutes=2)
+    )
     settings.CONVOY_DISPATCH_COMMAND = f"{sys.executable} -c pass"
     feeding.stranded_scan()
     assert Dispatch.objects.filter(bead_id="gt-f1").count() == 2
@@ -146,7 +148,8 @@ def test_stranded_scan_feeds_one_per_convoy_per_scan(routes):
 
 def test_stranded_scan_empty_convoys_grace_and_no_notification(routes, settings):
     user = __import__("django.contrib.auth.models", fromlist=["User"]).User.objects.create(
-        username="sub")
+        username="sub"
+    )
     Subscription.objects.create(user=user)
     young = convoys.create("Young")
     old = convoys.create("Old")
@@ -186,7 +189,7 @@ def test_spin_event_after_more_than_three_dispatches_in_an_hour(routes):
 def test_landing_notifies_owner_notify_and_subscribers_once(routes, settings, closing):
     from django.contrib.auth.models import User
 
-    owner = User.objects.create(username="owner", email="owner@example.com")
+    User.objects.create(username="owner", email="owner@example.com")
     fan = User.objects.create(username="fan", email="fan@example.com")
     Subscription.objects.create(user=fan, email=True)
     bead("gt-l1", "Land me")
@@ -194,7 +197,10 @@ def test_landing_notifies_owner_notify_and_subscribers_once(routes, settings, cl
     closing("gt-l1")
     notes = Notification.objects.filter(convoy=convoy)
     assert sorted((n.user.username if n.user else n.address) for n in notes) == [
-        "fan", "ops@example.com", "owner"]
+        "fan",
+        "ops@example.com",
+        "owner",
+    ]
     note = notes.get(user=fan)
     assert note.subject == "🚚 Convoy landed: Landing"
     assert "✓ gt-l1  Land me" in note.body and "Duration: " in note.body
@@ -226,4 +232,5 @@ def test_heartbeat_command_keeps_a_worker_alive(routes):
 
     call_command("beads", "heartbeat", "gastown/polecats/nux", stdout=StringIO())
     assert Worker.objects.get(pk="gastown/polecats/nux").last_seen > timezone.now() - timedelta(
-        seconds=5)
+        seconds=5
+    )

@@ -69,7 +69,9 @@ def test_anonymous_and_foreign_origin_are_refused(two_convoys):
         comm = communicator("/ws/live/?topics=dashboard")
         connected, code = await comm.connect()
         assert not connected
-        comm = communicator("/ws/live/?topics=dashboard", session_cookie_async, b"https://evil.example")
+        comm = communicator(
+            "/ws/live/?topics=dashboard", session_cookie_async, b"https://evil.example"
+        )
         connected, _ = await comm.connect()
         assert not connected
         comm = communicator("/ws/live/?topics=dashboard", session_cookie_async, origin=None)
@@ -143,10 +145,20 @@ def test_duplicates_suppressed_and_gap_filled_from_the_log(two_convoys):
         await asyncio.sleep(0.6)
         await collect(comm, timeout=0.3)  # the relay already delivered it; simulate a loss:
         layer = get_channel_layer()
-        fake_next = {"type": "convoy.event", "group": f"convoy.{a}", "prev": seqs[-1] + 5,
-                     "event": {"seq": seqs[-1] + 6, "kind": "bead.updated", "bead_id": "gt-a",
-                               "convoy_id": "", "actor": "", "data": {"convoys": [a]},
-                               "created_at": ""}}
+        fake_next = {
+            "type": "convoy.event",
+            "group": f"convoy.{a}",
+            "prev": seqs[-1] + 5,
+            "event": {
+                "seq": seqs[-1] + 6,
+                "kind": "bead.updated",
+                "bead_id": "gt-a",
+                "convoy_id": "",
+                "actor": "",
+                "data": {"convoys": [a]},
+                "created_at": "",
+            },
+        }
         await layer.group_send(f"convoy.{a}", fake_next)
         after = await collect(comm)
         delivered = [m["seq"] for m in events_of(after)]

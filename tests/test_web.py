@@ -28,8 +28,9 @@ def viewer(db):
 
 @pytest.fixture
 def admin_user(db):
-    return user_with("view_convoy", "view_bead", "change_convoy", "add_convoy", "change_bead",
-                     username="boss")
+    return user_with(
+        "view_convoy", "view_bead", "change_convoy", "add_convoy", "change_bead", username="boss"
+    )
 
 
 def logged_in(user, csrf=False):
@@ -51,16 +52,31 @@ def world(routes):
 
 def test_every_page_needs_login(world):
     client = Client()
-    for url in ["/", f"/convoys/{world}/", "/stage/", "/stranded/", "/beads/gt-a/", "/inbox/",
-                "/subscriptions/"]:
+    for url in [
+        "/",
+        f"/convoys/{world}/",
+        "/stage/",
+        "/stranded/",
+        "/beads/gt-a/",
+        "/inbox/",
+        "/subscriptions/",
+    ]:
         response = client.get(url)
         assert response.status_code == 302 and "/login/" in response["Location"], url
 
 
 def test_pages_render_for_a_viewer(world, viewer):
     client = logged_in(viewer)
-    for url in ["/", f"/convoys/{world}/", "/stage/?epic=gt-root", "/stranded/", "/beads/gt-a/",
-                "/inbox/", "/subscriptions/", "/?status=closed&sort=activity&q=root"]:
+    for url in [
+        "/",
+        f"/convoys/{world}/",
+        "/stage/?epic=gt-root",
+        "/stranded/",
+        "/beads/gt-a/",
+        "/inbox/",
+        "/subscriptions/",
+        "/?status=closed&sort=activity&q=root",
+    ]:
         assert client.get(url).status_code == 200, url
     page = client.get(f"/convoys/{world}/").content.decode()
     assert '<svg class="dag"' in page and 'data-id="gt-b"' in page
@@ -176,8 +192,12 @@ def test_convoy_page_query_count_does_not_grow(routes, viewer):
 # --- JSON API -------------------------------------------------------------------------------
 def api(client, method, url, body=None, token=None):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
-    response = getattr(client, method)(url, data=json.dumps(body) if body is not None else None,
-                                       content_type="application/json", **headers)
+    response = getattr(client, method)(
+        url,
+        data=json.dumps(body) if body is not None else None,
+        content_type="application/json",
+        **headers,
+    )
     return response.status_code, response.json()
 
 
@@ -191,7 +211,9 @@ def test_api_token_auth_and_errors(world, admin_user):
     status, data = api(client, "get", f"/api/convoys/{world}", token=token)
     assert [[t["id"] for t in w["tasks"]] for w in data["waves"]] == [["gt-a", "gt-c"], ["gt-b"]]
     assert api(client, "get", "/api/convoys/hq-cv-nope0", token=token) == (
-        404, {"detail": "convoy 'hq-cv-nope0' not found"})
+        404,
+        {"detail": "convoy 'hq-cv-nope0' not found"},
+    )
     status, data = api(client, "patch", "/api/beads/gt-a", {"priority": "high"}, token=token)
     assert status == 422 and Bead.objects.get(pk="gt-a").priority == 2
     status, data = api(client, "patch", "/api/beads/gt-a", {"priority": 9}, token=token)
@@ -223,16 +245,25 @@ def test_api_permissions_and_session_csrf(world, viewer):
 def test_openapi_schema_lists_the_endpoints(db):
     schema = Client().get("/api/openapi.json").json()
     paths = set(schema["paths"])
-    assert {"/api/convoys", "/api/convoys/{convoy_id}", "/api/beads", "/api/beads/{bead_id}",
-            "/api/beads/{bead_id}/close", "/api/heartbeat", "/api/stranded", "/api/stage",
-            "/api/launch"} <= paths
+    assert {
+        "/api/convoys",
+        "/api/convoys/{convoy_id}",
+        "/api/beads",
+        "/api/beads/{bead_id}",
+        "/api/beads/{bead_id}/close",
+        "/api/heartbeat",
+        "/api/stranded",
+        "/api/stage",
+        "/api/launch",
+    } <= paths
 
 
 def test_admin_bulk_close_goes_through_services(world, db):
     admin = User.objects.create_superuser("root", "root@localhost", "pw-pw-pw-123")
     client = logged_in(admin)
-    response = client.post("/admin/convoys/bead/", {"action": "close_selected",
-                                                   "_selected_action": ["gt-a", "gt-c"]})
+    response = client.post(
+        "/admin/convoys/bead/", {"action": "close_selected", "_selected_action": ["gt-a", "gt-c"]}
+    )
     assert response.status_code == 302
     assert Event.objects.filter(kind="bead.closed", bead_id__in=["gt-a", "gt-c"]).count() == 2
     assert client.get("/admin/convoys/bead/gt-a/change/").status_code == 200
@@ -244,11 +275,22 @@ def test_admin_convoy_status_obeys_transition_table(world, db):
     convoys.close(world, force=True)
     page = client.get(f"/admin/convoys/convoy/{world}/change/")
     assert page.status_code == 200
-    form = {"title": "T", "status": "staged_ready", "owner": "", "notify": "",
-            "merge_strategy": "", "base_branch": "", "molecule": "", "max_in_flight": "",
-            "description": "", "close_reason": "", "tracked-TOTAL_FORMS": "0",
-            "tracked-INITIAL_FORMS": "0", "tracked-MIN_NUM_FORMS": "0",
-            "tracked-MAX_NUM_FORMS": "1000"}
+    form = {
+        "title": "T",
+        "status": "staged_ready",
+        "owner": "",
+        "notify": "",
+        "merge_strategy": "",
+        "base_branch": "",
+        "molecule": "",
+        "max_in_flight": "",
+        "description": "",
+        "close_reason": "",
+        "tracked-TOTAL_FORMS": "0",
+        "tracked-INITIAL_FORMS": "0",
+        "tracked-MIN_NUM_FORMS": "0",
+        "tracked-MAX_NUM_FORMS": "1000",
+    }
     response = client.post(f"/admin/convoys/convoy/{world}/change/", form)
     assert response.status_code == 200 and b"illegal convoy status transition" in response.content
     assert Convoy.objects.get(pk=world).status == "closed"

@@ -12,11 +12,13 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ..dispatchers import get_dispatcher
 from ..events import record
 from ..models import ACTIVE_WORK_STATUSES, Bead, Dispatch, Worker
+from ..readiness import dead_worker_cutoff
 
 log = logging.getLogger("convoys.dispatch")
 
@@ -88,10 +90,20 @@ def pick_worker(rig):
 def claim(bead, convoy_id="", path="manual", actor="feeder"):
     """Claim `bead` as read by the caller; return a Claim, or None if someone else won."""
     now = timezone.now()
+    target = Bead.objects.filter(pk=bead.pk, status=bead.status, assignee=bead.assignee)
+    if bead.status != "open" or bead.assignee:
+        # Only work whose worker is dead may be taken over (SPEC §2); a live worker keeps it.
+        if bead.status not in ("open", *ACTIVE_WORK_STATUSES) or not bead.assignee:
+            return None
+        target = target.filter(
+            Exists(
+                Worker.objects.filter(
+                    name=OuterRef("assignee"), last_seen__lt=dead_worker_cutoff(now)
+                )
+            )
+        )
     worker = pick_worker(bead.rig_id)
-    won = Bead.objects.filter(pk=bead.pk, status=bead.status, assignee=bead.assignee).update(
-        status="hooked", assignee=worker, updated_at=now
-    )
+    won = target.update(status="hooked", assignee=worker, updated_at=now)
     if won != 1:
         return None
     Worker.objects.update_or_create(name=worker, defaults={"rig": bead.rig_id, "last_seen": now})

@@ -38,12 +38,18 @@ def holder():
     return f"{HOLDER}:{id(object())}"
 
 
-def feed_convoy(convoy, path, limit=None):
+def drain_ttl():
+    """A drain holds its lease for one dispatch at a time (renewed before each), so a killed
+    process blocks the convoy for at most one dispatch timeout."""
+    return settings.CONVOY_DISPATCH_TIMEOUT + 10
+
+
+def feed_convoy(convoy, path, limit=None, wait=10):
     """Land the convoy if complete; else dispatch its first ready bead(s) by (priority, id),
     iterating past failures. Returns the successful dispatch results."""
     me = holder()
     name = f"drain:{convoy.pk}"
-    if not leases.acquire_waiting(name, me, ttl=120, wait=10):
+    if not leases.acquire_waiting(name, me, ttl=drain_ttl(), wait=wait):
         log.warning("convoy %s: drain busy, skipping", convoy.pk)
         return []
     try:
@@ -66,6 +72,7 @@ def feed_convoy(convoy, path, limit=None):
         for bead in candidates:
             if bead.pk in cooling:
                 continue
+            leases.acquire(name, me, ttl=drain_ttl())  # renew: one dispatch at a time
             result = dispatch.dispatch(bead, convoy_id=convoy.pk, path=path)
             if result is None or not result["ok"]:
                 continue
@@ -199,7 +206,7 @@ def stranded_scan(now=None):
         for row in classify_open_convoys(now):
             convoy = row["convoy"]
             if row["kind"] == "feedable":
-                results = feed_convoy(convoy, "stranded", limit=1)
+                results = feed_convoy(convoy, "stranded", limit=1, wait=1)
                 summary["dispatched"] += [r["id"] for r in results]
                 if results:
                     from ..events import record

@@ -1,0 +1,266 @@
+"""Real processes: the task cluster, the ticker, kill -9, two clusters, racing dispatchers and
+concurrent event writers. Runs on SQLite and, in the CI PostgreSQL pass, on PostgreSQL."""
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from django.db.models import Count
+
+from convoys.models import Bead, Convoy, Dispatch, Event
+from convoys.services import convoys, staging
+from convoys.services.launch import launch_staged
+
+from .conftest import ROOT, child_env
+from .factories import bead, blocks
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+FAST = {
+    "CONVOY_FEED_INTERVAL": "1",
+    "CONVOY_STRANDED_INTERVAL": "1",
+    "CONVOY_TASK_TIMEOUT": "8",
+    "CONVOY_TASK_RETRY": "10",
+    "CONVOY_WORKERS": "2",
+}
+
+
+@pytest.fixture(autouse=True)
+def _real_cluster(monkeypatch):
+    """Tasks go through the broker to the cluster process, not inline."""
+    from django_q.conf import Conf
+
+    monkeypatch.setattr(Conf, "SYNC", False)
+
+
+def start_cluster(**env):
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "cluster"],
+        env=child_env(**{**FAST, **env}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+    )
+
+
+def stop(proc, sig=signal.SIGTERM, group=False):
+    if proc.poll() is None:
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.communicate()[0]
+
+
+def wait_for(predicate, timeout=30, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False
+
+
+def python(code, **env):
+    script = "import django, os; django.setup()\n" + textwrap.dedent(code)
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=child_env(DJANGO_SETTINGS_MODULE="convoyweb.settings", **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_cluster_feeds_the_next_wave_after_a_close(routes):
+    ids = [bead(f"gt-c{i}").id for i in range(4)]
+    for a, b in zip(ids, ids[1:], strict=False):
+        blocks(a, b)
+    plan = staging.stage(ids, actor="test")
+    launch_staged(plan.convoy_id, force=True)
+    cluster = start_cluster()
+    try:
+        latencies = []
+        for current, following in zip(ids, ids[1:], strict=False):
+            from convoys.services import beads
+
+            beads.close_bead(current)
+            started = time.monotonic()
+            assert wait_for(lambda f=following: Bead.objects.get(pk=f).status == "hooked"), (
+                f"{following} was not dispatched"
+            )
+            latencies.append(time.monotonic() - started)
+        beads.close_bead(ids[-1])
+        assert wait_for(lambda: Convoy.objects.get(pk=plan.convoy_id).status == "closed")
+    finally:
+        output = stop(cluster)
+    assert "ticker started" in output
+    assert max(latencies) < 5, latencies
+
+
+def test_ticker_holds_its_intervals(routes):
+    from django_q.models import Success
+
+    cluster = start_cluster(CONVOY_FEED_INTERVAL="1", CONVOY_STRANDED_INTERVAL="2")
+    try:
+        assert wait_for(
+            lambda: Success.objects.filter(func="convoys.tasks.stranded_scan").count() >= 4,
+            timeout=40,
+        )
+    finally:
+        stop(cluster)
+
+    def gaps(func):
+        times = sorted(Success.objects.filter(func=func).values_list("started", flat=True))
+        return [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+
+    feed, scan = gaps("convoys.tasks.catch_up"), gaps("convoys.tasks.stranded_scan")
+    assert 0.7 <= statistics.median(feed) <= 1.5, feed
+    assert 1.6 <= statistics.median(scan) <= 2.6, scan
+
+
+def test_interval_defaults():
+    from django.conf import settings
+
+    assert settings.CONVOY_FEED_INTERVAL == 5 and settings.CONVOY_STRANDED_INTERVAL == 30
+
+
+def test_kill_9_mid_dispatch_then_restart(routes, tmp_path):
+    """Every bead ends with exactly one successful dispatch; nothing is left stranded."""
+    script = tmp_path / "slow.py"
+    script.write_text("import time\ntime.sleep(0.25)\n")
+    env = {
+        "CONVOY_DISPATCHER": "command",
+        "CONVOY_DISPATCH_COMMAND": f"{sys.executable} {script} {{bead}}",
+        "CONVOY_WORKER_TIMEOUT": "3",
+        "CONVOY_DISPATCH_TIMEOUT": "2",
+        "CONVOY_TASK_TIMEOUT": "8",
+        "CONVOY_TASK_RETRY": "10",
+    }
+    bead("gt-root")
+    ids = [bead(f"gt-k{i:02d}").id for i in range(12)]
+    for bead_id in ids:
+        blocks("gt-root", bead_id)
+    convoy = convoys.create("Kill", ["gt-root", *ids], max_in_flight=12)
+    Bead.objects.filter(pk="gt-root").update(status="closed")
+    first = start_cluster(**env)
+    from convoys.services import beads as bead_service
+
+    bead_service.update_bead("gt-root", status="open")
+    bead_service.close_bead("gt-root")
+    assert wait_for(lambda: Dispatch.objects.filter(ok=True).count() >= 2, timeout=20)
+    stop(first, signal.SIGKILL, group=True)
+    second = start_cluster(**env)
+    try:
+
+        def progress():
+            # workers that really started report in; the one killed mid-dispatch never does
+            for worker in Dispatch.objects.filter(ok=True).values_list("worker", flat=True):
+                bead_service.heartbeat(worker)
+            return Dispatch.objects.filter(ok=True).values("bead_id").distinct().count() == 12
+
+        done = wait_for(progress, timeout=60, step=0.5)
+    finally:
+        stop(second)
+    assert done
+    per_bead = Dispatch.objects.filter(ok=True).values("bead_id").annotate(n=Count("id"))
+    assert {row["n"] for row in per_bead} == {1}
+    assert set(Bead.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"hooked"}
+    assert Convoy.objects.get(pk=convoy.pk).status == "open"
+
+
+def test_two_clusters_never_double_dispatch(routes):
+    count = int(os.environ.get("CONVOY_FAULT_CLOSES", "150"))
+    ids = [bead(f"gt-d{i:04d}").id for i in range(count)]
+    convoys.create("Two clusters", ids)
+    clusters = [start_cluster(), start_cluster()]
+    from convoys.services import beads as bead_service
+
+    closed = set()
+    try:
+
+        def close_hooked():
+            for bead_id in Bead.objects.filter(status="hooked").values_list("id", flat=True):
+                if bead_id not in closed:
+                    bead_service.close_bead(bead_id)
+                    closed.add(bead_id)
+            return len(closed) == count
+
+        assert wait_for(close_hooked, timeout=240, step=0.02), f"closed {len(closed)}/{count}"
+    finally:
+        for cluster in clusters:
+            stop(cluster)
+    per_bead = (
+        Event.objects.filter(kind="bead.dispatched").values("bead_id").annotate(n=Count("seq"))
+    )
+    assert per_bead.count() == count and {row["n"] for row in per_bead} == {1}
+
+
+def test_racing_dispatchers_claim_each_bead_once(routes):
+    ids = [bead(f"gt-r{i:03d}").id for i in range(120)]
+    code = """
+        from convoys.models import Bead
+        from convoys.services import dispatch
+        won = 0
+        for bead in list(Bead.objects.filter(id__startswith="gt-r").order_by("id")):
+            if dispatch.dispatch(bead, path="batch"):
+                won += 1
+        print(won)
+    """
+    procs = [python(code) for _ in range(4)]
+    outputs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outputs]
+    per_bead = Dispatch.objects.values("bead_id").annotate(n=Count("id"))
+    assert sum(int(o[0].strip()) for o in outputs) == len(ids)
+    assert {row["n"] for row in per_bead} == {1} and per_bead.count() == len(ids)
+
+
+def test_event_sequence_is_gap_free_under_concurrent_writers(routes):
+    for i in range(4):
+        bead(f"gt-e{i}")
+    start = Event.objects.order_by("-seq").values_list("seq", flat=True)[0]
+    writer = """
+        import sys
+        from convoys.services import beads
+        bead_id = os.environ["BEAD"]
+        for i in range(60):
+            beads.update_bead(bead_id, priority=i % 5)
+    """
+    reader = f"""
+        import time
+        from convoys.models import Event
+        last, seen, quiet = {start}, [], 0
+        while quiet < 40:
+            rows = list(Event.objects.filter(seq__gt=last).order_by("seq").values_list("seq", flat=True))
+            if rows:
+                seen += rows
+                last = rows[-1]
+                quiet = 0
+            else:
+                quiet += 1
+            time.sleep(0.02)
+        print(",".join(map(str, seen)))
+    """
+    tail = python(reader)
+    writers = [python(writer, BEAD=f"gt-e{i}") for i in range(4)]
+    for proc in writers:
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-2000:]
+    out, err = tail.communicate(timeout=60)
+    assert tail.returncode == 0, err[-2000:]
+    seqs = list(Event.objects.filter(seq__gt=start).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(start + 1, start + 1 + len(seqs)))
+    assert len(seqs) >= 4 * 48  # updates that change nothing write no event
+    seen = [int(s) for s in out.strip().split(",") if s]
+    assert seen == seqs  # the tailing reader skipped nothing
