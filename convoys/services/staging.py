@@ -127,7 +127,7 @@ def classify(ids):
 def _descendants_sql(epic_id):
     table = Dependency._meta.db_table
     sql = (
-        f"WITH RECURSIVE tree(id) AS (SELECT %s UNION "
+        f"WITH RECURSIVE tree(id) AS (SELECT CAST(%s AS VARCHAR(255)) UNION "
         f"SELECT d.issue_id FROM {table} d JOIN tree ON d.depends_on_id = tree.id "
         f"WHERE d.type = 'parent-child') SELECT id FROM tree"
     )
