@@ -5,7 +5,7 @@
   "use strict";
   const body = document.body;
   const topics = body.dataset.topics || "dashboard,inbox";
-  const state = { last: parseInt(body.dataset.asOf || "0", 10) || 0, applied: new Set(), count: 0,
+  const state = { last: parseInt(body.dataset.asOf || "0", 10) || 0, applied: new Set(), count: 0, log: [],
                   unread: parseInt(body.dataset.unread || "0", 10) || 0, socket: null, attempt: 0 };
   window.convoyLive = state;
   const liveEl = document.getElementById("live-state");
@@ -36,6 +36,8 @@
     if (state.applied.size > 20000) state.applied = new Set([...state.applied].slice(-10000));
     state.last = Math.max(state.last, msg.seq);
     state.count += 1;
+    state.log.push(msg.seq);
+    if (state.log.length > 5000) state.log.splice(0, 1000);
     ackPending = true;
     apply(msg);
   }
