@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from convoys.models import Bead, Convoy, Event
-from convoys.services import beads, convoys, notify, rigs, staging
+from convoys.services import beads, notify, rigs, staging
 from convoys.services.launch import launch_staged
 
 from .conftest import IN_CI, ROOT, child_env, shared_file
