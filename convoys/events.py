@@ -8,6 +8,7 @@ on the row lock until the first commits.
 from django.db import connection, transaction
 from django.utils import timezone
 
+from . import bulk
 from .models import Event, EventCounter, TrackedBead
 
 CLOSE_KINDS = ("bead.closed",)
@@ -56,23 +57,24 @@ def record_many(items):
     now = timezone.now()
     bead_ids = {item["bead_id"] for item in items if item.get("bead_id")}
     tracked = tracking_convoys(bead_ids) if bead_ids else {}
-    events = []
+    rows = []
     for offset, item in enumerate(items):
         data = dict(item.get("data") or {})
         if item.get("bead_id") and "convoys" not in data:
             data["convoys"] = tracked.get(item["bead_id"], [])
-        events.append(
-            Event(
-                seq=first + offset,
-                kind=item["kind"],
-                bead_id=item.get("bead_id", ""),
-                convoy_id=item.get("convoy_id", ""),
-                actor=item.get("actor", ""),
-                data=data,
-                created_at=now,
-            )
+        rows.append(
+            {
+                "seq": first + offset,
+                "kind": item["kind"],
+                "bead_id": item.get("bead_id", ""),
+                "convoy_id": item.get("convoy_id", ""),
+                "actor": item.get("actor", ""),
+                "data": data,
+                "created_at": now,
+            }
         )
-    Event.objects.bulk_create(events, batch_size=500)
+    bulk.insert(Event, rows)
+    events = [Event(**row) for row in rows]
     closes = [event.seq for event in events if event.kind in CLOSE_KINDS]
     if closes:
         transaction.on_commit(lambda: _after_close(closes), robust=True)

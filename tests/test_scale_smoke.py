@@ -44,9 +44,11 @@ def wait_port(port, timeout=20):
 
 def api(port, token, method, path, body=None):
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api{path}", method=method,
+        f"http://127.0.0.1:{port}/api{path}",
+        method=method,
         data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
@@ -65,13 +67,36 @@ def test_two_web_two_clusters_land_and_push_across_processes(routes):
     blocks(ids[0], ids[1])
     env = child_env(REDIS_URL=url, CONVOY_FEED_INTERVAL="1", CONVOY_STRANDED_INTERVAL="2")
     ports = [free_port(), free_port()]
-    procs = [subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(p),
-                               "convoyweb.asgi:application"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True) for p in ports]
-    procs += [subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "cluster"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(p),
+                "convoyweb.asgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for p in ports
+    ]
+    procs += [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "cluster"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
     try:
         for port in ports:
             wait_port(port)
@@ -82,11 +107,11 @@ def test_two_web_two_clusters_land_and_push_across_processes(routes):
 
             async with websockets.connect(
                 f"ws://127.0.0.1:{ports[1]}/ws/live/?topics=dashboard",
-                additional_headers={"Cookie": f"sessionid={cookie}",
-                                    "Origin": "http://localhost"},
+                additional_headers={"Cookie": f"sessionid={cookie}", "Origin": "http://localhost"},
             ) as ws:
                 launched = await asyncio.to_thread(
-                    api, ports[0], token, "POST", "/launch", {"ids": ids, "force": True})
+                    api, ports[0], token, "POST", "/launch", {"ids": ids, "force": True}
+                )
                 deadline = time.monotonic() + 60
                 closed = set()
                 while time.monotonic() < deadline:
@@ -99,13 +124,15 @@ def test_two_web_two_clusters_land_and_push_across_processes(routes):
                         if message["kind"] == "convoy.landed":
                             return launched
                     # workers: close whatever is hooked, through web process 1
-                    hooked = await asyncio.to_thread(api, ports[0], token, "GET",
-                                                     "/beads?status=hooked")
+                    hooked = await asyncio.to_thread(
+                        api, ports[0], token, "GET", "/beads?status=hooked"
+                    )
                     for row in hooked:
                         if row["id"] not in closed:
                             closed.add(row["id"])
-                            await asyncio.to_thread(api, ports[0], token, "POST",
-                                                    f"/beads/{row['id']}/close", {})
+                            await asyncio.to_thread(
+                                api, ports[0], token, "POST", f"/beads/{row['id']}/close", {}
+                            )
                 return launched
 
         launched = asyncio.run(listen())

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .. import convoy_fields
+from .. import bulk, convoy_fields
 from ..events import record_many
 from ..models import Bead, Convoy, Dependency, TrackedBead, unwrap_external
 from .errors import ServiceError
@@ -330,7 +330,7 @@ class _Importer:
             rig = rig_for(record["id"], self.routes)
             bead = existing.get(record["id"])
             if bead is None:
-                creates.append(Bead(id=record["id"], rig_id=rig, extra=extra, **values))
+                creates.append({"id": record["id"], "rig_id": rig, "extra": extra, **values})
                 events.append(
                     dict(
                         kind="bead.created",
@@ -381,7 +381,7 @@ class _Importer:
                     },
                 )
             )
-        Bead.objects.bulk_create(creates, batch_size=500)
+        bulk.insert(Bead, creates)
         if updates:
             Bead.objects.bulk_update(updates, sorted(changed_fields), batch_size=500)
         self.report.beads_created += len(creates)
@@ -390,20 +390,20 @@ class _Importer:
         if replaced:
             Dependency.objects.filter(issue_id__in=replaced).delete()
         deps = [
-            Dependency(
-                issue_id=record["id"],
-                depends_on_id=row["target"],
-                raw_target=row["raw"],
-                type=row["type"],
-                created_at=row["created_at"],
-                created_by=row["created_by"],
-                metadata=row["metadata"],
-                extra=row["extra"],
-            )
+            {
+                "issue_id": record["id"],
+                "depends_on_id": row["target"],
+                "raw_target": row["raw"],
+                "type": row["type"],
+                "created_at": row["created_at"],
+                "created_by": row["created_by"],
+                "metadata": row["metadata"],
+                "extra": row["extra"],
+            }
             for _, record in batch
             for row in _dep_rows(record)
         ]
-        Dependency.objects.bulk_create(deps, batch_size=1000)
+        bulk.insert(Dependency, deps)
         self.report.dependencies += len(deps)
         self.report.events += len(record_many(events))
 

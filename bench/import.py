@@ -1,0 +1,108 @@
+"""Import speed and memory: a generated bd JSONL of N beads with 3 dependencies each.
+
+Each run imports into a fresh SQLite database in a child process, so peak RSS is that run's
+alone. Prints beads/s and peak memory (median of --runs), at two file sizes side by side:
+memory that does not grow with the file shows as a ratio near 1.
+
+    .venv/bin/python bench/import.py [--beads 100000] [--small 20000] [--runs 3]
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, median  # noqa: E402
+
+CHILD = """
+import os, sys, time, resource
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {bench!r})
+from _common import setup
+setup()
+from convoys.services import jsonl
+started = time.perf_counter()
+report = jsonl.import_file({path!r})
+elapsed = time.perf_counter() - started
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(report.beads, report.dependencies, elapsed, peak)
+"""
+
+
+def generate(path, count, seed=1):
+    rng = random.Random(seed)
+    with open(path, "w") as out:
+        for i in range(count):
+            deps = []
+            for target in rng.sample(range(max(i, 1)), k=min(3, i)) if i else []:
+                deps.append(
+                    {
+                        "issue_id": f"gt-{i:06d}",
+                        "depends_on_id": f"gt-{target:06d}",
+                        "type": rng.choice(("blocks", "parent-child", "related")),
+                        "created_at": "2026-01-01T00:00:00Z",
+                    }
+                )
+            record = {
+                "id": f"gt-{i:06d}",
+                "title": f"Generated bead {i}",
+                "status": rng.choice(("open", "closed", "hooked")),
+                "priority": rng.randint(0, 4),
+                "issue_type": "task",
+                "created_at": "2026-01-01T00:00:00.123456789Z",
+                "updated_at": "2026-01-02T00:00:00Z",
+                "dependencies": deps,
+            }
+            if record["status"] == "closed":
+                record["closed_at"] = "2026-01-02T00:00:00Z"
+            out.write(json.dumps(record) + "\n")
+
+
+def run_once(path):
+    code = CHILD.format(root=str(ROOT), bench=str(Path(__file__).parent), path=str(path))
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    beads, deps, elapsed, peak = done.stdout.split()[-4:]
+    return int(beads), int(deps), float(elapsed), float(peak)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--beads", type=int, default=100_000)
+    parser.add_argument("--small", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="convoyweb-import-"))
+    results = {}
+    for count in (args.small, args.beads):
+        path = folder / f"beads-{count}.jsonl"
+        generate(path, count)
+        runs = [run_once(path) for _ in range(args.runs)]
+        rates = [r[0] / r[2] for r in runs]
+        results[count] = (
+            median(rates),
+            median([r[3] for r in runs]),
+            runs[0][1],
+            path.stat().st_size / 1e6,
+        )
+        print(
+            f"{count:>7} beads, {runs[0][1]:>7} deps, {results[count][3]:.1f} MB file: "
+            f"median {results[count][0]:,.0f} beads/s, peak RSS {results[count][1]:.0f} MB "
+            f"(runs: {', '.join(f'{r[2]:.2f}s' for r in runs)})"
+        )
+    small, big = results[args.small], results[args.beads]
+    print(
+        f"file size ratio {big[3] / small[3]:.1f}x, peak memory ratio {big[1] / small[1]:.2f}x,"
+        f" speed ratio {big[0] / small[0]:.2f}x; target >= 20,000 beads/s"
+    )
+
+
+if __name__ == "__main__":
+    main()
