@@ -34,7 +34,7 @@ def _adapter(field):
     return None
 
 
-def insert(model, rows, batch=2000):
+def insert(model, rows, batch=20000):
     """Insert dicts keyed by attname (e.g. `issue_id`); missing keys take the field default."""
     if not rows:
         return 0

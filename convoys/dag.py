@@ -166,16 +166,19 @@ def compute_waves(dag):
         indegree[node_id] = count
     pending = set(slingable)
     waves = []
-    while pending:
-        ready = sorted(n for n in pending if indegree[n] == 0)
-        if not ready:
-            break
+    ready = sorted(n for n in pending if indegree[n] == 0)
+    while ready:
         waves.append(ready)
+        following = []
         for node_id in ready:
             pending.discard(node_id)
+        for node_id in ready:
             for blocked in dag.nodes[node_id].blocks:
                 if blocked in pending:
                     indegree[blocked] -= 1
+                    if indegree[blocked] == 0:
+                        following.append(blocked)
+        ready = sorted(set(following))
     gated = []
     for node_id in sorted(pending):
         gates = sorted(

@@ -143,6 +143,8 @@ class Dependency(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["issue", "depends_on_id"], name="unique_dependency")
         ]
+        # Walking an epic follows (target, type); without this SQLite picks the type index.
+        indexes = [models.Index(fields=["depends_on_id", "type"], name="dep_target_type")]
         verbose_name_plural = "dependencies"
 
     def __str__(self):

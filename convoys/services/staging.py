@@ -7,12 +7,11 @@ the size of the epic.
 
 from dataclasses import dataclass, field
 
-from django.db import transaction
-from django.db.models.expressions import RawSQL
+from django.db import connection, transaction
 from django.utils import timezone
 
+from .. import bulk, formatting
 from .. import dag as dagmod
-from .. import formatting
 from ..events import record
 from ..models import (
     CONVOY_OPEN,
@@ -137,37 +136,54 @@ def _descendants_sql(epic_id):
 def collect(kind, ids, convoy=None):
     """-> (nodes, deps) with a constant number of queries."""
     if kind == dagmod.EPIC:
-        sql, params = _descendants_sql(ids[0])
-        beads = Bead.objects.filter(id__in=RawSQL(sql, params))
-        deps = Dependency.objects.filter(issue_id__in=RawSQL(sql, params))
-    else:
-        if kind == dagmod.CONVOY:
-            ids = list(
-                TrackedBead.objects.filter(convoy=convoy)
-                .order_by("bead_id")
-                .values_list("bead_id", flat=True)
-            )
-            if not ids:
-                raise ServiceError(f"convoy {convoy.id} tracks no beads")
-        beads = Bead.objects.filter(id__in=ids)
-        deps = Dependency.objects.filter(issue_id__in=ids)
+        return _collect_epic(ids[0])
+    if kind == dagmod.CONVOY:
+        ids = list(
+            TrackedBead.objects.filter(convoy=convoy)
+            .order_by("bead_id")
+            .values_list("bead_id", flat=True)
+        )
+        if not ids:
+            raise ServiceError(f"convoy {convoy.id} tracks no beads")
+    beads = Bead.objects.filter(id__in=ids)
+    deps = Dependency.objects.filter(issue_id__in=ids)
     nodes = [
         dagmod.Node(id=b[0], title=b[1], type=b[2] or "", status=b[3], rig=b[4] or "")
-        for b in beads.values_list("id", "title", "issue_type", "status", "rig_id").iterator(
-            chunk_size=5000
-        )
+        for b in beads.values_list("id", "title", "issue_type", "status", "rig_id")
     ]
-    edges = list(deps.values_list("issue_id", "depends_on_id", "type").iterator(chunk_size=5000))
+    return nodes, list(deps.values_list("issue_id", "depends_on_id", "type"))
+
+
+def _collect_epic(epic_id):
+    """The epic and every parent-child descendant, and their dependencies: two queries, each
+    a recursive CTE joined to its table (an IN over the CTE is re-evaluated per row)."""
+    cte, params = _descendants_sql(epic_id)
+    cte = cte.removesuffix(" SELECT id FROM tree")
+    bead_table, dep_table = Bead._meta.db_table, Dependency._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"{cte} SELECT b.id, b.title, b.issue_type, b.status, b.rig_id FROM {bead_table} b "
+            "JOIN tree ON b.id = tree.id",
+            params,
+        )
+        nodes = [
+            dagmod.Node(id=r[0], title=r[1], type=r[2] or "", status=r[3], rig=r[4] or "")
+            for r in cursor.fetchall()
+        ]
+        cursor.execute(
+            f"{cte} SELECT d.issue_id, d.depends_on_id, d.type FROM {dep_table} d "
+            "JOIN tree ON d.issue_id = tree.id",
+            params,
+        )
+        edges = cursor.fetchall()
     return nodes, edges
 
 
 def _overlapping(kind, ids, slingable):
     """Open or staged convoys tracking any of the slingable beads: {convoy: count}."""
     queryset = TrackedBead.objects.filter(convoy__status__in=(CONVOY_OPEN, *STAGED_STATUSES))
-    if kind == dagmod.EPIC:
-        sql, params = _descendants_sql(ids[0])
-        queryset = queryset.filter(bead_id__in=RawSQL(sql, params))
-    else:
+    if len(slingable) <= 5000:
+        # Above that, read the (few) open convoys' tracking rows rather than a huge IN list.
         queryset = queryset.filter(bead_id__in=slingable)
     counts = {}
     wanted = set(slingable)
@@ -272,15 +288,18 @@ def stage(ids, title=None, actor="cli"):
             convoy.description = f"{summary} Re-staged at {stamp.isoformat()}"
             convoy.extra = {**convoy.extra, "plan": extra_plan}
             convoy.save(update_fields=["title", "description", "extra"])
-            TrackedBead.objects.filter(convoy=convoy).exclude(bead_id__in=slingable).delete()
-            have = set(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
-            TrackedBead.objects.bulk_create(
+            wanted = set(slingable)
+            tracked = dict(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", "pk"))
+            stale = [pk for bead_id, pk in tracked.items() if bead_id not in wanted]
+            if stale:
+                TrackedBead.objects.filter(pk__in=stale).delete()
+            bulk.insert(
+                TrackedBead,
                 [
-                    TrackedBead(convoy=convoy, bead_id=b, position=i)
+                    {"convoy_id": convoy.id, "bead_id": b, "position": i}
                     for i, b in enumerate(slingable)
-                    if b not in have
+                    if b not in tracked
                 ],
-                batch_size=1000,
             )
         else:
             convoy = Convoy.objects.create(
@@ -294,12 +313,12 @@ def stage(ids, title=None, actor="cli"):
                 description=f"{summary} Staged at {stamp.isoformat()}",
                 extra={"plan": extra_plan},
             )
-            TrackedBead.objects.bulk_create(
+            bulk.insert(
+                TrackedBead,
                 [
-                    TrackedBead(convoy=convoy, bead_id=b, position=i)
+                    {"convoy_id": convoy.id, "bead_id": b, "position": i}
                     for i, b in enumerate(slingable)
                 ],
-                batch_size=1000,
             )
             record(
                 "convoy.staged",

@@ -1,0 +1,126 @@
+"""Page cost: server time and query count for the dashboard (200 convoys / 20,000 beads) and
+for convoy pages of 1,000 and 5,000 beads, median of several runs, plus the DAG SVG size.
+The first convoy-page view computes the layout; later views reuse it (status-only changes
+never re-layout), so both are shown.
+
+    .venv/bin/python bench/pages.py [--runs 5]
+"""
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import median, setup, timed  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    setup()
+    from django.contrib.auth.models import User
+    from django.core.cache import cache
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from convoys import bulk
+    from convoys.models import Bead, Convoy, Dependency, TrackedBead
+    from convoys.services import rigs
+
+    rigs.upsert_route("gt-", "gastown")
+    rng = random.Random(5)
+    now = timezone.now()
+    statuses = ["open", "closed", "closed", "hooked", "in_progress"]
+
+    def make(prefix, count, chain_back=3):
+        beads, deps = [], []
+        for i in range(count):
+            bead_id = f"{prefix}{i:05d}"
+            status = rng.choice(statuses)
+            beads.append(
+                {
+                    "id": bead_id,
+                    "title": f"Bead {i}",
+                    "status": status,
+                    "issue_type": "task",
+                    "priority": 2,
+                    "created_at": now,
+                    "updated_at": now,
+                    "closed_at": now if status == "closed" else None,
+                    "rig_id": "gastown",
+                    "assignee": "gastown/polecats/nux"
+                    if status in ("hooked", "in_progress")
+                    else "",
+                }
+            )
+            for back in range(1, chain_back + 1):
+                if i - back * 7 >= 0 and rng.random() < 0.5:
+                    deps.append(
+                        {
+                            "issue_id": bead_id,
+                            "depends_on_id": f"{prefix}{i - back * 7:05d}",
+                            "type": "blocks",
+                        }
+                    )
+        bulk.insert(Bead, beads)
+        bulk.insert(Dependency, deps)
+        return [b["id"] for b in beads]
+
+    def convoy(cid, ids):
+        Convoy.objects.create(
+            id=cid, title=f"Convoy {cid}", status="open", created_at=now, updated_at=now
+        )
+        bulk.insert(
+            TrackedBead,
+            [{"convoy_id": cid, "bead_id": b, "position": i} for i, b in enumerate(ids)],
+        )
+
+    for c in range(200):
+        convoy(f"hq-cv-d{c:04d}", make(f"gt-d{c:03d}x", 100))
+    convoy("hq-cv-p1000", make("gt-p1k", 1000))
+    convoy("hq-cv-p5000", make("gt-p5k", 5000))
+    user = User.objects.create_superuser("bench", "bench@localhost", "pw-pw-pw-123")
+    client = Client()
+    client.force_login(user)
+
+    def measure(url, cold=False):
+        times, queries, size = [], 0, 0
+        for _ in range(args.runs):
+            if cold:
+                cache.clear()
+            with CaptureQueriesContext(connection) as ctx:
+                elapsed, response = timed(client.get, url)
+            assert response.status_code == 200, (url, response.status_code)
+            times.append(elapsed)
+            queries = len(ctx.captured_queries)
+            content = response.content.decode()
+            if "<svg" in content:
+                size = content.index("</svg>") - content.index("<svg class")
+        return median(times), queries, size
+
+    print(f"{'page':<44} {'median':>8} {'queries':>8} {'svg KB':>7}")
+    rows = [
+        ("dashboard, 200 convoys / 20,000 beads", "/", False),
+        ("convoy page, 1,000 beads (first view)", "/convoys/hq-cv-p1000/", True),
+        ("convoy page, 1,000 beads (layout cached)", "/convoys/hq-cv-p1000/", False),
+        ("convoy page, 5,000 beads (first view)", "/convoys/hq-cv-p5000/", True),
+        ("convoy page, 5,000 beads (layout cached)", "/convoys/hq-cv-p5000/", False),
+        ("convoy page, 5,000 beads, all waves", "/convoys/hq-cv-p5000/?expand=1", False),
+    ]
+    results = {}
+    for label, url, cold in rows:
+        t, q, s = measure(url, cold)
+        results[label] = t
+        print(f"{label:<44} {t * 1000:>6.0f}ms {q:>8} {s / 1024:>6.0f}")
+    print(
+        f"5,000 / 1,000 beads time ratio (cached): "
+        f"{results[rows[4][0]] / results[rows[2][0]]:.1f}x; target: every page under 300 ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
