@@ -334,7 +334,7 @@ def critical_path(dag, done=None):
     sub = dag.graph.subgraph(keep)
     if not sub.number_of_nodes() or not nx.is_directed_acyclic_graph(sub):
         return []
-    return nx.dag_longest_path(sub, topo_order=list(nx.lexicographical_topological_sort(sub)))
+    return nx.dag_longest_path(sub)
 
 
 def wave_of(waves):

@@ -82,15 +82,13 @@ def is_ready(bead, now=None):
 
 
 def blocked_by(bead_ids):
-    """{bead_id: [unfinished blocker ids]} for the given beads (two queries)."""
-    deps = list(
-        Dependency.objects.filter(issue_id__in=bead_ids, type__in=BLOCKING_DEP_TYPES).values_list(
-            "issue_id", "depends_on_id", "type"
-        )
-    )
+    """{bead_id: [unfinished blocker ids]} for the given beads (a list or a subquery of ids;
+    two queries)."""
+    blocking = Dependency.objects.filter(issue_id__in=bead_ids, type__in=BLOCKING_DEP_TYPES)
+    deps = list(blocking.values_list("issue_id", "depends_on_id", "type"))
     targets = {
         row[0]: row[1:]
-        for row in Bead.objects.filter(pk__in={d[1] for d in deps}).values_list(
+        for row in Bead.objects.filter(pk__in=blocking.values("depends_on_id")).values_list(
             "id", "status", "close_reason"
         )
     }

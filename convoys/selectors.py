@@ -23,28 +23,33 @@ SEGMENTS = ("done", "active", "ready", "blocked", "unknown")
 def segment_of(bead, ready_ids):
     if bead is None:
         return "unknown"
-    if bead.status in DONE_STATUSES:
+    return segment_for(bead.pk, bead.status, ready_ids)
+
+
+def segment_for(bead_id, status, ready_ids):
+    if status is None:
+        return "unknown"
+    if status in DONE_STATUSES:
         return "done"
-    if bead.pk in ready_ids:
+    if bead_id in ready_ids:
         return "ready"
-    if bead.status in ACTIVE_WORK_STATUSES:
+    if status in ACTIVE_WORK_STATUSES:
         return "active"
     return "blocked"
 
 
 def convoy_summaries(convoys, now=None):
-    """{convoy id: counts per segment, total, last activity, stranded and spin flags}."""
+    """{convoy id: counts per segment, total, last activity, stranded and spin flags}.
+
+    Five queries whatever the number of convoys and beads; tracked beads are selected by
+    subquery, never by a long list of ids."""
     now = now or timezone.now()
     ids = [c.pk for c in convoys]
-    rows = list(TrackedBead.objects.filter(convoy_id__in=ids).values_list("convoy_id", "bead_id"))
-    bead_ids = {b for _, b in rows}
-    beads = {
-        b.pk: b
-        for b in Bead.objects.filter(pk__in=bead_ids).only("id", "status", "updated_at", "assignee")
-    }
-    ready_ids = set(
-        ready_beads(Bead.objects.filter(pk__in=bead_ids), now).values_list("pk", flat=True)
-    )
+    tracking = TrackedBead.objects.filter(convoy_id__in=ids)
+    rows = list(tracking.values_list("convoy_id", "bead_id"))
+    tracked_beads = Bead.objects.filter(pk__in=tracking.values("bead_id"))
+    beads = {row[0]: row[1:] for row in tracked_beads.values_list("id", "status", "updated_at")}
+    ready_ids = set(ready_beads(tracked_beads, now).values_list("pk", flat=True))
     spin = set(
         Event.objects.filter(
             kind="spin", convoy_id__in=ids, created_at__gte=now - timedelta(hours=1)
@@ -58,12 +63,12 @@ def convoy_summaries(convoys, now=None):
             "spin": convoy.pk in spin,
         }
     for convoy_id, bead_id in rows:
-        bead = beads.get(bead_id)
+        status, updated = beads.get(bead_id, (None, None))
         summary = result[convoy_id]
-        summary[segment_of(bead, ready_ids)] += 1
+        summary[segment_for(bead_id, status, ready_ids)] += 1
         summary["total"] += 1
-        if bead is not None and bead.updated_at > summary["last_activity"]:
-            summary["last_activity"] = bead.updated_at
+        if updated is not None and updated > summary["last_activity"]:
+            summary["last_activity"] = updated
     by_id = {c.pk: c for c in convoys}
     for convoy_id, summary in result.items():
         total = summary["total"] or 1

@@ -138,12 +138,8 @@ def collect(kind, ids, convoy=None):
     if kind == dagmod.EPIC:
         return _collect_epic(ids[0])
     if kind == dagmod.CONVOY:
-        ids = list(
-            TrackedBead.objects.filter(convoy=convoy)
-            .order_by("bead_id")
-            .values_list("bead_id", flat=True)
-        )
-        if not ids:
+        ids = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+        if not ids.exists():
             raise ServiceError(f"convoy {convoy.id} tracks no beads")
     beads = Bead.objects.filter(id__in=ids)
     deps = Dependency.objects.filter(issue_id__in=ids)
