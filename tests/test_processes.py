@@ -264,3 +264,34 @@ def test_event_sequence_is_gap_free_under_concurrent_writers(routes):
     assert len(seqs) >= 4 * 48  # updates that change nothing write no event
     seen = [int(s) for s in out.strip().split(",") if s]
     assert seen == seqs  # the tailing reader skipped nothing
+
+
+def test_sigterm_mid_task_finishes_it_once(routes, tmp_path):
+    """SIGTERM to the cluster's main process (KillMode=mixed): the in-flight dispatch finishes,
+    is acknowledged, and is not run again after a restart."""
+    script = tmp_path / "slow.py"
+    script.write_text("import time\ntime.sleep(3)\n")
+    env = {
+        "CONVOY_DISPATCHER": "command",
+        "CONVOY_DISPATCH_COMMAND": f"{sys.executable} {script} {{bead}}",
+        "CONVOY_TASK_TIMEOUT": "20",
+        "CONVOY_TASK_RETRY": "25",
+        "CONVOY_STRANDED_INTERVAL": "3600",
+    }
+    bead("gt-root")
+    bead("gt-next")
+    blocks("gt-root", "gt-next")
+    convoys.create("Graceful", ["gt-root", "gt-next"])
+    cluster = start_cluster(**env)
+    from convoys.services import beads as bead_service
+
+    time.sleep(3)
+    bead_service.close_bead("gt-root")
+    assert wait_for(lambda: Dispatch.objects.filter(bead_id="gt-next").exists(), timeout=20)
+    output = stop(cluster)  # SIGTERM to the main process only, mid-dispatch
+    assert cluster.returncode is not None and "has stopped" in output
+    assert list(Dispatch.objects.filter(bead_id="gt-next").values_list("ok", flat=True)) == [True]
+    again = start_cluster(**env)
+    time.sleep(6)
+    stop(again)
+    assert Dispatch.objects.filter(bead_id="gt-next").count() == 1
