@@ -50,20 +50,21 @@ async def client(url, cookie, since, received, ready, finish):
         ready.append(1)
         seen = {}
         received.append(seen)
-        asked = False
-        while True:
-            if finish.is_set() and not asked:
-                await ws.send(json.dumps({"type": "replay", "since": since}))
-                asked = True
-            try:
-                raw = await asyncio.wait_for(ws.recv(), timeout=0.5)
-            except TimeoutError:
-                continue
+        asked = asyncio.Event()
+
+        async def ask():
+            await finish.wait()
+            await ws.send(json.dumps({"type": "replay", "since": since}))
+            asked.set()
+
+        asker = asyncio.create_task(ask())
+        async for raw in ws:
             message = json.loads(raw)
             if message.get("type") == "event" and message["kind"] == "convoy.landed":
                 seen.setdefault(message["seq"], time.time())
-            elif message.get("type") == "replayed" and asked:
-                return
+            elif message.get("type") == "replayed" and asked.is_set():
+                break
+        asker.cancel()
 
 
 async def run(args, port, cookie, since, land):
@@ -86,8 +87,9 @@ async def run(args, port, cookie, since, land):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=1000)
-    parser.add_argument("--landings", type=int, default=30)
+    parser.add_argument("--landings", type=int, default=20)
     parser.add_argument("--settle", type=float, default=15)
+    parser.add_argument("--every", type=float, default=1.0, help="seconds between landings")
     args = parser.parse_args()
     url = setup()
     from django.contrib.auth.models import User
@@ -133,7 +135,7 @@ def main():
     def land():
         for bead_id in ids:
             beads.close_bead(bead_id)
-            time.sleep(0.1)
+            time.sleep(args.every)
 
     try:
         received = asyncio.run(run(args, port, cookie, since, land))

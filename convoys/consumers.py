@@ -125,9 +125,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if prev is not None and seen is not None and prev > seen:
             await self.replay(seen)  # the layer dropped something: fill the gap from the log
         self.last_in_group[group] = max(seen or 0, event["seq"])
-        await self.deliver(event)
+        await self.deliver(event, message.get("text"))
 
-    async def deliver(self, event):
+    async def deliver(self, event, text=None):
         seq = event["seq"]
         if seq in self.sent_set:
             return
@@ -143,7 +143,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
             # A reader this far behind is stalled: drop it; it reconnects and replays.
             await self.close(code=4008)
             return
-        await self.send_json({"type": "event", **event})
+        if text is None:
+            text = json.dumps({"type": "event", **event}, ensure_ascii=False)
+        await self.send(text_data=text)
 
     async def send_json(self, data):
         await self.send(text_data=json.dumps(data, ensure_ascii=False))

@@ -11,6 +11,7 @@ one (every layer drops silently under load) notices and replays from the log.
 """
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -122,12 +123,24 @@ class Relay:
             await sync_to_async(_save_position)(self.position)
 
     async def publish(self, event):
+        # Encoded once here, not once per subscriber.
+        text = json.dumps({"type": "event", **event}, ensure_ascii=False)
+        # The layer copies each message per subscriber: carry only what routing needs.
+        data = event["data"]
+        routing = {
+            "seq": event["seq"],
+            "kind": event["kind"],
+            "bead_id": event["bead_id"],
+            "convoy_id": event["convoy_id"],
+            "data": {"convoys": data.get("convoys"), "user_id": data.get("user_id")},
+        }
         for group in groups_for(event):
             message = {
                 "type": "convoy.event",
-                "event": event,
+                "event": routing,
                 "group": group,
                 "prev": self.prev.get(group),
+                "text": text,
             }
             self.prev[group] = event["seq"]
             await self.layer.group_send(group, message)
