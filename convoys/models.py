@@ -165,6 +165,8 @@ class Convoy(models.Model):
     molecule = models.CharField(max_length=255, blank=True, default="")
     owned = models.BooleanField(default=False)
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    # Dispatches owed by closes that found the convoy's drain busy; the drain pays them.
+    feed_credit = models.PositiveIntegerField(default=0)
     created_by = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

@@ -6,8 +6,10 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from django.db.models import Count
@@ -39,14 +41,18 @@ def _real_cluster(monkeypatch):
 
 
 def start_cluster(**env):
-    return subprocess.Popen(
+    # Output goes to a file: an undrained pipe fills up and blocks the cluster.
+    out = tempfile.NamedTemporaryFile("w+", prefix="cluster-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "cluster"],
         env=child_env(**{**FAST, **env}),
-        stdout=subprocess.PIPE,
+        stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
         text=True,
     )
+    proc.log_path = out.name
+    return proc
 
 
 def stop(proc, sig=signal.SIGTERM, group=False):
@@ -56,10 +62,11 @@ def stop(proc, sig=signal.SIGTERM, group=False):
         else:
             proc.send_signal(sig)
     try:
-        return proc.communicate(timeout=30)[0]
+        proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        return proc.communicate()[0]
+        proc.wait()
+    return Path(proc.log_path).read_text()
 
 
 def wait_for(predicate, timeout=30, step=0.05):
@@ -183,7 +190,8 @@ def test_kill_9_mid_dispatch_then_restart(routes, tmp_path):
 def test_two_clusters_never_double_dispatch(routes):
     count = int(os.environ.get("CONVOY_FAULT_CLOSES", "150"))
     ids = [bead(f"gt-d{i:04d}").id for i in range(count)]
-    convoys.create("Two clusters", ids)
+    for lane in range(10):  # ten convoys feed in parallel
+        convoys.create(f"Two clusters {lane}", ids[lane::10])
     clusters = [start_cluster(), start_cluster()]
     from convoys.services import beads as bead_service
 
@@ -197,7 +205,8 @@ def test_two_clusters_never_double_dispatch(routes):
                     closed.add(bead_id)
             return len(closed) == count
 
-        assert wait_for(close_hooked, timeout=240, step=0.02), f"closed {len(closed)}/{count}"
+        ok = wait_for(close_hooked, timeout=240, step=0.02)
+        assert ok, f"closed {len(closed)}/{count}"
     finally:
         for cluster in clusters:
             stop(cluster)

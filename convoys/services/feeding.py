@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from ..events import last_seq
@@ -44,46 +45,70 @@ def drain_ttl():
     return settings.CONVOY_DISPATCH_TIMEOUT + 10
 
 
-def feed_convoy(convoy, path, limit=None, wait=10):
+def feed_convoy(convoy, path, limit=None, wait=0.5):
     """Land the convoy if complete; else dispatch its first ready bead(s) by (priority, id),
-    iterating past failures. Returns the successful dispatch results."""
+    iterating past failures. One drain runs per convoy at a time: a caller that finds it busy
+    leaves a credit, which the running drain pays before it stops (nobody waits long, so no
+    task outlives its timeout behind a lease). Returns the successful dispatch results."""
     me = holder()
     name = f"drain:{convoy.pk}"
-    if not leases.acquire_waiting(name, me, ttl=drain_ttl(), wait=wait):
-        log.warning("convoy %s: drain busy, skipping", convoy.pk)
-        return []
-    try:
-        convoy.refresh_from_db()
-        if convoy.status != CONVOY_OPEN:
-            return []
-        if close_if_complete(convoy, actor=path):
-            return []
-        tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-        if limit is None:
-            limit = 1
-            if convoy.max_in_flight:
-                busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES).count()
-                limit = max(convoy.max_in_flight - busy, 0)
-        results = []
-        if limit <= 0:
+    results, first = [], True
+    while True:
+        if not leases.acquire_waiting(name, me, ttl=drain_ttl(), wait=wait):
+            if first:  # later rounds only re-check credits that the holder will pay
+                Convoy.objects.filter(pk=convoy.pk).update(feed_credit=F("feed_credit") + 1)
             return results
-        candidates = list(ready_beads(Bead.objects.filter(pk__in=tracked)))
-        cooling = dispatch.cooling_down([b.pk for b in candidates])
-        for bead in candidates:
-            if bead.pk in cooling:
-                continue
-            leases.acquire(name, me, ttl=drain_ttl())  # renew: one dispatch at a time
-            result = dispatch.dispatch(bead, convoy_id=convoy.pk, path=path)
-            if result is None or not result["ok"]:
-                continue
-            results.append(result)
-            if len(results) >= limit:
-                break
-        if not results:
-            log.info("convoy %s: no ready issues to feed", convoy.pk)
+        first = False
+        try:
+            results += _drain(convoy, path, limit, me, name)
+            while True:
+                credit = (
+                    Convoy.objects.filter(pk=convoy.pk)
+                    .values_list("feed_credit", flat=True)
+                    .first()
+                )
+                if not credit:
+                    break
+                if Convoy.objects.filter(pk=convoy.pk, feed_credit=credit).update(feed_credit=0):
+                    results += _drain(convoy, path, credit, me, name)
+        finally:
+            leases.release(name, me)
+        # A credit left between our last look and the release is paid by another round.
+        if not Convoy.objects.filter(pk=convoy.pk, feed_credit__gt=0).exists():
+            return results
+        limit, wait = 0, 0
+
+
+def _drain(convoy, path, limit, me, name):
+    convoy.refresh_from_db()
+    if convoy.status != CONVOY_OPEN:
+        return []
+    if close_if_complete(convoy, actor=path):
+        return []
+    tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+    if limit is None:
+        limit = 1
+        if convoy.max_in_flight:
+            busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES).count()
+            limit = max(convoy.max_in_flight - busy, 0)
+    results = []
+    if limit <= 0:
         return results
-    finally:
-        leases.release(name, me)
+    candidates = list(ready_beads(Bead.objects.filter(pk__in=tracked)))
+    cooling = dispatch.cooling_down([b.pk for b in candidates])
+    for bead in candidates:
+        if bead.pk in cooling:
+            continue
+        leases.acquire(name, me, ttl=drain_ttl())  # renew: one dispatch at a time
+        result = dispatch.dispatch(bead, convoy_id=convoy.pk, path=path)
+        if result is None or not result["ok"]:
+            continue
+        results.append(result)
+        if len(results) >= limit:
+            break
+    if not results:
+        log.info("convoy %s: no ready issues to feed", convoy.pk)
+    return results
 
 
 def handle_close_event(seq, path="event"):
@@ -206,7 +231,7 @@ def stranded_scan(now=None):
         for row in classify_open_convoys(now):
             convoy = row["convoy"]
             if row["kind"] == "feedable":
-                results = feed_convoy(convoy, "stranded", limit=1, wait=1)
+                results = feed_convoy(convoy, "stranded", limit=1, wait=0)
                 summary["dispatched"] += [r["id"] for r in results]
                 if results:
                     from ..events import record
