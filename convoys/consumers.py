@@ -127,6 +127,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.last_in_group[group] = max(seen or 0, event["seq"])
         await self.deliver(event, message.get("text"))
 
+    async def convoy_tick(self, message):
+        seen = self.last_in_group.get(message["group"])
+        if seen is not None and message["seq"] > seen:
+            await self.replay(seen)
+
     async def deliver(self, event, text=None):
         seq = event["seq"]
         if seq in self.sent_set:

@@ -27,6 +27,7 @@ from .services import leases
 log = logging.getLogger("convoys.relay")
 
 DASHBOARD = "dashboard"
+TICK_SECONDS = 2.0
 _task = None
 
 
@@ -98,13 +99,24 @@ class Relay:
 
     async def run(self):
         interval = settings.CONVOY_RELAY_INTERVAL
+        last_tick = 0.0
         while True:
             try:
                 await self.step()
+                now = asyncio.get_running_loop().time()
+                if now - last_tick >= TICK_SECONDS:
+                    last_tick = now
+                    await self.tick()
             except Exception:
                 log.exception("relay step failed")
                 await asyncio.sleep(1)
             await asyncio.sleep(interval)
+
+    async def tick(self):
+        """Tell each group the last seq sent to it, so a consumer whose final messages were
+        dropped notices and replays them (a gap is otherwise seen only on the next event)."""
+        for group, seq in self.prev.items():
+            await self.layer.group_send(group, {"type": "convoy.tick", "group": group, "seq": seq})
 
     async def step(self):
         if self.shared:
