@@ -86,3 +86,50 @@ def manage(*args, env=None, check=False, timeout=120):
         timeout=timeout,
         check=check,
     )
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port, timeout=20):
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"port {port} did not open")
+
+
+def spawn(kind, env, port=None):
+    """A web process (daphne on `port`) or a task cluster, quiet, in its own session."""
+    if kind == "web":
+        argv = [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "convoyweb.asgi:application",
+        ]
+    else:
+        argv = [sys.executable, str(ROOT / "manage.py"), "cluster"]
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )

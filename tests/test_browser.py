@@ -4,9 +4,7 @@ running as real processes on the test database. Screenshots go to artifacts/scre
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from convoys.models import Bead, Convoy, Event
 from convoys.services import beads, notify, rigs, staging
 from convoys.services.launch import launch_staged
 
-from .conftest import IN_CI, ROOT, child_env, shared_file
+from .conftest import IN_CI, ROOT, child_env, free_port, shared_file, spawn, wait_port
 from .factories import bead, blocks, child
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -51,47 +49,13 @@ def browser():
         instance.close()
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def server(transactional_db):
     port = free_port()
     env = child_env(CONVOY_FEED_INTERVAL="1", CONVOY_STRANDED_INTERVAL="2", DEBUG="1")
-    web = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "convoyweb.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    cluster = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "cluster"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
+    web = spawn("web", env, port)
+    cluster = spawn("cluster", env)
+    wait_port(port)
     yield f"http://127.0.0.1:{port}"
     for proc in (web, cluster):
         proc.send_signal(signal.SIGTERM)

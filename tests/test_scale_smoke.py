@@ -6,9 +6,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -19,27 +17,18 @@ from django.test import Client
 from convoys.api import create_token
 from convoys.models import Convoy
 
-from .conftest import ROOT, child_env, is_postgres, redis_url, require_postgres
+from .conftest import (
+    child_env,
+    free_port,
+    is_postgres,
+    redis_url,
+    require_postgres,
+    spawn,
+    wait_port,
+)
 from .factories import bead, blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_port(port, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"port {port} did not open")
 
 
 def api(port, token, method, path, body=None):
@@ -67,36 +56,8 @@ def test_two_web_two_clusters_land_and_push_across_processes(routes):
     blocks(ids[0], ids[1])
     env = child_env(REDIS_URL=url, CONVOY_FEED_INTERVAL="1", CONVOY_STRANDED_INTERVAL="2")
     ports = [free_port(), free_port()]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(p),
-                "convoyweb.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        for p in ports
-    ]
-    procs += [
-        subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "cluster"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        for _ in range(2)
-    ]
+    procs = [spawn("web", env, port) for port in ports]
+    procs += [spawn("cluster", env) for _ in range(2)]
     try:
         for port in ports:
             wait_port(port)
