@@ -181,22 +181,25 @@ class TrackedInline(admin.TabularInline):
     readonly_fields = ("raw_target",)
 
 
+CONVOY_EDITABLE = (
+    "title",
+    "status",
+    "owner",
+    "notify",
+    "owned",
+    "merge_strategy",
+    "base_branch",
+    "molecule",
+    "max_in_flight",
+    "description",
+    "close_reason",
+)
+
+
 class ConvoyAdminForm(forms.ModelForm):
     class Meta:
         model = Convoy
-        fields = (
-            "title",
-            "status",
-            "owner",
-            "notify",
-            "owned",
-            "merge_strategy",
-            "base_branch",
-            "molecule",
-            "max_in_flight",
-            "description",
-            "close_reason",
-        )
+        fields = CONVOY_EDITABLE
 
     def clean_status(self):
         """Status changes in admin obey the same transition table as everywhere else."""
@@ -219,17 +222,7 @@ class ConvoyAdmin(admin.ModelAdmin):
     readonly_fields = ("id", "created_at", "updated_at", "closed_at", "completion_notified_at")
     fields = (
         "id",
-        "title",
-        "status",
-        "owner",
-        "notify",
-        "owned",
-        "merge_strategy",
-        "base_branch",
-        "molecule",
-        "max_in_flight",
-        "description",
-        "close_reason",
+        *CONVOY_EDITABLE,
         "created_at",
         "updated_at",
         "closed_at",
