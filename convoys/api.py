@@ -200,7 +200,7 @@ def get_convoy(request, convoy_id: str):
     if convoy is None:
         raise NotFound(f"convoy '{convoy_id}' not found")
     summary = selectors.convoy_summaries([convoy])[convoy.pk]
-    _, graph, waves, gated = convoy_graph(convoy)
+    _, _, graph, waves, gated = convoy_graph(convoy)
     status = selectors.convoy_status_json(convoy)
     return {
         **_convoy_out(convoy, summary),

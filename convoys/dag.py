@@ -328,13 +328,32 @@ def _sorted(findings):
 
 
 def critical_path(dag, done=None):
-    """The longest chain of unfinished slingable beads along execution edges (ids in order)."""
+    """The longest chain of unfinished slingable beads along execution edges (ids in order).
+
+    One pass in topological order (longest path in a DAG); ties go to the chain whose end
+    comes first in that order. [] when there is no unfinished work or the graph has a cycle."""
     done = set(done) if done is not None else {n.id for n in dag.nodes.values() if n.done}
-    keep = [n for n in dag.nodes if dag.nodes[n].slingable and n not in done]
-    sub = dag.graph.subgraph(keep)
-    if not sub.number_of_nodes() or not nx.is_directed_acyclic_graph(sub):
+    keep = {n for n, node in dag.nodes.items() if node.slingable and n not in done}
+    if not keep:
         return []
-    return nx.dag_longest_path(sub)
+    try:
+        order = [n for n in nx.topological_sort(dag.graph) if n in keep]
+    except nx.NetworkXUnfeasible:
+        return []
+    length, previous = {}, {}
+    predecessors = dag.graph.pred
+    for node in order:
+        best, via = 0, None
+        for parent in predecessors[node]:
+            if parent in keep and length[parent] > best:
+                best, via = length[parent], parent
+        length[node], previous[node] = best + 1, via
+    node = max(order, key=length.__getitem__)
+    path = []
+    while node is not None:
+        path.append(node)
+        node = previous[node]
+    return path[::-1]
 
 
 def wave_of(waves):

@@ -49,10 +49,12 @@ def record(kind, *, bead_id="", convoy_id="", actor="", data=None):
     )[0]
 
 
-def record_many(items):
-    """Append several events at once (one counter update, one insert)."""
+def record_many(items, *, instances=True):
+    """Append several events at once (one counter update, one insert).
+
+    Returns the Event objects, or only their number with `instances=False` (bulk loads)."""
     if not items:
-        return []
+        return [] if instances else 0
     first = reserve(len(items))
     now = timezone.now()
     bead_ids = {item["bead_id"] for item in items if item.get("bead_id")}
@@ -74,11 +76,10 @@ def record_many(items):
             }
         )
     bulk.insert(Event, rows)
-    events = [Event(**row) for row in rows]
-    closes = [event.seq for event in events if event.kind in CLOSE_KINDS]
+    closes = [row["seq"] for row in rows if row["kind"] in CLOSE_KINDS]
     if closes:
         transaction.on_commit(lambda: _after_close(closes), robust=True)
-    return events
+    return [Event(**row) for row in rows] if instances else len(rows)
 
 
 def _after_close(seqs):

@@ -81,19 +81,21 @@ def svg(geometry, nodes, status_class, marks=None, critical=(), href=None):
     for node_id, (x, y) in pos.items():
         title, status = nodes.get(node_id, ("", "unknown"))
         css, icon = status_class(status)
-        badges = "".join(f" {b}" for b in marks.get(node_id, []))
+        node_marks = marks.get(node_id, ())
+        badges = "".join(f" {b}" for b in node_marks)
         hot = " critical" if node_id in critical else ""
         link = href(node_id) if href else "#"
-        label = f"{node_id} {title} ({status})"
+        safe_id = escape(node_id)
+        # The <title> names the link for screen readers and shows on hover.
         out.append(
-            f'<a href="{escape(link)}" class="node-link" aria-label="{escape(label)}">'
-            f'<g class="node {css}{hot}{escape(badges)}" data-id="{escape(node_id)}" '
-            f'transform="translate({x},{y})"><title>{escape(label)}</title>'
-            f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
+            f'<a href="{escape(link)}" class="node-link"><title>{safe_id} '
+            f"{escape(title)} ({escape(status)})</title>"
+            f'<g class="node {css}{hot}{escape(badges)}" data-id="{safe_id}" '
+            f'transform="translate({x},{y})"><rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
             f'<text class="icon" x="9" y="25">{icon}</text>'
-            f'<text class="nid" x="28" y="16">{escape(node_id)}'
-            f"{' ⛔' if 'gated' in marks.get(node_id, []) else ''}"
-            f"{' ⚠' if 'stranded' in marks.get(node_id, []) else ''}</text>"
+            f'<text class="nid" x="28" y="16">{safe_id}'
+            f"{' ⛔' if 'gated' in node_marks else ''}"
+            f"{' ⚠' if 'stranded' in node_marks else ''}</text>"
             f'<text class="ntitle" x="28" y="32">{escape(_short(title))}</text></g></a>'
         )
     out.append("</g></svg>")

@@ -82,9 +82,11 @@ class Bead(models.Model):
     id = models.CharField(max_length=255, primary_key=True)
     title = models.TextField()
     description = models.TextField(blank=True, default="")
-    status = models.CharField(max_length=50, default="open", db_index=True)
+    # Indexes are chosen for the queries that run (status via the composite below): every
+    # extra index costs each of an import's 100,000 inserts.
+    status = models.CharField(max_length=50, default="open")
     issue_type = models.CharField(max_length=50, default="task", blank=True, db_index=True)
-    priority = models.IntegerField(default=2, db_index=True)
+    priority = models.IntegerField(default=2)
     assignee = models.CharField(max_length=255, blank=True, default="", db_index=True)
     owner = models.CharField(max_length=255, blank=True, default="")
     labels = models.JSONField(default=list, blank=True)
@@ -130,10 +132,13 @@ def status_symbol(status):
 class Dependency(models.Model):
     """`issue` depends on `depends_on_id`. The target may be absent from the database."""
 
-    issue = models.ForeignKey(Bead, related_name="dependencies", on_delete=models.CASCADE)
-    depends_on_id = models.CharField(max_length=255, db_index=True)
+    # Lookups by issue use the unique constraint's index, by target the (target, type) one.
+    issue = models.ForeignKey(
+        Bead, related_name="dependencies", on_delete=models.CASCADE, db_index=False
+    )
+    depends_on_id = models.CharField(max_length=255)
     raw_target = models.CharField(max_length=300, blank=True, default="")
-    type = models.CharField(max_length=50, default="blocks", db_index=True)
+    type = models.CharField(max_length=50, default="blocks")
     created_at = models.DateTimeField(null=True, blank=True)
     created_by = models.CharField(max_length=255, blank=True, default="")
     metadata = models.TextField(blank=True, default="")
@@ -143,7 +148,7 @@ class Dependency(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["issue", "depends_on_id"], name="unique_dependency")
         ]
-        # Walking an epic follows (target, type); without this SQLite picks the type index.
+        # Walking an epic and finding dependents follow (target, type).
         indexes = [models.Index(fields=["depends_on_id", "type"], name="dep_target_type")]
         verbose_name_plural = "dependencies"
 
@@ -226,12 +231,12 @@ class Event(models.Model):
     """The append-only log: feeder input, audit history, browser replay source."""
 
     seq = models.BigIntegerField(primary_key=True)
-    kind = models.CharField(max_length=40, db_index=True)
+    kind = models.CharField(max_length=40)
     bead_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
     convoy_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
     actor = models.CharField(max_length=255, blank=True, default="")
     data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(db_index=True)
+    created_at = models.DateTimeField()
 
     class Meta:
         ordering = ["seq"]

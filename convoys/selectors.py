@@ -1,5 +1,6 @@
 """Read-side queries shared by pages, API and CLI; each runs a fixed number of queries."""
 
+from collections import namedtuple
 from datetime import timedelta
 
 from django.db.models import Max
@@ -11,6 +12,7 @@ from .models import (
     DONE_STATUSES,
     Bead,
     Convoy,
+    Dependency,
     Event,
     TrackedBead,
     Worker,
@@ -38,6 +40,26 @@ def segment_for(bead_id, status, ready_ids):
     return "blocked"
 
 
+# What a convoy's page and API show of each tracked bead: a light row, not a model instance.
+TrackedRow = namedtuple(
+    "TrackedRow", "pk title issue_type status rig_id assignee closed_at updated_at"
+)
+
+
+def tracked_beads(convoy):
+    """(tracked ids in position order, {id: TrackedRow}, dependencies of the tracked beads as
+    (issue, target, type)): three queries, each bead read once."""
+    tracking = TrackedBead.objects.filter(convoy=convoy)
+    ids = list(tracking.values_list("bead_id", flat=True))
+    subquery = tracking.values("bead_id")
+    rows = Bead.objects.filter(pk__in=subquery).values_list(*TrackedRow._fields)
+    beads = {row[0]: TrackedRow._make(row) for row in rows}
+    edges = Dependency.objects.filter(issue_id__in=subquery).values_list(
+        "issue_id", "depends_on_id", "type"
+    )
+    return ids, beads, list(edges)
+
+
 def convoy_summaries(convoys, now=None):
     """{convoy id: counts per segment, total, last activity, stranded and spin flags}.
 
@@ -50,11 +72,21 @@ def convoy_summaries(convoys, now=None):
     tracked_beads = Bead.objects.filter(pk__in=tracking.values("bead_id"))
     beads = {row[0]: row[1:] for row in tracked_beads.values_list("id", "status", "updated_at")}
     ready_ids = set(ready_beads(tracked_beads, now).values_list("pk", flat=True))
-    spin = set(
+    return summarise(convoys, rows, beads, ready_ids, spinning(ids, now))
+
+
+def spinning(convoy_ids, now):
+    """The convoys that recorded a spin warning in the last hour."""
+    return set(
         Event.objects.filter(
-            kind="spin", convoy_id__in=ids, created_at__gte=now - timedelta(hours=1)
+            kind="spin", convoy_id__in=convoy_ids, created_at__gte=now - timedelta(hours=1)
         ).values_list("convoy_id", flat=True)
     )
+
+
+def summarise(convoys, rows, beads, ready_ids, spin):
+    """The summaries from loaded data: `rows` (convoy id, bead id), `beads` {id: (status,
+    updated_at)}, the ready bead ids and the spinning convoy ids."""
     result = {}
     for convoy in convoys:
         result[convoy.pk] = dict.fromkeys(SEGMENTS, 0) | {

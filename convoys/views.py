@@ -53,6 +53,7 @@ SORTS = {
 }
 COLLAPSE_AT = 150
 MAX_ROWS = 300
+MAX_CHIPS = 600  # wave-table links on a big convoy's page; the DAG and ?all=1 show the rest
 CHIPS_PER_WAVE = 60
 
 
@@ -158,15 +159,20 @@ def status_class(status):
 
 
 def convoy_graph(convoy):
-    """DAG, waves, gated and the cached geometry for a convoy's tracked beads."""
-    tracked = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
-    nodes, edges = staging.collect(dagmod.CONVOY, [convoy.pk], convoy) if tracked else ([], [])
+    """A convoy's tracked ids, {id: TrackedRow}, DAG, waves and gated beads."""
+    tracked, beads, edges = selectors.tracked_beads(convoy)
+    nodes = [
+        dagmod.Node(
+            id=b.pk, title=b.title, type=b.issue_type or "", status=b.status, rig=b.rig_id or ""
+        )
+        for b in beads.values()
+    ]
     graph = dagmod.build_dag(nodes, edges)
     try:
         waves, gated = dagmod.compute_waves(graph)
     except dagmod.NoSlingableTasks:
         waves, gated = [], []
-    return tracked, graph, waves, gated
+    return tracked, beads, graph, waves, gated
 
 
 def _geometry(convoy, graph, waves, gated, collapsed):
@@ -229,19 +235,10 @@ def convoy_detail(request, convoy_id):
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
         raise Http404(f"convoy '{convoy_id}' not found")
-    tracked, graph, waves, gated = convoy_graph(convoy)
-    tracked_beads = Bead.objects.filter(
-        pk__in=TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    )
-    beads = {
-        b.pk: b
-        for b in tracked_beads.only(
-            "id", "title", "status", "assignee", "rig_id", "closed_at", "issue_type"
-        )
-    }
-    ready_ids = set(ready_beads(tracked_beads).values_list("pk", flat=True))
+    tracked, beads, graph, waves, gated = convoy_graph(convoy)
     tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    blockers = blocked_by(tracked_q)
+    ready_ids = set(ready_beads(Bead.objects.filter(pk__in=tracked_q)).values_list("pk", flat=True))
+    href = bead_url_maker()
     workers = dict(
         Worker.objects.filter(
             name__in={b.assignee for b in beads.values() if b.assignee}
@@ -250,7 +247,13 @@ def convoy_detail(request, convoy_id):
     now = timezone.now()
     wave_number = dagmod.wave_of(waves)
     gated_ids = {g.id for g in gated}
-    summary = selectors.convoy_summaries([convoy])[convoy.pk]
+    summary = selectors.summarise(
+        [convoy],
+        [(convoy.pk, bead_id) for bead_id in tracked],
+        {b.pk: (b.status, b.updated_at) for b in beads.values()},
+        ready_ids,
+        selectors.spinning([convoy.pk], now),
+    )[convoy.pk]
 
     def state(bead_id):
         bead = beads.get(bead_id)
@@ -271,7 +274,6 @@ def convoy_detail(request, convoy_id):
                 "state": state(bead_id),
                 "symbol": status_symbol(bead.status if bead else "unknown"),
                 "wave": wave_number.get(bead_id),
-                "blocked_by": blockers.get(bead_id, []),
                 "worker_age": format_duration(now - seen) if seen else "",
                 "gated": bead_id in gated_ids,
             }
@@ -283,6 +285,11 @@ def convoy_detail(request, convoy_id):
         unfinished = [r for r in rows if r["state"] not in DONE_STATUSES]
         hidden_rows = len(rows) - min(len(unfinished), MAX_ROWS)
         rows = unfinished[:MAX_ROWS]
+    blockers = blocked_by([r["id"] for r in rows] if big else tracked_q)
+    for row in rows:
+        row["blocked_by"] = blockers.get(row["id"], [])
+        row["href"] = href(row["id"])
+    chips_left = MAX_CHIPS if big else len(tracked)
     wave_rows = []
     frontier = None
     for number, wave in enumerate(waves, start=1):
@@ -296,6 +303,8 @@ def convoy_detail(request, convoy_id):
         if frontier is None and counts["done"] < len(wave):
             frontier = number
         shown = [] if big and counts["done"] == len(wave) else wave[:CHIPS_PER_WAVE]
+        shown = shown[: max(chips_left, 0)]
+        chips_left -= len(shown)
         wave_rows.append(
             {
                 "number": number,
@@ -305,6 +314,7 @@ def convoy_detail(request, convoy_id):
                 "beads": [
                     {
                         "id": i,
+                        "href": href(i),
                         "title": graph.nodes[i].title,
                         "state": state(i),
                         "blocked_by": graph.nodes[i].blocked_by,
@@ -347,7 +357,7 @@ def convoy_detail(request, convoy_id):
             status_class,
             marks,
             critical,
-            href=bead_url_maker(),
+            href=href,
         )
     size, at = dagmod.max_parallelism(waves)
     timeline = list(
@@ -365,7 +375,7 @@ def convoy_detail(request, convoy_id):
         "frontier": frontier,
         "gated": gated,
         "svg": mark_safe(svg),
-        "critical": critical,
+        "critical": [(i, href(i)) for i in critical],
         "eta": _eta(convoy, list(beads.values()), len(critical)) if critical else None,
         "timeline": timeline,
         "as_of": last_seq(),

@@ -10,8 +10,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
+import orjson
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from .. import bulk, convoy_fields
@@ -36,6 +38,7 @@ BEAD_COLUMNS = (
     "updated_at",
     "closed_at",
 )
+BEAD_KEYS = frozenset(("id", "dependencies", *BEAD_COLUMNS))
 COMPUTED = {"_type", "dependency_count", "dependent_count", "comment_count", "parent"}
 STRING_FIELDS = (
     "id",
@@ -117,7 +120,7 @@ class ImportReport:
 
 
 def parse_timestamp(value):
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    parsed = datetime.fromisoformat(value)  # RFC 3339, "Z", up to 9 fractional digits
     if parsed.tzinfo is None:
         raise ValueError("timestamp has no time zone")
     return parsed
@@ -146,57 +149,101 @@ def _kind(value):
     }.get(type(value), type(value).__name__)
 
 
-def _check(record, line):
-    """Validate one record's shape; raise ValueError naming the field."""
+COLUMN_TIMESTAMPS = ("created_at", "updated_at", "closed_at")
+KNOWN_DEP_KEYS = frozenset(
+    ("issue_id", "depends_on_id", "type", "created_at", "created_by", "metadata")
+)
+
+
+def _check(record):
+    """Validate one record's shape; raise ValueError naming the field.
+
+    The record's own created/updated/closed timestamps are replaced by the parsed datetimes. The loop runs
+    over the record's own keys: this is the importer's hottest function."""
     bead_id = record.get("id")
     if bead_id is None:
         raise ValueError("missing required field 'id'")
     if not isinstance(bead_id, str) or not bead_id.strip():
         raise ValueError(f"field 'id': expected a non-empty string, got {_kind(bead_id)}")
-    for name in STRING_FIELDS:
-        if name in record and not isinstance(record[name], str):
-            raise ValueError(f"field '{name}': expected string, got {_kind(record[name])}")
-    if "assignee" in record and not isinstance(record["assignee"], (str, type(None))):
-        raise ValueError(f"field 'assignee': expected string, got {_kind(record['assignee'])}")
-    if "priority" in record:
-        value = record["priority"]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"field 'priority': expected integer, got {_kind(value)}")
-    for name in TIMESTAMP_FIELDS:
-        value = record.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise ValueError(f"field '{name}': expected RFC 3339 timestamp, got {_kind(value)}")
-        try:
-            parse_timestamp(value)
-        except ValueError:
-            raise ValueError(f"field '{name}': invalid timestamp {value[:40]!r}")
-    labels = record.get("labels", [])
-    if labels is not None and (
-        not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
-    ):
+    for name, value in record.items():
+        check = FIELD_CHECKS.get(name)
+        if check is not None:
+            check(record, name, value)
+
+
+def _string(record, name, value):
+    if not isinstance(value, str):
+        raise ValueError(f"field '{name}': expected string, got {_kind(value)}")
+
+
+def _optional_string(record, name, value):
+    if value is not None:
+        _string(record, name, value)
+
+
+def _integer(record, name, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"field '{name}': expected integer, got {_kind(value)}")
+
+
+def _timestamp(record, name, value):
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"field '{name}': expected RFC 3339 timestamp, got {_kind(value)}")
+    try:
+        parsed = parse_timestamp(value)
+    except ValueError:
+        raise ValueError(f"field '{name}': invalid timestamp {value[:40]!r}")
+    if name in COLUMN_TIMESTAMPS:
+        record[name] = parsed
+
+
+def _labels(record, name, value):
+    if value is None:
+        return
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise ValueError("field 'labels': expected an array of strings")
-    deps = record.get("dependencies", [])
-    if deps is not None:
-        if not isinstance(deps, list):
-            raise ValueError(f"field 'dependencies': expected array, got {_kind(deps)}")
-        for index, dep in enumerate(deps):
-            where = f"field 'dependencies[{index}]"
-            if not isinstance(dep, dict):
-                raise ValueError(f"{where}': expected object, got {_kind(dep)}")
-            target = dep.get("depends_on_id")
-            if not isinstance(target, str) or not target.strip():
-                raise ValueError(f"{where}.depends_on_id': expected a non-empty string")
-            if "type" in dep and (not isinstance(dep["type"], str) or len(dep["type"]) > 50):
-                raise ValueError(f"{where}.type': expected a string of at most 50 characters")
-            if dep.get("created_at") is not None:
-                if not isinstance(dep["created_at"], str):
-                    raise ValueError(f"{where}.created_at': expected RFC 3339 timestamp")
-                try:
-                    parse_timestamp(dep["created_at"])
-                except ValueError:
-                    raise ValueError(f"{where}.created_at': invalid timestamp")
+
+
+def _dependencies(record, name, deps):
+    if deps is None:
+        return
+    if not isinstance(deps, list):
+        raise ValueError(f"field 'dependencies': expected array, got {_kind(deps)}")
+    for index, dep in enumerate(deps):
+        if not isinstance(dep, dict):
+            raise ValueError(f"field 'dependencies[{index}]': expected object, got {_kind(dep)}")
+        target = dep.get("depends_on_id")
+        if not isinstance(target, str) or not target.strip():
+            raise ValueError(
+                f"field 'dependencies[{index}].depends_on_id': expected a non-empty string"
+            )
+        kind = dep.get("type")
+        if kind is not None and (not isinstance(kind, str) or len(kind) > 50):
+            raise ValueError(
+                f"field 'dependencies[{index}].type': expected a string of at most 50 characters"
+            )
+        created = dep.get("created_at")
+        if created is not None:
+            if not isinstance(created, str):
+                raise ValueError(
+                    f"field 'dependencies[{index}].created_at': expected RFC 3339 timestamp"
+                )
+            try:
+                parse_timestamp(created)
+            except ValueError:
+                raise ValueError(f"field 'dependencies[{index}].created_at': invalid timestamp")
+
+
+FIELD_CHECKS = {
+    **dict.fromkeys(STRING_FIELDS, _string),
+    **dict.fromkeys(TIMESTAMP_FIELDS, _timestamp),
+    "assignee": _optional_string,
+    "priority": _integer,
+    "labels": _labels,
+    "dependencies": _dependencies,
+}
 
 
 def read_records(stream, name, max_line=None):
@@ -212,29 +259,19 @@ def read_records(stream, name, max_line=None):
             raise ImportFailed(f"{name}:{number}: line is longer than {max_line} bytes")
         if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ImportFailed(
-                f"{name}:{number}: invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-            )
-        if not text.strip():
+        if raw.isspace():
             continue
         try:
-            record = json.loads(text, parse_constant=_reject_constant)
-        except RecursionError:
-            raise ImportFailed(f"{name}:{number}: JSON nested too deeply")
-        except ValueError as exc:
-            if not raw.endswith(b"\n"):
-                raise ImportFailed(f"{name}:{number}: truncated last line ({exc})")
-            raise ImportFailed(f"{name}:{number}: invalid JSON ({exc})")
+            record = orjson.loads(raw)  # fast path; rejects what the slow path explains below
+        except orjson.JSONDecodeError:
+            record = _parse_slowly(raw, name, number)
         if not isinstance(record, dict):
             raise ImportFailed(f"{name}:{number}: expected a JSON object, got {_kind(record)}")
         if record.get("_type") == "memory":
             yield number, record
             continue
         try:
-            _check(record, number)
+            _check(record)
         except ValueError as exc:
             raise ImportFailed(f"{name}:{number}: {exc}")
         except RecursionError:
@@ -242,15 +279,35 @@ def read_records(stream, name, max_line=None):
         yield number, record
 
 
+def _parse_slowly(raw, name, number):
+    """The standard library's parser: accepts what orjson refuses (integers beyond 64 bits,
+    deep nesting) and names the problem precisely when the line really is bad."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ImportFailed(
+            f"{name}:{number}: invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+        )
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ImportFailed(f"{name}:{number}: JSON nested too deeply")
+    except ValueError as exc:
+        if not raw.endswith(b"\n"):
+            raise ImportFailed(f"{name}:{number}: truncated last line ({exc})")
+        raise ImportFailed(f"{name}:{number}: invalid JSON ({exc})")
+
+
 def is_convoy_record(record):
     return record.get("issue_type") == "convoy" or "gt:convoy" in (record.get("labels") or [])
 
 
 def _bead_values(record, now):
-    created = parse_timestamp(record["created_at"]) if record.get("created_at") else now
-    updated = parse_timestamp(record["updated_at"]) if record.get("updated_at") else created
+    # read_records has parsed the column timestamps already.
+    created = record.get("created_at") or now
+    updated = record.get("updated_at") or created
     status = record.get("status") or "open"
-    closed = parse_timestamp(record["closed_at"]) if record.get("closed_at") else None
+    closed = record.get("closed_at")
     if status == "closed" and closed is None:
         closed = updated
     return {
@@ -271,37 +328,42 @@ def _bead_values(record, now):
 
 
 def _extra(record, known):
-    return {k: v for k, v in record.items() if k not in known and k not in COMPUTED}
+    unknown = record.keys() - known - COMPUTED
+    return {k: v for k, v in record.items() if k in unknown} if unknown else {}
 
 
 def _dep_rows(record):
-    seen = set()
-    for dep in record.get("dependencies") or []:
+    """Insert rows for a bead's dependencies (a repeated target keeps its first line)."""
+    rows, seen = [], set()
+    issue_id = record["id"]
+    for dep in record.get("dependencies") or ():
         raw = dep["depends_on_id"].strip()
         target = unwrap_external(raw)
         if target in seen:
             continue
         seen.add(target)
-        metadata = dep.get("metadata", "")
+        get = dep.get
+        metadata = get("metadata", "")
         if not isinstance(metadata, str):
             metadata = json.dumps(metadata)
-        extra = {
-            k: v
-            for k, v in dep.items()
-            if k
-            not in ("issue_id", "depends_on_id", "type", "created_at", "created_by", "metadata")
-        }
+        unknown = dep.keys() - KNOWN_DEP_KEYS
+        extra = {k: v for k, v in dep.items() if k in unknown} if unknown else {}
         if "metadata" not in dep:
             extra["_no_metadata"] = True
-        yield {
-            "target": target,
-            "raw": raw if raw != target else "",
-            "type": dep.get("type") or "blocks",
-            "created_at": parse_timestamp(dep["created_at"]) if dep.get("created_at") else None,
-            "created_by": dep.get("created_by") or "",
-            "metadata": metadata,
-            "extra": extra,
-        }
+        created = get("created_at")
+        rows.append(
+            {
+                "issue_id": issue_id,
+                "depends_on_id": target,
+                "raw_target": raw if raw != target else "",
+                "type": get("type") or "blocks",
+                "created_at": parse_timestamp(created) if created else None,
+                "created_by": get("created_by") or "",
+                "metadata": metadata,
+                "extra": extra,
+            }
+        )
+    return rows
 
 
 class _Importer:
@@ -310,24 +372,20 @@ class _Importer:
         self.actor = actor
         self.routes = route_map()
         self.now = timezone.now()
-        self.seen_ids = {}
 
     def add(self, batch):
-        beads = [(n, r) for n, r in batch if not is_convoy_record(r)]
-        convoys = [(n, r) for n, r in batch if is_convoy_record(r)]
+        beads = [(r, prepared) for _, r, prepared in batch if prepared is not None]
+        convoys = [(n, r) for n, r, prepared in batch if prepared is None]
         if beads:
             self._beads(beads)
         if convoys:
             self._convoys(convoys)
 
     def _beads(self, batch):
-        ids = [r["id"] for _, r in batch]
-        existing = Bead.objects.in_bulk(ids)
+        ids = [r["id"] for r, _ in batch]
+        existing = Bead.objects.in_bulk(bulk.existing_keys(Bead, ids))
         creates, updates, events, changed_fields = [], [], [], set()
-        for _, record in batch:
-            values = _bead_values(record, self.now)
-            extra = _extra(record, {"id", "dependencies", *BEAD_COLUMNS})
-            rig = rig_for(record["id"], self.routes)
+        for record, (values, extra, rig, _) in batch:
             bead = existing.get(record["id"])
             if bead is None:
                 creates.append({"id": record["id"], "rig_id": rig, "extra": extra, **values})
@@ -389,23 +447,10 @@ class _Importer:
         replaced = [b for b in ids if b in existing]
         if replaced:
             Dependency.objects.filter(issue_id__in=replaced).delete()
-        deps = [
-            {
-                "issue_id": record["id"],
-                "depends_on_id": row["target"],
-                "raw_target": row["raw"],
-                "type": row["type"],
-                "created_at": row["created_at"],
-                "created_by": row["created_by"],
-                "metadata": row["metadata"],
-                "extra": row["extra"],
-            }
-            for _, record in batch
-            for row in _dep_rows(record)
-        ]
+        deps = [row for _, prepared in batch for row in prepared[3]]
         bulk.insert(Dependency, deps)
         self.report.dependencies += len(deps)
-        self.report.events += len(record_many(events))
+        self.report.events += record_many(events, instances=False)
 
     def _convoys(self, batch):
         existing = Convoy.objects.in_bulk([r["id"] for _, r in batch])
@@ -575,6 +620,14 @@ def import_file(path, routes_path=None, actor="import"):
 
 def import_stream(stream, name, report, actor="import"):
     importer = _Importer(report, actor)
+    for batch in _batches(stream, name, report, importer.routes, importer.now):
+        importer.add(batch)
+    return report
+
+
+def _batches(stream, name, report, routes, now):
+    """Validated records in batches of (line number, record, prepared bead values or None)."""
+    seen_ids = {}
     batch = []
     for number, record in read_records(stream, name):
         report.lines = number
@@ -587,18 +640,25 @@ def import_stream(stream, name, report, actor="import"):
         if record.get("ephemeral") is True or record.get("wisp") is True:
             report.skipped_wisps += 1
             continue
-        first = importer.seen_ids.setdefault(record["id"], number)
+        first = seen_ids.setdefault(record["id"], number)
         if first != number:
             raise ImportFailed(
                 f"{name}:{number}: duplicate id '{record['id']}' (first on line {first})"
             )
-        batch.append((number, record))
+        prepared = None if is_convoy_record(record) else _prepare(record, routes, now)
+        batch.append((number, record, prepared))
         if len(batch) >= BATCH:
-            importer.add(batch)
+            yield batch
             batch = []
     if batch:
-        importer.add(batch)
-    return report
+        yield batch
+
+
+def _prepare(record, routes, now):
+    """A bead record's column values, unknown keys, rig and dependency rows."""
+    values = _bead_values(record, now)
+    extra = _extra(record, BEAD_KEYS)
+    return values, extra, rig_for(record["id"], routes), _dep_rows(record)
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -694,7 +754,8 @@ def convoy_record(convoy):
 
 
 def export_records():
-    beads = Bead.objects.order_by("id").prefetch_related("dependencies")
+    in_file_order = Prefetch("dependencies", queryset=Dependency.objects.order_by("id"))
+    beads = Bead.objects.order_by("id").prefetch_related(in_file_order)
     for bead in beads.iterator(chunk_size=2000):
         yield bead_record(bead)
     for convoy in (
