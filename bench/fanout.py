@@ -47,6 +47,9 @@ async def client(url, cookie, since, received, ready, finish):
         open_timeout=120,
         additional_headers={"Cookie": cookie, "Origin": "http://localhost"},
     ) as ws:
+        # Live once the initial replay (the page's catch-up after `since`) has arrived.
+        while json.loads(await ws.recv()).get("type") != "replayed":
+            pass
         ready.append(1)
         seen = {}
         received.append(seen)

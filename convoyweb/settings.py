@@ -172,7 +172,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "convoys.layers.InMemoryChannelLayer"}}
 
 Q_CLUSTER = {
     "name": "convoyweb",
@@ -204,7 +204,7 @@ CONVOY_RETRY_COOLDOWN = env_float("CONVOY_RETRY_COOLDOWN", 60.0)
 CONVOY_WORKER_TIMEOUT = env_float("CONVOY_WORKER_TIMEOUT", 600.0)
 CONVOY_EMPTY_GRACE = env_float("CONVOY_EMPTY_GRACE", 300.0)
 CONVOY_EVENT_RETENTION = env_int("CONVOY_EVENT_RETENTION", 100_000)
-CONVOY_RELAY_INTERVAL = env_float("CONVOY_RELAY_INTERVAL", 0.2)
+CONVOY_RELAY_INTERVAL = env_float("CONVOY_RELAY_INTERVAL", 0.1)
 CONVOY_IMPORT_MAX_LINE = env_int("CONVOY_IMPORT_MAX_LINE", 8 * 1024 * 1024)
 
 LOGGING = {
