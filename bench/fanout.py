@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,8 +79,15 @@ async def run(args, port, cookie, since, land):
         tasks.append(asyncio.create_task(client(url, cookie, since, received, ready, finish)))
         if i % 100 == 99:
             await asyncio.sleep(0.2)
+    waited = 0
     while len(ready) < args.clients:
+        failed = [t for t in tasks if t.done()]
+        if failed:
+            raise SystemExit(f"{len(failed)} clients failed to connect: {failed[0].exception()!r}")
         await asyncio.sleep(0.1)
+        waited += 1
+        if waited % 100 == 0:
+            print(f"{len(ready)}/{args.clients} clients live", file=sys.stderr)
     await asyncio.to_thread(land)
     await asyncio.sleep(args.settle)
     finish.set()
@@ -114,6 +122,8 @@ def main():
         ids.append(bead.id)
     Bead.objects.filter(pk__in=ids).update(status="hooked", assignee="gastown/polecats/nux")
     port = free_port()
+    daphne_log = open(Path(tempfile.gettempdir()) / "convoyweb-fanout-daphne.log", "w")
+    print(f"daphne log: {daphne_log.name}", file=sys.stderr)
     env = {**os.environ, "DATABASE_URL": url, "CONVOY_STRANDED_INTERVAL": "3600"}
     procs = [
         subprocess.Popen(
@@ -121,7 +131,7 @@ def main():
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=daphne_log,
             start_new_session=True,
         ),
         subprocess.Popen(

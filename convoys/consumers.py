@@ -57,6 +57,10 @@ def _replay(since, groups):
     return out
 
 
+def _groups_and_head(user, topics):
+    return _topic_groups(user, topics), _last()
+
+
 def _last():
     from .events import last_seq
 
@@ -72,7 +76,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         relay.ensure_running()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         topics = ",".join(query.get("topics", [""])).split(",")
-        self.groups_joined = await database_sync_to_async(_topic_groups)(user, topics)
+        # One trip to the database thread (shared by every socket of this process).
+        self.groups_joined, head = await database_sync_to_async(_groups_and_head)(user, topics)
         self.sent = collections.deque(maxlen=20000)
         self.sent_set = set()
         self.last_in_group = {}
@@ -84,7 +89,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
             since = int(query.get("since", ["-1"])[0])
         except ValueError:
             since = -1
-        head = await database_sync_to_async(_last)()
         await self.send_json({"type": "hello", "seq": head, "topics": self.groups_joined})
         if since >= 0:
             await self.replay(since)

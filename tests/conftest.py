@@ -71,6 +71,9 @@ def database_url():
 
 def child_env(**extra):
     env = dict(os.environ)
+    # Importing convoyweb.asgi in this process defaults DATABASE_POOL on for web processes;
+    # children choose for themselves (daphne pools, task clusters must not).
+    env.pop("DATABASE_POOL", None)
     env["DATABASE_URL"] = database_url()
     env["PYTHONUNBUFFERED"] = "1"
     env.update({k: str(v) for k, v in extra.items()})
