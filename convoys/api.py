@@ -11,7 +11,8 @@ import secrets
 from datetime import datetime
 
 from django.db.models import Q
-from ninja import NinjaAPI, Schema
+from ninja import NinjaAPI, Query, Schema
+from pydantic import ConfigDict, Field
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, django_auth
 
@@ -119,10 +120,12 @@ class BeadOut(Schema):
 
 
 class BeadUpdateIn(Schema):
-    status: str | None = None
-    assignee: str | None = None
-    priority: int | None = None
-    title: str | None = None
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
+    status: str | None = Field(None, min_length=1, max_length=50)
+    assignee: str | None = Field(None, max_length=255)
+    priority: int | None = Field(None, ge=0, le=4)
+    title: str | None = Field(None, min_length=1)
 
 
 class CloseIn(Schema):
@@ -130,11 +133,11 @@ class CloseIn(Schema):
 
 
 class HeartbeatIn(Schema):
-    worker: str
+    worker: str = Field(min_length=1, max_length=255)
 
 
 class StageIn(Schema):
-    ids: list[str]
+    ids: list[str] = Field(min_length=1)
     title: str | None = None
 
 
@@ -144,6 +147,22 @@ class LaunchIn(StageIn):
 
 class Detail(Schema):
     detail: str
+
+
+class ValidationErrors(Schema):
+    detail: list[dict]
+
+
+def responses(ok, *errors):
+    """An operation's documented answers: its success, the errors it raises, and what any
+    operation may answer (401 no credentials, 403 no permission, 422 malformed input)."""
+    return {
+        200: ok,
+        401: Detail,
+        403: Detail,
+        422: ValidationErrors,
+        **dict.fromkeys(errors, Detail),
+    }
 
 
 def _convoy_out(convoy, summary):
@@ -180,20 +199,20 @@ def _bead_out(bead, detail=False):
     return data
 
 
-@api.get("/convoys", response=list[ConvoyOut], tags=["convoys"])
-def list_convoys(request, status: str = "active", limit: int = 200):
+@api.get("/convoys", response=responses(list[ConvoyOut]), tags=["convoys"])
+def list_convoys(request, status: str = "active", limit: Query[int, {"ge": 1, "le": 1000}] = 200):
     need(request, "view_convoy")
     queryset = Convoy.objects.order_by("-created_at", "id")
     if status == "active":
         queryset = queryset.filter(status__in=("open", "staged_ready", "staged_warnings"))
     elif status != "all":
         queryset = queryset.filter(status=status)
-    rows = list(queryset[: min(limit, 1000)])
+    rows = list(queryset[:limit])
     summaries = selectors.convoy_summaries(rows)
     return [_convoy_out(c, summaries[c.pk]) for c in rows]
 
 
-@api.get("/convoys/{convoy_id}", response={200: ConvoyDetailOut, 404: Detail}, tags=["convoys"])
+@api.get("/convoys/{convoy_id}", response=responses(ConvoyDetailOut, 404), tags=["convoys"])
 def get_convoy(request, convoy_id: str):
     need(request, "view_convoy")
     convoy = Convoy.objects.filter(pk=convoy_id).first()
@@ -225,7 +244,7 @@ def get_convoy(request, convoy_id: str):
     }
 
 
-@api.get("/beads", response=list[BeadOut], tags=["beads"])
+@api.get("/beads", response=responses(list[BeadOut]), tags=["beads"])
 def list_beads(
     request,
     status: str | None = None,
@@ -233,7 +252,7 @@ def list_beads(
     assignee: str | None = None,
     q: str | None = None,
     ready: bool = False,
-    limit: int = 200,
+    limit: Query[int, {"ge": 1, "le": 2000}] = 200,
 ):
     need(request, "view_bead")
     queryset = Bead.objects.all()
@@ -246,16 +265,16 @@ def list_beads(
     if q:
         queryset = queryset.filter(Q(id__icontains=q) | Q(title__icontains=q))
     queryset = ready_beads(queryset) if ready else queryset.order_by("id")
-    return [_bead_out(b) for b in queryset[: min(limit, 2000)]]
+    return [_bead_out(b) for b in queryset[:limit]]
 
 
-@api.get("/beads/{bead_id}", response={200: BeadOut, 404: Detail}, tags=["beads"])
+@api.get("/beads/{bead_id}", response=responses(BeadOut, 404), tags=["beads"])
 def get_bead(request, bead_id: str):
     need(request, "view_bead")
     return _bead_out(bead_service.get_bead(bead_id), detail=True)
 
 
-@api.patch("/beads/{bead_id}", response={200: BeadOut, 400: Detail, 404: Detail}, tags=["beads"])
+@api.patch("/beads/{bead_id}", response=responses(BeadOut, 400, 404), tags=["beads"])
 def update_bead(request, bead_id: str, payload: BeadUpdateIn):
     need(request, "change_bead")
     fields = {k: v for k, v in payload.dict().items() if v is not None}
@@ -264,9 +283,7 @@ def update_bead(request, bead_id: str, payload: BeadUpdateIn):
     return _bead_out(bead_service.update_bead(bead_id, actor=f"api:{request.user}", **fields))
 
 
-@api.post(
-    "/beads/{bead_id}/close", response={200: BeadOut, 400: Detail, 404: Detail}, tags=["beads"]
-)
+@api.post("/beads/{bead_id}/close", response=responses(BeadOut, 400, 404), tags=["beads"])
 def close_bead(request, bead_id: str, payload: CloseIn):
     need(request, "change_bead")
     return _bead_out(
@@ -274,26 +291,26 @@ def close_bead(request, bead_id: str, payload: CloseIn):
     )
 
 
-@api.post("/heartbeat", response={200: dict, 400: Detail}, tags=["workers"])
+@api.post("/heartbeat", response=responses(dict, 400), tags=["workers"])
 def heartbeat(request, payload: HeartbeatIn):
     need(request, "change_bead")
     return {"worker": payload.worker, "at": bead_service.heartbeat(payload.worker).isoformat()}
 
 
-@api.get("/stranded", response=list[dict], tags=["convoys"])
+@api.get("/stranded", response=responses(list[dict]), tags=["convoys"])
 def stranded(request):
     need(request, "view_convoy")
     return [{k: v for k, v in row.items()} for row in feeding.stranded()]
 
 
-@api.post("/stage", response={200: dict, 400: Detail, 404: Detail}, tags=["convoys"])
+@api.post("/stage", response=responses(dict, 400, 404), tags=["convoys"])
 def stage(request, payload: StageIn):
     need(request, "add_convoy")
     plan = staging.stage(payload.ids, payload.title, actor=f"api:{request.user}")
     return plan.as_json()
 
 
-@api.post("/launch", response={200: dict, 400: Detail, 404: Detail}, tags=["convoys"])
+@api.post("/launch", response=responses(dict, 400, 404), tags=["convoys"])
 def launch_convoy(request, payload: LaunchIn):
     need(request, "change_convoy")
     return launch.launch(

@@ -217,7 +217,11 @@ def test_api_token_auth_and_errors(world, admin_user):
     status, data = api(client, "patch", "/api/beads/gt-a", {"priority": "high"}, token=token)
     assert status == 422 and Bead.objects.get(pk="gt-a").priority == 2
     status, data = api(client, "patch", "/api/beads/gt-a", {"priority": 9}, token=token)
-    assert status == 400 and "priority must be 0..4" in data["detail"]
+    assert status == 422 and data["detail"][0]["loc"][-1] == "priority"
+    status, data = api(client, "patch", "/api/beads/gt-a", {"status": "closed"}, token=token)
+    assert status == 200 and data["status"] == "closed"
+    status, data = api(client, "patch", "/api/beads/gt-a", {}, token=token)
+    assert status == 400 and "nothing to update" in data["detail"]
 
 
 def test_api_close_heartbeat_launch(world, admin_user):
