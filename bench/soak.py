@@ -2,7 +2,9 @@
 stranded scan) + a second writer doing admin-style saves, for --seconds (default 120).
 Counts "database is locked" in every process's output and HTTP errors: both must be 0.
 
-    .venv/bin/python bench/soak.py [--seconds 120]
+    .venv/bin/python bench/soak.py [--seconds 120] [--control]
+--control runs it twice side by side: as configured (IMMEDIATE transactions), then with
+SQLite's DEFERRED transactions, which should show the lock errors the soak is there to catch.
 """
 
 import argparse
@@ -28,7 +30,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--rate", type=float, default=20)
+    parser.add_argument("--control", action="store_true", help="also run with DEFERRED")
     args = parser.parse_args()
+    if args.control:
+        for mode in ("IMMEDIATE", "DEFERRED"):
+            argv = [sys.executable, __file__, "--seconds", str(args.seconds)]
+            argv += ["--rate", str(args.rate)]
+            env = {**os.environ, "SQLITE_TRANSACTION_MODE": mode}
+            result = subprocess.run(argv, env=env, capture_output=True, text=True)
+            print(f"{mode:>9}: {result.stdout.strip().splitlines()[-1]}")
+        return
     url = setup()
     from django.contrib.auth.models import User
 

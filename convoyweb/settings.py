@@ -31,6 +31,13 @@ def env_float(name, default):
     return float(value) if value not in (None, "") else default
 
 
+def env_choice(name, default, choices):
+    value = (os.environ.get(name) or default).strip().upper()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
 def env_list(name, default):
     value = os.environ.get(name)
     if value is None:
@@ -101,7 +108,10 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + IMMEDIATE transactions: the only combination with zero "database is locked"
     # under concurrent writers (reference/reliability.md §0.7).
     _db["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
+        # Other modes exist only for bench/soak.py's negative control.
+        "transaction_mode": env_choice(
+            "SQLITE_TRANSACTION_MODE", "IMMEDIATE", ("IMMEDIATE", "DEFERRED", "EXCLUSIVE")
+        ),
         "timeout": env_int("SQLITE_TIMEOUT", 20),
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
