@@ -12,9 +12,9 @@ from datetime import datetime
 
 from django.db.models import Q
 from ninja import NinjaAPI, Query, Schema
-from pydantic import ConfigDict, Field
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, django_auth
+from pydantic import ConfigDict, Field
 
 from . import selectors
 from .models import ApiToken, Bead, Convoy
@@ -200,7 +200,7 @@ def _bead_out(bead, detail=False):
 
 
 @api.get("/convoys", response=responses(list[ConvoyOut]), tags=["convoys"])
-def list_convoys(request, status: str = "active", limit: Query[int, {"ge": 1, "le": 1000}] = 200):
+def list_convoys(request, status: str = "active", limit: int = Query(200, ge=1, le=1000)):
     need(request, "view_convoy")
     queryset = Convoy.objects.order_by("-created_at", "id")
     if status == "active":
@@ -252,7 +252,7 @@ def list_beads(
     assignee: str | None = None,
     q: str | None = None,
     ready: bool = False,
-    limit: Query[int, {"ge": 1, "le": 2000}] = 200,
+    limit: int = Query(200, ge=1, le=2000),
 ):
     need(request, "view_bead")
     queryset = Bead.objects.all()

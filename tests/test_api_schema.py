@@ -4,11 +4,11 @@ body is the one the document declares, and a refused write changes nothing."""
 
 import pytest
 import schemathesis
-from schemathesis.checks import positive_data_acceptance
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import positive_data_acceptance
 
 from convoys.api import create_token
 from convoys.models import Bead, Event
