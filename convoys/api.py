@@ -10,6 +10,7 @@ import hashlib
 import secrets
 from datetime import datetime
 
+from django.db import DataError
 from django.db.models import Q
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import HttpError
@@ -52,6 +53,13 @@ api = NinjaAPI(
 @api.exception_handler(NotFound)
 def not_found(request, exc):
     return api.create_response(request, {"detail": str(exc)}, status=404)
+
+
+@api.exception_handler(DataError)
+def refused_by_database(request, exc):
+    # A value the database cannot store (a NUL byte on PostgreSQL, say): the statement failed
+    # inside its transaction, so nothing was written.
+    return api.create_response(request, {"detail": f"invalid input: {exc}".strip()}, status=400)
 
 
 @api.exception_handler(ServiceError)
@@ -155,9 +163,11 @@ class ValidationErrors(Schema):
 
 def responses(ok, *errors):
     """An operation's documented answers: its success, the errors it raises, and what any
-    operation may answer (401 no credentials, 403 no permission, 422 malformed input)."""
+    operation may answer (400 a value the database refuses, 401 no credentials, 403 no
+    permission, 422 malformed input)."""
     return {
         200: ok,
+        400: Detail,
         401: Detail,
         403: Detail,
         422: ValidationErrors,
@@ -274,7 +284,7 @@ def get_bead(request, bead_id: str):
     return _bead_out(bead_service.get_bead(bead_id), detail=True)
 
 
-@api.patch("/beads/{bead_id}", response=responses(BeadOut, 400, 404), tags=["beads"])
+@api.patch("/beads/{bead_id}", response=responses(BeadOut, 404), tags=["beads"])
 def update_bead(request, bead_id: str, payload: BeadUpdateIn):
     need(request, "change_bead")
     fields = {k: v for k, v in payload.dict().items() if v is not None}
@@ -283,7 +293,7 @@ def update_bead(request, bead_id: str, payload: BeadUpdateIn):
     return _bead_out(bead_service.update_bead(bead_id, actor=f"api:{request.user}", **fields))
 
 
-@api.post("/beads/{bead_id}/close", response=responses(BeadOut, 400, 404), tags=["beads"])
+@api.post("/beads/{bead_id}/close", response=responses(BeadOut, 404), tags=["beads"])
 def close_bead(request, bead_id: str, payload: CloseIn):
     need(request, "change_bead")
     return _bead_out(
@@ -291,7 +301,7 @@ def close_bead(request, bead_id: str, payload: CloseIn):
     )
 
 
-@api.post("/heartbeat", response=responses(dict, 400), tags=["workers"])
+@api.post("/heartbeat", response=responses(dict), tags=["workers"])
 def heartbeat(request, payload: HeartbeatIn):
     need(request, "change_bead")
     return {"worker": payload.worker, "at": bead_service.heartbeat(payload.worker).isoformat()}
@@ -303,14 +313,14 @@ def stranded(request):
     return [{k: v for k, v in row.items()} for row in feeding.stranded()]
 
 
-@api.post("/stage", response=responses(dict, 400, 404), tags=["convoys"])
+@api.post("/stage", response=responses(dict, 404), tags=["convoys"])
 def stage(request, payload: StageIn):
     need(request, "add_convoy")
     plan = staging.stage(payload.ids, payload.title, actor=f"api:{request.user}")
     return plan.as_json()
 
 
-@api.post("/launch", response=responses(dict, 400, 404), tags=["convoys"])
+@api.post("/launch", response=responses(dict, 404), tags=["convoys"])
 def launch_convoy(request, payload: LaunchIn):
     need(request, "change_convoy")
     return launch.launch(

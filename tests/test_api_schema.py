@@ -59,3 +59,28 @@ def test_api_conforms_to_its_schema(case, token):
     if response.status_code >= 400:
         after = (Event.objects.count(), list(Bead.objects.values_list("id", "status", "priority")))
         assert after == before, f"{case.method} {case.path} -> {response.status_code} changed data"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("post", "/api/launch", {"ids": ["gt-\u0000a"]}),
+        ("post", "/api/stage", {"ids": ["gt-a"], "title": "nul \u0000 title"}),
+        ("patch", "/api/beads/gt-a", {"title": "nul \u0000 title"}),
+        ("get", "/api/beads/gt-%00a", None),
+    ],
+)
+def test_nul_bytes_are_refused_not_a_server_error(token, client, method, path, body):
+    """PostgreSQL cannot store NUL in text (SQLite can): either way, never a 500."""
+    before = (Event.objects.count(), list(Bead.objects.values_list("id", "title")))
+    response = getattr(client, method)(
+        path,
+        data=body,
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert response.status_code < 500, response.content
+    if response.status_code >= 400:
+        assert "detail" in response.json()
+        assert (Event.objects.count(), list(Bead.objects.values_list("id", "title"))) == before
