@@ -128,11 +128,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
         # thread hop per message per socket, most of daphne's time at 1,000 sockets. Live
         # events touch the database only to replay, and database_sync_to_async (which replay
         # uses) closes old connections itself.
-        handler = self.LIVE_HANDLERS.get(message["type"])
-        if handler is None:
-            await super().dispatch(message)
+        if message["type"] == "convoy.event":
+            await self.convoy_event(message)
+        elif message["type"] == "convoy.tick":
+            await self.convoy_tick(message)
         else:
-            await handler(self, message)
+            await super().dispatch(message)
 
     async def convoy_event(self, message):
         event, group, prev = message["event"], message["group"], message.get("prev")
@@ -169,9 +170,3 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def send_json(self, data):
         await self.send(text_data=json.dumps(data, ensure_ascii=False))
-
-
-LiveConsumer.LIVE_HANDLERS = {
-    "convoy.event": LiveConsumer.convoy_event,
-    "convoy.tick": LiveConsumer.convoy_tick,
-}
