@@ -17,6 +17,15 @@ from . import relay
 from .models import Event
 
 MAX_UNACKED = 1000
+
+
+def read_db(func):
+    """Run a read-only query off the event loop, in the thread pool rather than the one
+    database thread, so a reconnect storm's reads run side by side (each thread has its own
+    connection; on PostgreSQL from the pool)."""
+    return database_sync_to_async(func, thread_sensitive=False)
+
+
 REPLAY_LIMIT = 5000
 
 
@@ -74,17 +83,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close()  # before accept: the handshake is refused with 403
             return
         relay.ensure_running()
+        # Accept before any database work: daphne drops a handshake not accepted within 5 s,
+        # and after a web process restarts, 1,000 reconnecting pages arrive at once. Nothing
+        # is sent until the topics the user may see are known.
+        await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         topics = ",".join(query.get("topics", [""])).split(",")
-        # One trip to the database thread (shared by every socket of this process).
-        self.groups_joined, head = await database_sync_to_async(_groups_and_head)(user, topics)
+        self.groups_joined, head = await read_db(_groups_and_head)(user, topics)
         self.sent = collections.deque(maxlen=20000)
         self.sent_set = set()
         self.last_in_group = {}
         self.unacked = 0
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
-        await self.accept()
         try:
             since = int(query.get("since", ["-1"])[0])
         except ValueError:
@@ -110,10 +121,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         elif kind == "ping":
             for group in self.groups_joined:  # refresh memberships (Redis group expiry)
                 await self.channel_layer.group_add(group, self.channel_name)
-            await self.send_json({"type": "pong", "seq": await database_sync_to_async(_last)()})
+            await self.send_json({"type": "pong", "seq": await read_db(_last)()})
 
     async def replay(self, since):
-        events = await database_sync_to_async(_replay)(since, self.groups_joined)
+        events = await read_db(_replay)(since, self.groups_joined)
         if events is None:
             await self.send_json({"type": "resync"})
             return

@@ -321,6 +321,11 @@ def test_killed_web_process_with_1000_sockets_clients_reconnect(routes):
         await asyncio.to_thread(wait_port, port)
         back = await until(lambda: all(c.connects > before[c] for c in clients), 60)
         took = time.monotonic() - killed
+        late = [c for c in clients if c.connects <= before[c]]
+        if late:
+            print(
+                f"{len(late)} clients not back; failed attempts: {[c.failures for c in late][:20]}"
+            )
         await until(lambda: all(expected <= set(c.seqs) for c in clients), 30)
         return back, took, expected, clients
 
