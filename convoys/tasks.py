@@ -1,16 +1,28 @@
 """django-q2 entry points: each a few lines calling a service."""
 
 import logging
+import os
 
+from django_q.brokers import get_broker
 from django_q.tasks import async_task
 
 log = logging.getLogger("convoys.tasks")
+_brokers = {}
+
+
+def enqueue(func, *args, **options):
+    """`async_task` through this process's broker. Left to itself, django-q2 builds a broker
+    per task, which on Redis means a new connection (a third of a close's cost)."""
+    pid = os.getpid()  # a forked process builds its own
+    if pid not in _brokers:
+        _brokers[pid] = get_broker()
+    return async_task(func, *args, broker=_brokers[pid], **options)
 
 
 def enqueue_close_handling(seq):
     """After a close commits: hand the close event to the cluster."""
     try:
-        async_task("convoys.tasks.handle_close", seq, task_name=f"close-{seq}", group="feeder")
+        enqueue("convoys.tasks.handle_close", seq, task_name=f"close-{seq}", group="feeder")
     except Exception:  # the catch-up feeder picks it up within CONVOY_FEED_INTERVAL
         log.exception("could not enqueue close event %s", seq)
 

@@ -127,9 +127,9 @@ def notify_landing(convoy):
 
 
 def _enqueue_emails(ids):
-    from django_q.tasks import async_task
+    from ..tasks import enqueue
 
-    async_task("convoys.tasks.send_notification_emails", ids, group="email")
+    enqueue("convoys.tasks.send_notification_emails", ids, group="email")
 
 
 def send_emails(notification_ids):

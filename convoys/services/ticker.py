@@ -22,10 +22,10 @@ JOBS = (
 def run(stop, holder, enqueue=None):
     """Enqueue each job on its interval until `stop` (a threading.Event) is set."""
     if enqueue is None:
-        from django_q.tasks import async_task
+        from ..tasks import enqueue as enqueue_task
 
         def enqueue(func, name):
-            async_task(func, task_name=name, group="ticker")
+            enqueue_task(func, task_name=name, group="ticker")
 
     due = dict.fromkeys((name for name, _, _ in JOBS), time.monotonic())
     while not stop.is_set():
