@@ -228,8 +228,8 @@ def get_convoy(request, convoy_id: str):
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
         raise NotFound(f"convoy '{convoy_id}' not found")
-    summary = selectors.convoy_summaries([convoy])[convoy.pk]
-    _, _, graph, waves, gated = convoy_graph(convoy)
+    tracked, beads, graph, waves, gated = convoy_graph(convoy)
+    summary, _ = selectors.convoy_summary(convoy, tracked, beads)
     status = selectors.convoy_status_json(convoy)
     return {
         **_convoy_out(convoy, summary),

@@ -60,6 +60,24 @@ def tracked_beads(convoy):
     return ids, beads, list(edges)
 
 
+def convoy_summary(convoy, tracked, beads, now=None):
+    """One convoy's summary and its ready bead ids from beads already read by
+    `tracked_beads` (one query for the ready rule, one for spin)."""
+    now = now or timezone.now()
+    tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+    ready_ids = set(
+        ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
+    )
+    summary = summarise(
+        [convoy],
+        [(convoy.pk, bead_id) for bead_id in tracked],
+        {b.pk: (b.status, b.updated_at) for b in beads.values()},
+        ready_ids,
+        spinning([convoy.pk], now),
+    )[convoy.pk]
+    return summary, ready_ids
+
+
 def convoy_summaries(convoys, now=None):
     """{convoy id: counts per segment, total, last activity, stranded and spin flags}.
 

@@ -237,23 +237,16 @@ def convoy_detail(request, convoy_id):
         raise Http404(f"convoy '{convoy_id}' not found")
     tracked, beads, graph, waves, gated = convoy_graph(convoy)
     tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    ready_ids = set(ready_beads(Bead.objects.filter(pk__in=tracked_q)).values_list("pk", flat=True))
+    now = timezone.now()
+    summary, ready_ids = selectors.convoy_summary(convoy, tracked, beads, now)
     href = bead_url_maker()
     workers = dict(
         Worker.objects.filter(
             name__in={b.assignee for b in beads.values() if b.assignee}
         ).values_list("name", "last_seen")
     )
-    now = timezone.now()
     wave_number = dagmod.wave_of(waves)
     gated_ids = {g.id for g in gated}
-    summary = selectors.summarise(
-        [convoy],
-        [(convoy.pk, bead_id) for bead_id in tracked],
-        {b.pk: (b.status, b.updated_at) for b in beads.values()},
-        ready_ids,
-        selectors.spinning([convoy.pk], now),
-    )[convoy.pk]
 
     def state(bead_id):
         bead = beads.get(bead_id)
