@@ -1,13 +1,16 @@
 """Fast multi-row INSERT for bulk loads (import, event batches).
 
 Django's bulk_create prepares every value through the field machinery, which dominates an
-import of 100,000 beads; here each row is completed from the defaults and read in column
-order in C (dict merge, itemgetter), only datetime and JSON columns are converted in Python,
-and the rows go to the driver with executemany. Only plain columns (no auto fields set).
+import of 100,000 beads. A `Table` turns a dict of attribute values into a row of stored
+values instead: the dict is completed from the defaults and read in column order in C (dict
+merge, itemgetter); only datetime and JSON columns are converted in Python. Rows are plain
+tuples of str/int/None on SQLite, cheap to build ahead (in another process) and to compare
+with what is stored. Only plain columns (no auto fields set).
 """
 
 import json
-from datetime import UTC
+from datetime import UTC, datetime
+from functools import cache
 from operator import itemgetter
 
 import orjson
@@ -23,6 +26,10 @@ def _sqlite_datetime(value):
     return value.isoformat(sep=" ")
 
 
+def _sqlite_datetime_value(text):
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
 def _json(value):
     try:
         return orjson.dumps(value).decode()
@@ -30,59 +37,100 @@ def _json(value):
         return json.dumps(value, ensure_ascii=False)
 
 
-def _adapter(field):
+def _identity(value):
+    return value
+
+
+def _converters(field):
+    """(to stored, from stored) for a column that needs converting, else None."""
     if isinstance(field, models.DateTimeField):
         if connection.vendor == "sqlite":
-            return _sqlite_datetime
-        return connection.ops.adapt_datetimefield_value
+            return _sqlite_datetime, _sqlite_datetime_value
+        return connection.ops.adapt_datetimefield_value, _identity
     if isinstance(field, models.JSONField):
-        return _json
+        return _json, json.loads
     return None
 
 
-def insert(model, rows, batch=20000):
+class Table:
+    """One model's table as rows of stored values, in column order."""
+
+    def __init__(self, model):
+        self.fields = [
+            f
+            for f in model._meta.concrete_fields
+            if not (f.primary_key and isinstance(f, models.AutoField))
+        ]
+        quote = connection.ops.quote_name
+        self.table = quote(model._meta.db_table)
+        self.columns = ", ".join(quote(f.column) for f in self.fields)
+        marks = ", ".join(["%s"] * len(self.fields))
+        self.insert_sql = f"INSERT INTO {self.table} ({self.columns}) VALUES ({marks})"
+        self.names = [f.attname for f in self.fields]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.defaults = {
+            f.attname: f.get_default() if f.has_default() else None for f in self.fields
+        }
+        self._read = itemgetter(*self.names)
+        converters = [_converters(f) for f in self.fields]
+        self._to_stored = [(i, c[0]) for i, c in enumerate(converters) if c is not None]
+        self._from_stored = [(i, c[1]) for i, c in enumerate(converters) if c is not None]
+
+    def row(self, values):
+        """A dict keyed by attname (missing keys take the field default) -> a stored row."""
+        row = list(self._read(self.defaults | values))
+        for index, convert in self._to_stored:
+            value = row[index]
+            if value is not None:
+                row[index] = convert(value)
+        return tuple(row)
+
+    def values(self, row):
+        """The inverse of `row`: a stored row -> a dict of Python values keyed by attname."""
+        row = list(row)
+        for index, convert in self._from_stored:
+            if row[index] is not None:
+                row[index] = convert(row[index])
+        return dict(zip(self.names, row, strict=True))
+
+    def insert(self, rows, batch=20000):
+        """Insert stored rows (from `row`) with executemany."""
+        with connection.cursor() as cursor:
+            for start in range(0, len(rows), batch):
+                cursor.executemany(self.insert_sql, rows[start : start + batch])
+        return len(rows)
+
+
+@cache
+def table(model):
+    return Table(model)
+
+
+def insert(model, rows):
     """Insert dicts keyed by attname (e.g. `issue_id`); missing keys take the field default."""
     if not rows:
         return 0
-    fields = [
-        f
-        for f in model._meta.concrete_fields
-        if not (f.primary_key and isinstance(f, models.AutoField))
-    ]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    marks = ", ".join(["%s"] * len(fields))
-    sql = f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) VALUES ({marks})"
-    defaults = {f.attname: f.get_default() if f.has_default() else None for f in fields}
-    read = itemgetter(*defaults)
-    convert = [
-        (index, adapt)
-        for index, adapt in enumerate(_adapter(f) for f in fields)
-        if adapt is not None
-    ]
-    params = []
-    for row in rows:
-        values = list(read(defaults | row))
-        for index, adapt in convert:
-            value = values[index]
-            if value is not None:
-                values[index] = adapt(value)
-        params.append(values)
-    with connection.cursor() as cursor:
-        for start in range(0, len(params), batch):
-            cursor.executemany(sql, params[start : start + batch])
-    return len(rows)
+    this = table(model)
+    return this.insert([this.row(values) for values in rows])
 
 
-def existing_keys(model, keys, chunk=900):
-    """The subset of primary keys `keys` present in `model`'s table (raw SQL: the ORM's
-    `__in` costs microseconds per value, which adds up at 1,000 keys per batch)."""
-    table = connection.ops.quote_name(model._meta.db_table)
-    column = connection.ops.quote_name(model._meta.pk.column)
+def select_in(model, column, keys, *, also=None, chunk=900):
+    """Rows of (`column`[, `also`]) from `model`'s table where `column` is one of `keys`
+    (raw SQL: the ORM's `__in` costs microseconds per value, which adds up at 1,000 keys
+    per batch)."""
+    quote = connection.ops.quote_name
+    wanted = quote(column) + (f", {quote(also)}" if also else "")
+    sql = f"SELECT {wanted} FROM {quote(model._meta.db_table)} WHERE {quote(column)} IN "
+    keys = list(keys)
     found = []
     with connection.cursor() as cursor:
         for start in range(0, len(keys), chunk):
             part = keys[start : start + chunk]
-            marks = ", ".join(["%s"] * len(part))
-            cursor.execute(f"SELECT {column} FROM {table} WHERE {column} IN ({marks})", part)
-            found.extend(row[0] for row in cursor.fetchall())
+            cursor.execute(sql + f"({', '.join(['%s'] * len(part))})", part)
+            found.extend(cursor.fetchall())
     return found
+
+
+def existing_keys(model, keys):
+    """The subset of primary keys `keys` present in `model`'s table."""
+    return [row[0] for row in select_in(model, model._meta.pk.column, keys)]

@@ -33,12 +33,12 @@ def reserve(count):
 
 
 def tracking_convoys(bead_ids):
-    """{bead_id: [convoy ids]} for the given beads (one query)."""
+    """{bead_id: [convoy ids, sorted]} for the given beads."""
     result = {}
-    for bead_id, convoy_id in TrackedBead.objects.filter(bead_id__in=bead_ids).values_list(
-        "bead_id", "convoy_id"
-    ):
+    for bead_id, convoy_id in bulk.select_in(TrackedBead, "bead_id", bead_ids, also="convoy_id"):
         result.setdefault(bead_id, []).append(convoy_id)
+    for convoys in result.values():
+        convoys.sort()
     return result
 
 

@@ -5,6 +5,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from convoys import readahead
 from convoys.models import Bead, Convoy, Dependency, Event, Route, TrackedBead
 from convoys.services import jsonl
 
@@ -17,6 +18,23 @@ REAL_FILES = {
     "steveyegge+gastown+issues.jsonl": (2668, 0, 1, 0),
     "Cygnus-Wealth+gas-town-hq+issues.jsonl": (1162, 102, 0, 0),
 }
+
+
+@pytest.fixture(params=["in-process", "read-ahead"])
+def both_paths(request, monkeypatch):
+    """Run the test with records parsed in this process, and in a forked read-ahead child."""
+    threshold = 0 if request.param == "read-ahead" else 10**12
+    monkeypatch.setattr(jsonl, "READ_AHEAD_MIN_BYTES", threshold)
+    children = []
+    in_child = readahead.in_child
+
+    def counted(*args):
+        children.append(args)
+        return in_child(*args)
+
+    monkeypatch.setattr(readahead, "in_child", counted)
+    yield request.param
+    assert bool(children) == (request.param == "read-ahead")
 
 
 def counts():
@@ -36,7 +54,7 @@ def run(*args):
     return out.getvalue(), err.getvalue()
 
 
-def test_small_fixture_imports_with_routes(db):
+def test_small_fixture_imports_with_routes(db, both_paths):
     out, _ = run(
         "beads",
         "import",
@@ -65,7 +83,7 @@ def test_small_fixture_imports_with_routes(db):
     assert Event.objects.filter(kind="bead.created").count() == 5
 
 
-def test_reimport_updates_in_place(db):
+def test_reimport_updates_in_place(db, both_paths):
     path = str(FIXTURES / "small.jsonl")
     run("beads", "import", path)
     before = counts()
@@ -89,7 +107,7 @@ def test_reimport_with_a_close_writes_a_close_event(db, tmp_path):
     assert Event.objects.filter(kind="bead.closed", bead_id="gt-a2").count() == 1
 
 
-def test_export_round_trip(db, tmp_path):
+def test_export_round_trip(db, tmp_path, both_paths):
     run("beads", "import", str(FIXTURES / "small.jsonl"))
     first = tmp_path / "first.jsonl"
     run("beads", "export", "-o", str(first))
@@ -133,7 +151,7 @@ BAD_LINES = [
 
 
 @pytest.mark.parametrize("name,line,message", BAD_LINES, ids=[b[0] for b in BAD_LINES])
-def test_bad_line_rejects_the_whole_file(db, tmp_path, name, line, message):
+def test_bad_line_rejects_the_whole_file(db, tmp_path, both_paths, name, line, message):
     run("beads", "import", str(FIXTURES / "small.jsonl"))
     before = counts()
     good = (FIXTURES / "small.jsonl").read_bytes()
@@ -146,7 +164,7 @@ def test_bad_line_rejects_the_whole_file(db, tmp_path, name, line, message):
     assert counts() == before
 
 
-def test_truncated_last_line_is_rejected(db, tmp_path):
+def test_truncated_last_line_is_rejected(db, tmp_path, both_paths):
     target = tmp_path / "truncated.jsonl"
     good = (FIXTURES / "small.jsonl").read_bytes()
     target.write_bytes(good + b'{"id": "gt-z9", "title": "cut o')
@@ -155,7 +173,7 @@ def test_truncated_last_line_is_rejected(db, tmp_path):
     assert Bead.objects.count() == 0
 
 
-def test_oversized_line_is_rejected(db, tmp_path, settings):
+def test_oversized_line_is_rejected(db, tmp_path, settings, both_paths):
     settings.CONVOY_IMPORT_MAX_LINE = 1000
     target = tmp_path / "big.jsonl"
     target.write_bytes(b'{"id": "gt-big", "title": "' + b"x" * 5000 + b'"}\n')

@@ -7,6 +7,7 @@ Tombstones, wisps (ephemeral) and memory lines are skipped, as `bd import` does.
 """
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
@@ -16,13 +17,14 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from .. import bulk, convoy_fields
+from .. import bulk, convoy_fields, readahead
 from ..events import record_many
 from ..models import Bead, Convoy, Dependency, TrackedBead, unwrap_external
 from .errors import ServiceError
 from .rigs import rig_for, route_map, upsert_route
 
 BATCH = 1000
+READ_AHEAD_MIN_BYTES = 1_000_000  # below this, a second process is not worth starting
 BEAD_COLUMNS = (
     "title",
     "description",
@@ -332,8 +334,8 @@ def _extra(record, known):
     return {k: v for k, v in record.items() if k in unknown} if unknown else {}
 
 
-def _dep_rows(record):
-    """Insert rows for a bead's dependencies (a repeated target keeps its first line)."""
+def _dep_rows(record, table):
+    """Stored rows for a bead's dependencies (a repeated target keeps its first line)."""
     rows, seen = [], set()
     issue_id = record["id"]
     for dep in record.get("dependencies") or ():
@@ -352,16 +354,18 @@ def _dep_rows(record):
             extra["_no_metadata"] = True
         created = get("created_at")
         rows.append(
-            {
-                "issue_id": issue_id,
-                "depends_on_id": target,
-                "raw_target": raw if raw != target else "",
-                "type": get("type") or "blocks",
-                "created_at": parse_timestamp(created) if created else None,
-                "created_by": get("created_by") or "",
-                "metadata": metadata,
-                "extra": extra,
-            }
+            table.row(
+                {
+                    "issue_id": issue_id,
+                    "depends_on_id": target,
+                    "raw_target": raw if raw != target else "",
+                    "type": get("type") or "blocks",
+                    "created_at": parse_timestamp(created) if created else None,
+                    "created_by": get("created_by") or "",
+                    "metadata": metadata,
+                    "extra": extra,
+                }
+            )
         )
     return rows
 
@@ -374,39 +378,39 @@ class _Importer:
         self.now = timezone.now()
 
     def add(self, batch):
-        beads = [(r, prepared) for _, r, prepared in batch if prepared is not None]
-        convoys = [(n, r) for n, r, prepared in batch if prepared is None]
+        beads = [prepared for _, _, prepared in batch if prepared is not None]
+        convoys = [(n, r) for n, r, _ in batch if r is not None]
         if beads:
             self._beads(beads)
         if convoys:
             self._convoys(convoys)
 
     def _beads(self, batch):
-        ids = [r["id"] for r, _ in batch]
+        """Insert new beads' stored rows as they are; diff existing beads field by field."""
+        table = bulk.table(Bead)
+        at = table.index
+        ids = [row[at["id"]] for row, _ in batch]
         existing = Bead.objects.in_bulk(bulk.existing_keys(Bead, ids))
         creates, updates, events, changed_fields = [], [], [], set()
-        for record, (values, extra, rig, _) in batch:
-            bead = existing.get(record["id"])
+        for row, _ in batch:
+            bead = existing.get(row[at["id"]])
             if bead is None:
-                creates.append({"id": record["id"], "rig_id": rig, "extra": extra, **values})
+                creates.append(row)
                 events.append(
                     dict(
                         kind="bead.created",
-                        bead_id=record["id"],
+                        bead_id=row[at["id"]],
                         actor=self.actor,
                         data={
-                            "status": values["status"],
-                            "title": values["title"],
+                            "status": row[at["status"]],
+                            "title": row[at["title"]],
                             "source": "import",
                         },
                     )
                 )
                 continue
+            values = table.values(row)
             diff = {k: v for k, v in values.items() if getattr(bead, k) != v}
-            if bead.extra != extra:
-                diff["extra"] = extra
-            if bead.rig_id != rig:
-                diff["rig_id"] = rig
             if not diff:
                 self.report.beads_unchanged += 1
                 continue
@@ -439,7 +443,7 @@ class _Importer:
                     },
                 )
             )
-        bulk.insert(Bead, creates)
+        table.insert(creates)
         if updates:
             Bead.objects.bulk_update(updates, sorted(changed_fields), batch_size=500)
         self.report.beads_created += len(creates)
@@ -447,8 +451,8 @@ class _Importer:
         replaced = [b for b in ids if b in existing]
         if replaced:
             Dependency.objects.filter(issue_id__in=replaced).delete()
-        deps = [row for _, prepared in batch for row in prepared[3]]
-        bulk.insert(Dependency, deps)
+        deps = [dep for _, dep_rows in batch for dep in dep_rows]
+        bulk.table(Dependency).insert(deps)
         self.report.dependencies += len(deps)
         self.report.events += record_many(events, instances=False)
 
@@ -612,53 +616,71 @@ def import_file(path, routes_path=None, actor="import"):
                 with open(routes_path, "rb") as routes:
                     report.routes = import_routes(routes, str(routes_path))
             with open(path, "rb") as stream:
-                import_stream(stream, str(path), report, actor)
+                read_ahead = os.fstat(stream.fileno()).st_size >= READ_AHEAD_MIN_BYTES
+                import_stream(stream, str(path), report, actor, read_ahead=read_ahead)
     except OSError as exc:
         raise ImportFailed(f"{exc.filename}: {exc.strerror}")
     return report
 
 
-def import_stream(stream, name, report, actor="import"):
+def import_stream(stream, name, report, actor="import", read_ahead=False):
+    """Import from an open binary stream; with `read_ahead`, records are parsed and converted
+    in a child process while this one writes (see convoys/readahead.py)."""
     importer = _Importer(report, actor)
-    for batch in _batches(stream, name, report, importer.routes, importer.now):
+    args = (stream, name, importer.routes, importer.now)
+    if read_ahead and readahead.available():
+        for model in (Bead, Dependency):
+            bulk.table(model)  # built once, before the fork, not once in each process
+        batches = readahead.in_child(_batches, *args)
+    else:
+        batches = _batches(*args)
+    for batch, tally in batches:
         importer.add(batch)
+        for name_, count in tally.items():
+            setattr(report, name_, count)
     return report
 
 
-def _batches(stream, name, report, routes, now):
-    """Validated records in batches of (line number, record, prepared bead values or None)."""
+def _batches(stream, name, routes, now):
+    """Validated records in batches of (line number, convoy record or None, prepared bead rows
+    or None), each with the tally of lines read and skipped so far (the last batch may be
+    empty, to carry the final tally)."""
     seen_ids = {}
     batch = []
+    tally = dict(lines=0, skipped_memories=0, skipped_tombstones=0, skipped_wisps=0)
     for number, record in read_records(stream, name):
-        report.lines = number
+        tally["lines"] = number
         if record.get("_type") == "memory":
-            report.skipped_memories += 1
+            tally["skipped_memories"] += 1
             continue
         if record.get("status") == "tombstone":
-            report.skipped_tombstones += 1
+            tally["skipped_tombstones"] += 1
             continue
         if record.get("ephemeral") is True or record.get("wisp") is True:
-            report.skipped_wisps += 1
+            tally["skipped_wisps"] += 1
             continue
         first = seen_ids.setdefault(record["id"], number)
         if first != number:
             raise ImportFailed(
                 f"{name}:{number}: duplicate id '{record['id']}' (first on line {first})"
             )
-        prepared = None if is_convoy_record(record) else _prepare(record, routes, now)
-        batch.append((number, record, prepared))
+        if is_convoy_record(record):
+            batch.append((number, record, None))
+        else:
+            batch.append((number, None, _prepare(record, routes, now)))
         if len(batch) >= BATCH:
-            yield batch
+            yield batch, dict(tally)
             batch = []
-    if batch:
-        yield batch
+    yield batch, tally
 
 
 def _prepare(record, routes, now):
-    """A bead record's column values, unknown keys, rig and dependency rows."""
+    """A bead record's stored row and its dependencies' stored rows."""
     values = _bead_values(record, now)
-    extra = _extra(record, BEAD_KEYS)
-    return values, extra, rig_for(record["id"], routes), _dep_rows(record)
+    values["id"] = record["id"]
+    values["extra"] = _extra(record, BEAD_KEYS)
+    values["rig_id"] = rig_for(record["id"], routes)
+    return bulk.table(Bead).row(values), _dep_rows(record, bulk.table(Dependency))
 
 
 # --- export -----------------------------------------------------------------------------------
