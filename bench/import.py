@@ -1,9 +1,13 @@
 """Import speed and memory: a generated bd JSONL of N beads with 3 dependencies each.
 
-Each run imports into a fresh SQLite database in a child process, so peak RSS is that run's
-alone: the writing process's, and its read-ahead parser's (large files are parsed in a forked
-child; the two share their start-up pages, so the sum overstates what they hold together). Prints beads/s and peak memory (median of --runs), at two file sizes side by side:
-memory that does not grow with the file shows as a ratio near 1.
+Timestamps look like real bd exports': local offsets and 6 to 9 fractional digits. Each run
+imports into a fresh SQLite database in a child process, so peak RSS is that run's alone: the
+writing process's and its read-ahead parser's (files of 1 MB and more are parsed in a forked
+child; the two share their start-up pages, so their sum overstates what they hold together).
+
+Prints beads/s and peak memory (median of --runs) at two file sizes side by side (memory that
+does not grow with the file shows as a ratio near 1), and for the large file the same import
+with the read-ahead turned off, runs alternating, as the control.
 
     .venv/bin/python bench/import.py [--beads 100000] [--small 20000] [--runs 3]
 """
@@ -15,6 +19,7 @@ import random
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,6 +32,8 @@ sys.path.insert(0, {bench!r})
 from _common import setup
 setup()
 from convoys.services import jsonl
+if {in_process!r}:
+    jsonl.READ_AHEAD_MIN_BYTES = float("inf")
 started = time.perf_counter()
 report = jsonl.import_file({path!r})
 elapsed = time.perf_counter() - started
@@ -36,10 +43,22 @@ print(report.beads, report.dependencies, elapsed, writer, reader)
 """
 
 
+START = datetime(2026, 1, 5, 9, 0, tzinfo=timezone(timedelta(hours=-8)))
+
+
+def stamp(rng, at):
+    """An RFC 3339 timestamp as bd writes them: local offset, 6 to 9 fractional digits."""
+    digits = rng.choice((6, 6, 6, 7, 8, 9))
+    fraction = f"{rng.randrange(10**digits):0{digits}d}"
+    text = at.isoformat(timespec="seconds")  # 2026-01-05T09:00:00-08:00
+    return f"{text[:19]}.{fraction}{text[19:]}"
+
+
 def generate(path, count, seed=1):
     rng = random.Random(seed)
     with open(path, "w") as out:
         for i in range(count):
+            created = START + timedelta(seconds=37 * i)
             deps = []
             for target in rng.sample(range(max(i, 1)), k=min(3, i)) if i else []:
                 deps.append(
@@ -47,7 +66,8 @@ def generate(path, count, seed=1):
                         "issue_id": f"gt-{i:06d}",
                         "depends_on_id": f"gt-{target:06d}",
                         "type": rng.choice(("blocks", "parent-child", "related")),
-                        "created_at": "2026-01-01T00:00:00Z",
+                        "created_at": stamp(rng, created),
+                        "created_by": "mayor",
                     }
                 )
             record = {
@@ -56,23 +76,33 @@ def generate(path, count, seed=1):
                 "status": rng.choice(("open", "closed", "hooked")),
                 "priority": rng.randint(0, 4),
                 "issue_type": "task",
-                "created_at": "2026-01-01T00:00:00.123456789Z",
-                "updated_at": "2026-01-02T00:00:00Z",
+                "created_at": stamp(rng, created),
+                "updated_at": stamp(rng, created + timedelta(hours=3)),
                 "dependencies": deps,
             }
             if record["status"] == "closed":
-                record["closed_at"] = "2026-01-02T00:00:00Z"
+                record["closed_at"] = stamp(rng, created + timedelta(hours=3))
             out.write(json.dumps(record) + "\n")
 
 
-def run_once(path):
-    code = CHILD.format(root=str(ROOT), bench=str(Path(__file__).parent), path=str(path))
+def run_once(path, in_process=False):
+    code = CHILD.format(
+        root=str(ROOT), bench=str(Path(__file__).parent), path=str(path), in_process=in_process
+    )
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     beads, deps, elapsed, writer, reader = done.stdout.split()[-5:]
     return int(beads), int(deps), float(elapsed), float(writer), float(reader)
+
+
+def summary(runs):
+    return (
+        median([r[0] / r[2] for r in runs]),
+        median([r[3] for r in runs]),
+        median([r[4] for r in runs]),
+    )
 
 
 def main():
@@ -86,20 +116,25 @@ def main():
     for count in (args.small, args.beads):
         path = folder / f"beads-{count}.jsonl"
         generate(path, count)
-        runs = [run_once(path) for _ in range(args.runs)]
-        rates = [r[0] / r[2] for r in runs]
-        results[count] = (
-            median(rates),
-            median([r[3] for r in runs]),
-            median([r[4] for r in runs]),
-            path.stat().st_size / 1e6,
-        )
+        runs, control = [], []
+        for _ in range(args.runs):
+            runs.append(run_once(path))
+            if count == args.beads:
+                control.append(run_once(path, in_process=True))
+        results[count] = summary(runs) + (path.stat().st_size / 1e6,)
         rate, writer, reader, size = results[count]
         print(
             f"{count:>7} beads, {runs[0][1]:>7} deps, {size:.1f} MB file: "
             f"median {rate:,.0f} beads/s, peak RSS writer {writer:.0f} MB + reader {reader:.0f} MB"
             f" (runs: {', '.join(f'{r[2]:.2f}s' for r in runs)})"
         )
+        if control:
+            plain, plain_rss, _ = summary(control)
+            print(
+                f"{count:>7} beads without read-ahead (control): median {plain:,.0f} beads/s, "
+                f"peak RSS {plain_rss:.0f} MB (runs: {', '.join(f'{r[2]:.2f}s' for r in control)});"
+                f" read-ahead is {rate / plain:.2f}x"
+            )
     small, big = results[args.small], results[args.beads]
     print(
         f"file size ratio {big[3] / small[3]:.1f}x, peak memory ratio writer {big[1] / small[1]:.2f}x"

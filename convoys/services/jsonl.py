@@ -125,6 +125,11 @@ def parse_timestamp(value):
     parsed = datetime.fromisoformat(value)  # RFC 3339, "Z", up to 9 fractional digits
     if parsed.tzinfo is None:
         raise ValueError("timestamp has no time zone")
+    if not 1 < parsed.year < 9999:
+        try:
+            parsed.astimezone(UTC)  # it is stored in UTC, which must exist
+        except OverflowError:
+            raise ValueError("timestamp out of range in UTC")
     return parsed
 
 
@@ -151,7 +156,6 @@ def _kind(value):
     }.get(type(value), type(value).__name__)
 
 
-COLUMN_TIMESTAMPS = ("created_at", "updated_at", "closed_at")
 KNOWN_DEP_KEYS = frozenset(
     ("issue_id", "depends_on_id", "type", "created_at", "created_by", "metadata")
 )
@@ -160,7 +164,7 @@ KNOWN_DEP_KEYS = frozenset(
 def _check(record):
     """Validate one record's shape; raise ValueError naming the field.
 
-    The record's own created/updated/closed timestamps are replaced by the parsed datetimes. The loop runs
+    Timestamps stay text (checked here, converted once where they are stored). The loop runs
     over the record's own keys: this is the importer's hottest function."""
     bead_id = record.get("id")
     if bead_id is None:
@@ -194,11 +198,9 @@ def _timestamp(record, name, value):
     if not isinstance(value, str):
         raise ValueError(f"field '{name}': expected RFC 3339 timestamp, got {_kind(value)}")
     try:
-        parsed = parse_timestamp(value)
+        parse_timestamp(value)
     except ValueError:
         raise ValueError(f"field '{name}': invalid timestamp {value[:40]!r}")
-    if name in COLUMN_TIMESTAMPS:
-        record[name] = parsed
 
 
 def _labels(record, name, value):
@@ -305,7 +307,7 @@ def is_convoy_record(record):
 
 
 def _bead_values(record, now):
-    # read_records has parsed the column timestamps already.
+    """Column values. Timestamps may be (checked) RFC 3339 text, which bulk.Table converts."""
     created = record.get("created_at") or now
     updated = record.get("updated_at") or created
     status = record.get("status") or "open"
@@ -360,7 +362,7 @@ def _dep_rows(record, table):
                     "depends_on_id": target,
                     "raw_target": raw if raw != target else "",
                     "type": get("type") or "blocks",
-                    "created_at": parse_timestamp(created) if created else None,
+                    "created_at": created or None,
                     "created_by": get("created_by") or "",
                     "metadata": metadata,
                     "extra": extra,
@@ -461,6 +463,9 @@ class _Importer:
         events = []
         for _, record in batch:
             values = _bead_values(record, self.now)
+            for name in ("created_at", "updated_at", "closed_at"):
+                if isinstance(values[name], str):
+                    values[name] = parse_timestamp(values[name])
             fields, text = convoy_fields.split_description(values["description"])
             notified = fields.get("completion_notified_at")
             extra = _extra(

@@ -1,0 +1,70 @@
+"""Stored rows: the fast text path for timestamps must store exactly what Django would."""
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from convoys import bulk
+from convoys.models import Bead, Event
+from convoys.services import jsonl
+
+offsets = st.integers(min_value=-14 * 60, max_value=14 * 60).map(
+    lambda minutes: timezone(timedelta(minutes=minutes))
+)
+moments = st.datetimes(
+    min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=offsets
+)
+
+
+def rfc3339(moment, digits, zulu):
+    text = moment.isoformat(timespec="microseconds")
+    stamp, offset = text[:26], text[26:]
+    fraction = stamp[20:] + "789"[: max(0, digits - 6)]
+    body = stamp[:19] + (f".{fraction[:digits]}" if digits else "")
+    if zulu and moment.utcoffset() == timedelta(0):
+        return body + "Z"
+    return body + offset
+
+
+@settings(max_examples=500, deadline=None)
+@given(moment=moments, digits=st.integers(0, 9), zulu=st.booleans())
+def test_text_timestamps_store_as_their_datetimes_do(moment, digits, zulu):
+    text = rfc3339(moment, digits, zulu)
+    assert bulk._sqlite_datetime(text) == bulk._sqlite_datetime(datetime.fromisoformat(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2026-01-05T09:00:00+0800", "2026-01-05T09:00:00.5+05:45", "2026-01-05T23:59:59.999999-12:00"],
+)
+def test_other_offset_shapes_take_the_general_path(text):
+    expected = datetime.fromisoformat(text).astimezone(UTC).replace(tzinfo=None)
+    assert bulk._sqlite_datetime(text) == str(expected)
+
+
+def test_a_timestamp_with_no_utc_equivalent_is_a_bad_value():
+    with pytest.raises(ValueError, match="out of range"):
+        jsonl.parse_timestamp("0001-01-01T00:00:00+08:00")
+
+
+def test_rows_round_trip_through_stored_values(db):
+    table = bulk.table(Bead)
+    values = {
+        "id": "gt-r1",
+        "title": "t",
+        "labels": ["a", "b"],
+        "extra": {"n": 1},
+        "created_at": "2026-01-05T09:00:00.123456789-08:00",
+        "updated_at": datetime(2026, 1, 6, tzinfo=UTC),
+    }
+    back = table.values(table.row(values))
+    assert back["created_at"] == datetime(2026, 1, 5, 17, 0, 0, 123456, tzinfo=UTC)
+    assert back["updated_at"] == values["updated_at"]
+    assert back["labels"] == ["a", "b"] and back["extra"] == {"n": 1}
+    table.insert([table.row(values)])
+    stored = Bead.objects.get(pk="gt-r1")
+    assert stored.created_at == back["created_at"] and stored.labels == ["a", "b"]
+    assert bulk.existing_keys(Bead, ["gt-r1", "gt-none"]) == ["gt-r1"]
+    assert bulk.table(Event) is bulk.table(Event)
