@@ -147,6 +147,11 @@ BAD_LINES = [
         "dependencies[0].depends_on_id",
     ),
     ("duplicate id", b'{"id": "gt-epic1", "title": "again"}\n', "duplicate id 'gt-epic1'"),
+    (
+        "no UTC equivalent",
+        b'{"id": "gt-x1", "title": "t", "created_at": "0001-01-01T00:00:00+08:00"}\n',
+        "field 'created_at': invalid timestamp",
+    ),
 ]
 
 
