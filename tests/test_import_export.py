@@ -243,3 +243,35 @@ def test_cygnus_convoys_show_unknown_and_never_land(db):
     assert set(Convoy.objects.filter(status="open").values_list("pk", flat=True)) == open_before
     out, _ = run("convoy", "status", sorted(open_before)[0])
     assert "?" in out and "(not in database)" in out
+
+
+def test_a_failed_write_stops_the_read_ahead_and_changes_nothing(db, tmp_path, monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setattr(jsonl, "READ_AHEAD_MIN_BYTES", 0)
+    path = tmp_path / "many.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": f"gt-m{i}", "title": f"bead {i}"}) + "\n" for i in range(5000))
+    )
+    write = jsonl._Importer._beads
+    calls = []
+
+    def failing(self, batch):
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise RuntimeError("disk full")
+        return write(self, batch)
+
+    monkeypatch.setattr(jsonl._Importer, "_beads", failing)
+    before = counts()
+    try:
+        jsonl.import_file(path)
+    except RuntimeError as exc:
+        # the traceback keeps the import's frames alive, as in any caller's handler: the
+        # child must be gone already, not waiting for the generator to be collected
+        assert str(exc) == "disk full"
+        assert multiprocessing.active_children() == []
+    else:
+        pytest.fail("the import did not fail")
+    assert calls == [1000, 1000]
+    assert counts() == before

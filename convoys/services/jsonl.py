@@ -639,10 +639,13 @@ def import_stream(stream, name, report, actor="import", read_ahead=False):
         batches = readahead.in_child(_batches, *args)
     else:
         batches = _batches(*args)
-    for batch, tally in batches:
-        importer.add(batch)
-        for name_, count in tally.items():
-            setattr(report, name_, count)
+    try:
+        for batch, tally in batches:
+            importer.add(batch)
+            for name_, count in tally.items():
+                setattr(report, name_, count)
+    finally:
+        batches.close()  # a write failed: stop the read-ahead now, not when collected
     return report
 
 
