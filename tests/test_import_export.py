@@ -275,3 +275,48 @@ def test_a_failed_write_stops_the_read_ahead_and_changes_nothing(db, tmp_path, m
         pytest.fail("the import did not fail")
     assert calls == [1000, 1000]
     assert counts() == before
+
+
+def lines_of(count):
+    return [json.dumps({"id": f"gt-d{i}", "title": f"bead {i}"}) for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    "later,expected",
+    [
+        # a repeat 1,500 lines later, in another batch
+        (
+            {1501: '{"id": "gt-d7", "title": "again"}'},
+            ":1502: duplicate id 'gt-d7' (first on line 8)",
+        ),
+        # ... is reported before a bad line after it in the same batch
+        (
+            {1501: '{"id": "gt-d7", "title": "again"}', 1600: "{oops"},
+            ":1502: duplicate id 'gt-d7'",
+        ),
+        # ... and after a bad line before it
+        ({1400: "{oops", 1501: '{"id": "gt-d7", "title": "again"}'}, ":1401: invalid JSON"),
+        # two repeats in one batch: the earlier line is reported
+        (
+            {1501: '{"id": "gt-d9", "title": "x"}', 1502: '{"id": "gt-d3", "title": "y"}'},
+            ":1502: duplicate id 'gt-d9' (first on line 10)",
+        ),
+        # an earlier-batch repeat comes before a repeat within the batch
+        (
+            {1501: '{"id": "gt-d2", "title": "x"}', 1510: '{"id": "gt-d1505", "title": "y"}'},
+            ":1502: duplicate id 'gt-d2' (first on line 3)",
+        ),
+    ],
+)
+def test_duplicate_ids_across_batches_name_their_first_line(
+    db, tmp_path, both_paths, later, expected
+):
+    lines = lines_of(3000)
+    for index, text in later.items():
+        lines[index] = text
+    path = tmp_path / "dups.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(jsonl.ImportFailed) as exc:
+        jsonl.import_file(path)
+    assert expected in str(exc.value)
+    assert Bead.objects.count() == 0

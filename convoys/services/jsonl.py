@@ -8,6 +8,7 @@ Tombstones, wisps (ephemeral) and memory lines are skipped, as `bd import` does.
 
 import json
 import os
+import sqlite3
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
@@ -653,33 +654,81 @@ def _batches(stream, name, routes, now):
     """Validated records in batches of (line number, convoy record or None, prepared bead rows
     or None), each with the tally of lines read and skipped so far (the last batch may be
     empty, to carry the final tally)."""
-    seen_ids = {}
+    seen = _SeenIds(name)
     batch = []
     tally = dict(lines=0, skipped_memories=0, skipped_tombstones=0, skipped_wisps=0)
-    for number, record in read_records(stream, name):
-        tally["lines"] = number
-        if record.get("_type") == "memory":
-            tally["skipped_memories"] += 1
-            continue
-        if record.get("status") == "tombstone":
-            tally["skipped_tombstones"] += 1
-            continue
-        if record.get("ephemeral") is True or record.get("wisp") is True:
-            tally["skipped_wisps"] += 1
-            continue
-        first = seen_ids.setdefault(record["id"], number)
-        if first != number:
-            raise ImportFailed(
-                f"{name}:{number}: duplicate id '{record['id']}' (first on line {first})"
-            )
-        if is_convoy_record(record):
-            batch.append((number, record, None))
-        else:
-            batch.append((number, None, _prepare(record, routes, now)))
-        if len(batch) >= BATCH:
-            yield batch, dict(tally)
-            batch = []
+    try:
+        for number, record in read_records(stream, name):
+            tally["lines"] = number
+            if record.get("_type") == "memory":
+                tally["skipped_memories"] += 1
+                continue
+            if record.get("status") == "tombstone":
+                tally["skipped_tombstones"] += 1
+                continue
+            if record.get("ephemeral") is True or record.get("wisp") is True:
+                tally["skipped_wisps"] += 1
+                continue
+            seen.add(record["id"], number)
+            if is_convoy_record(record):
+                batch.append((number, record, None))
+            else:
+                batch.append((number, None, _prepare(record, routes, now)))
+            if len(batch) >= BATCH:
+                seen.check()
+                yield batch, dict(tally)
+                batch = []
+        seen.check()
+    except ImportFailed:
+        seen.check()  # a duplicate on an earlier line of this batch is the first error
+        raise
+    finally:
+        seen.close()
     yield batch, tally
+
+
+class _SeenIds:
+    """The ids read so far, each with its line, to refuse a duplicate with its first line.
+
+    They are kept in a private temporary SQLite database (sqlite3 with an empty name: a file
+    deleted on close, with a small page cache) and checked a batch at a time, so memory stays
+    flat however long the file; a dict would hold ~130 bytes per id."""
+
+    def __init__(self, name):
+        self.name = name
+        self.pending = {}
+        self.db = sqlite3.connect("")
+        self.db.execute("CREATE TABLE seen (id TEXT PRIMARY KEY, line INTEGER) WITHOUT ROWID")
+
+    def add(self, bead_id, number):
+        first = self.pending.setdefault(bead_id, number)
+        if first != number:
+            raise self._duplicate(bead_id, number, first)
+
+    def check(self):
+        """Refuse the first pending id seen in an earlier batch; keep the rest as seen."""
+        pending, self.pending = self.pending, {}
+        if not pending:
+            return
+        ids = list(pending)
+        earlier = {}
+        for start in range(0, len(ids), 900):
+            part = ids[start : start + 900]
+            marks = ", ".join("?" * len(part))
+            query = f"SELECT id, line FROM seen WHERE id IN ({marks})"
+            earlier.update(self.db.execute(query, part))
+        if earlier:
+            bead_id = min(earlier, key=pending.get)
+            raise self._duplicate(bead_id, pending[bead_id], earlier[bead_id])
+        self.db.executemany("INSERT INTO seen VALUES (?, ?)", pending.items())
+
+    def _duplicate(self, bead_id, number, first):
+        return ImportFailed(
+            f"{self.name}:{number}: duplicate id '{bead_id}' (first on line {first})"
+        )
+
+    def close(self):
+        self.db.close()
 
 
 def _prepare(record, routes, now):
