@@ -136,3 +136,17 @@ def spawn(kind, env, port=None):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases, dropped at the end without a warning on PostgreSQL:
+    importing convoyweb.asgi (the live tests do) turns the web processes' connection pool on
+    in this process too, and a pooled connection kept DROP DATABASE out."""
+    yield
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for conn in connections.all(initialized_only=True):
+            if getattr(conn, "pool", None) is not None:
+                conn.close_pool()
