@@ -91,6 +91,35 @@ def test_reimport_updates_in_place(db, both_paths):
     report = json.loads(out)
     assert report["beads_unchanged"] == 5 and report["beads_created"] == 0
     assert counts() == before  # no duplicates, no new events
+    kept = set(Dependency.objects.values_list("id", flat=True))
+    run("beads", "import", path)
+    assert set(Dependency.objects.values_list("id", flat=True)) == kept  # not rewritten
+
+
+def test_reimport_with_a_changed_dependency_updates_that_bead(db, tmp_path):
+    path = FIXTURES / "small.jsonl"
+    run("beads", "import", str(path))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    a2 = next(r for r in records if r["id"] == "gt-a2")
+    a2["dependencies"].append({"issue_id": "gt-a2", "depends_on_id": "gt-z9", "type": "blocks"})
+    target = tmp_path / "changed.jsonl"
+    target.write_text("".join(json.dumps(r) + "\n" for r in records))
+    before = Event.objects.count()
+    out, _ = run("beads", "import", str(target), "--json")
+    report = json.loads(out)
+    assert (report["beads_updated"], report["beads_unchanged"]) == (1, 4)
+    event = Event.objects.get(seq__gt=before)
+    assert (event.kind, event.bead_id, event.data["changes"]) == (
+        "bead.updated",
+        "gt-a2",
+        ["dependencies"],
+    )
+    targets = Dependency.objects.filter(issue_id="gt-a2").order_by("id")
+    assert list(targets.values_list("depends_on_id", flat=True))[-1] == "gt-z9"
+    # and back: the dependency removed again is an update too
+    run("beads", "import", str(path))
+    assert not Dependency.objects.filter(issue_id="gt-a2", depends_on_id="gt-z9").exists()
+    assert Event.objects.filter(bead_id="gt-a2", kind="bead.updated").count() == 2
 
 
 def test_reimport_with_a_close_writes_a_close_event(db, tmp_path):
@@ -203,6 +232,11 @@ def test_real_exports_import_with_matching_counts(db, name):
     assert (report.skipped_tombstones, report.skipped_wisps) == (tombstones, wisps)
     assert report.beads + report.convoys + tombstones + wisps + report.skipped_memories == lines
     assert Bead.objects.count() == beads and Convoy.objects.count() == convoys
+    # the same file again changes nothing and says so
+    events = Event.objects.count()
+    again = jsonl.import_file(path, routes_path=routes)
+    assert (again.beads_unchanged, again.convoys_unchanged) == (beads, convoys)
+    assert Event.objects.count() == events
 
 
 def test_real_export_round_trips(db, tmp_path):

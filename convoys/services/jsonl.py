@@ -373,6 +373,32 @@ def _dep_rows(record, table):
     return rows
 
 
+DEPENDENCY_FIELDS = (
+    "depends_on_id",
+    "raw_target",
+    "type",
+    "created_at",
+    "created_by",
+    "metadata",
+    "extra",
+)
+
+
+def _dependency_keys(beads):
+    """{bead id: its dependencies as comparable tuples, in the order they were written}."""
+    keys = {}
+    if beads:
+        rows = Dependency.objects.filter(issue_id__in=list(beads)).order_by("id")
+        for issue_id, *values in rows.values_list("issue_id", *DEPENDENCY_FIELDS):
+            keys.setdefault(issue_id, []).append(tuple(values))
+    return keys
+
+
+def _dependency_keys_of(dep_rows):
+    values = bulk.table(Dependency).values
+    return [tuple(map(values(row).get, DEPENDENCY_FIELDS)) for row in dep_rows]
+
+
 class _Importer:
     def __init__(self, report, actor):
         self.report = report
@@ -389,16 +415,20 @@ class _Importer:
             self._convoys(convoys)
 
     def _beads(self, batch):
-        """Insert new beads' stored rows as they are; diff existing beads field by field."""
+        """Insert new beads' stored rows as they are. Existing beads are compared field by
+        field and dependency by dependency; only what changed is written, with its event."""
         table = bulk.table(Bead)
         at = table.index
         ids = [row[at["id"]] for row, _ in batch]
         existing = Bead.objects.in_bulk(bulk.existing_keys(Bead, ids))
+        old_deps = _dependency_keys(existing)
         creates, updates, events, changed_fields = [], [], [], set()
-        for row, _ in batch:
+        deps, replaced = [], []
+        for row, dep_rows in batch:
             bead = existing.get(row[at["id"]])
             if bead is None:
                 creates.append(row)
+                deps.extend(dep_rows)
                 events.append(
                     dict(
                         kind="bead.created",
@@ -414,14 +444,21 @@ class _Importer:
                 continue
             values = table.values(row)
             diff = {k: v for k, v in values.items() if getattr(bead, k) != v}
-            if not diff:
+            changes = sorted(k for k in diff if k != "extra")
+            if _dependency_keys_of(dep_rows) != old_deps.get(bead.id, []):
+                replaced.append(bead.id)
+                deps.extend(dep_rows)
+                changes.append("dependencies")
+            if not diff and not changes:
                 self.report.beads_unchanged += 1
                 continue
+            self.report.beads_updated += 1
             old_status = bead.status
-            for name, value in diff.items():
-                setattr(bead, name, value)
-            changed_fields.update(diff)
-            updates.append(bead)
+            if diff:
+                for name, value in diff.items():
+                    setattr(bead, name, value)
+                changed_fields.update(diff)
+                updates.append(bead)
             kind = "bead.updated"
             if "status" in diff:
                 if bead.status == "closed":
@@ -442,7 +479,7 @@ class _Importer:
                         "title": bead.title,
                         "close_reason": bead.close_reason,
                         "source": "import",
-                        "changes": sorted(k for k in diff if k != "extra"),
+                        "changes": changes,
                     },
                 )
             )
@@ -450,13 +487,10 @@ class _Importer:
         if updates:
             Bead.objects.bulk_update(updates, sorted(changed_fields), batch_size=500)
         self.report.beads_created += len(creates)
-        self.report.beads_updated += len(updates)
-        replaced = [b for b in ids if b in existing]
         if replaced:
             Dependency.objects.filter(issue_id__in=replaced).delete()
-        deps = [dep for _, dep_rows in batch for dep in dep_rows]
         bulk.table(Dependency).insert(deps)
-        self.report.dependencies += len(deps)
+        self.report.dependencies += sum(len(dep_rows) for _, dep_rows in batch)
         self.report.events += record_many(events, instances=False)
 
     def _convoys(self, batch):
