@@ -40,7 +40,10 @@ def in_child(produce, *args):
             try:
                 kind, payload = receiver.recv()
             except EOFError:
-                raise RuntimeError(f"read-ahead process ended unexpectedly ({child.exitcode})")
+                child.join(5)
+                raise ChildProcessError(
+                    f"the read-ahead process ended unexpectedly (exit code {child.exitcode})"
+                )
             if kind == _ITEM:
                 yield payload
             elif kind == _ERROR:

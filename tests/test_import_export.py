@@ -354,3 +354,25 @@ def test_duplicate_ids_across_batches_name_their_first_line(
         jsonl.import_file(path)
     assert expected in str(exc.value)
     assert Bead.objects.count() == 0
+
+
+def test_a_killed_read_ahead_is_a_one_line_error_and_changes_nothing(db, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(jsonl, "READ_AHEAD_MIN_BYTES", 0)
+    path = tmp_path / "many.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": f"gt-k{i}", "title": "t"}) + "\n" for i in range(3000))
+    )
+    prepare = jsonl._prepare
+
+    def dying(record, routes, now):
+        if record["id"] == "gt-k2500":
+            os.kill(os.getpid(), 9)  # in the child: as the out-of-memory killer would
+        return prepare(record, routes, now)
+
+    monkeypatch.setattr(jsonl, "_prepare", dying)
+    before = counts()
+    with pytest.raises(jsonl.ImportFailed, match=r"many.jsonl: the read-ahead process ended"):
+        jsonl.import_file(path)
+    assert counts() == before

@@ -37,3 +37,16 @@ def test_stopping_early_stops_the_child():
     items.close()
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
+
+
+def killed_after_one():
+    yield 1
+    os.kill(os.getpid(), 9)
+    yield 2
+
+
+def test_a_child_that_dies_is_an_error_not_a_hang():
+    items = readahead.in_child(killed_after_one)
+    assert next(items) == 1
+    with pytest.raises(ChildProcessError, match=r"ended unexpectedly \(exit code -9\)"):
+        next(items)

@@ -679,6 +679,8 @@ def import_stream(stream, name, report, actor="import", read_ahead=False):
             importer.add(batch)
             for name_, count in tally.items():
                 setattr(report, name_, count)
+    except ChildProcessError as exc:  # killed (out of memory, say): say so in one line
+        raise ImportFailed(f"{name}: {exc}; nothing was imported")
     finally:
         batches.close()  # a write failed: stop the read-ahead now, not when collected
     return report
