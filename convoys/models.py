@@ -37,15 +37,6 @@ def bead_prefix(bead_id):
     return bead_id[: index + 1] if index > 0 else ""
 
 
-def unwrap_external(target):
-    """`external:<x>:<id>` -> `<id>`; anything else unchanged."""
-    if target.startswith("external:"):
-        parts = target.split(":", 2)
-        if len(parts) == 3 and parts[2]:
-            return parts[2]
-    return target
-
-
 class Rig(models.Model):
     ACTIVE, PARKED, DOCKED = "active", "parked", "docked"
     STATES = [(ACTIVE, "active"), (PARKED, "parked"), (DOCKED, "docked")]

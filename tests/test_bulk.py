@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convoys import bulk
+from convoys.beadfile import parse_timestamp
 from convoys.models import Bead, Event
-from convoys.services import jsonl
 
 offsets = st.integers(min_value=-14 * 60, max_value=14 * 60).map(
     lambda minutes: timezone(timedelta(minutes=minutes))
@@ -46,7 +46,7 @@ def test_other_offset_shapes_take_the_general_path(text):
 
 def test_a_timestamp_with_no_utc_equivalent_is_a_bad_value():
     with pytest.raises(ValueError, match="out of range"):
-        jsonl.parse_timestamp("0001-01-01T00:00:00+08:00")
+        parse_timestamp("0001-01-01T00:00:00+08:00")
 
 
 def test_rows_round_trip_through_stored_values(db):

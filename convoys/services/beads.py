@@ -9,8 +9,9 @@ import string
 from django.db import transaction
 from django.utils import timezone
 
+from ..beadfile import unwrap_external
 from ..events import record
-from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, Worker, unwrap_external
+from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, Worker
 from .errors import NotFound, ServiceError
 from .rigs import rig_for
 

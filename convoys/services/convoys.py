@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from ..beadfile import unwrap_external
 from ..events import record
 from ..models import (
     CONVOY_CLOSED,
@@ -24,7 +25,6 @@ from ..models import (
     Dependency,
     TrackedBead,
     bead_prefix,
-    unwrap_external,
 )
 from .errors import NotFound, ServiceError
 

@@ -1,0 +1,392 @@
+"""bd JSONL records (reference/beads-model.md): reading and checking lines, and the column
+values a record carries. No Django here: the import service (services/jsonl.py) writes them.
+
+A bad line raises BadLine with a one-line message naming the file, the line and the field.
+Timestamps are checked here and stay text (RFC 3339, any offset, up to 9 fractional digits);
+the store converts them once.
+"""
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+
+import orjson
+
+BEAD_COLUMNS = (
+    "title",
+    "description",
+    "status",
+    "issue_type",
+    "priority",
+    "assignee",
+    "owner",
+    "labels",
+    "close_reason",
+    "created_by",
+    "created_at",
+    "updated_at",
+    "closed_at",
+)
+BEAD_KEYS = frozenset(("id", "dependencies", *BEAD_COLUMNS))
+COMPUTED = {"_type", "dependency_count", "dependent_count", "comment_count", "parent"}
+STRING_FIELDS = (
+    "id",
+    "title",
+    "description",
+    "design",
+    "acceptance_criteria",
+    "notes",
+    "status",
+    "issue_type",
+    "owner",
+    "created_by",
+    "close_reason",
+    "external_ref",
+)
+TIMESTAMP_FIELDS = (
+    "created_at",
+    "updated_at",
+    "closed_at",
+    "started_at",
+    "due_at",
+    "defer_until",
+    "deleted_at",
+    "compacted_at",
+)
+
+
+class BadLine(ValueError):
+    """A line that is not a valid record; the message names the file, the line and why."""
+
+
+def parse_timestamp(value):
+    parsed = datetime.fromisoformat(value)  # RFC 3339, "Z", up to 9 fractional digits
+    if parsed.tzinfo is None:
+        raise ValueError("timestamp has no time zone")
+    if not 1 < parsed.year < 9999:
+        try:
+            parsed.astimezone(UTC)  # it is stored in UTC, which must exist
+        except OverflowError:
+            raise ValueError("timestamp out of range in UTC")
+    return parsed
+
+
+def format_timestamp(value):
+    if value is None:
+        return None
+    text = value.astimezone(UTC).isoformat()
+    return text.replace("+00:00", "Z")
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _kind(value):
+    return {
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        list: "array",
+        dict: "object",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+KNOWN_DEP_KEYS = frozenset(
+    ("issue_id", "depends_on_id", "type", "created_at", "created_by", "metadata")
+)
+
+
+def _check(record):
+    """Validate one record's shape; raise ValueError naming the field.
+
+    Timestamps stay text (checked here, converted once where they are stored). The loop runs
+    over the record's own keys: this is the importer's hottest function."""
+    bead_id = record.get("id")
+    if bead_id is None:
+        raise ValueError("missing required field 'id'")
+    if not isinstance(bead_id, str) or not bead_id.strip():
+        raise ValueError(f"field 'id': expected a non-empty string, got {_kind(bead_id)}")
+    for name, value in record.items():
+        check = FIELD_CHECKS.get(name)
+        if check is not None:
+            check(record, name, value)
+
+
+def _string(record, name, value):
+    if not isinstance(value, str):
+        raise ValueError(f"field '{name}': expected string, got {_kind(value)}")
+
+
+def _optional_string(record, name, value):
+    if value is not None:
+        _string(record, name, value)
+
+
+def _integer(record, name, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"field '{name}': expected integer, got {_kind(value)}")
+
+
+def _timestamp(record, name, value):
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ValueError(f"field '{name}': expected RFC 3339 timestamp, got {_kind(value)}")
+    try:
+        parse_timestamp(value)
+    except ValueError:
+        raise ValueError(f"field '{name}': invalid timestamp {value[:40]!r}")
+
+
+def _labels(record, name, value):
+    if value is None:
+        return
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError("field 'labels': expected an array of strings")
+
+
+def _dependencies(record, name, deps):
+    if deps is None:
+        return
+    if not isinstance(deps, list):
+        raise ValueError(f"field 'dependencies': expected array, got {_kind(deps)}")
+    for index, dep in enumerate(deps):
+        if not isinstance(dep, dict):
+            raise ValueError(f"field 'dependencies[{index}]': expected object, got {_kind(dep)}")
+        target = dep.get("depends_on_id")
+        if not isinstance(target, str) or not target.strip():
+            raise ValueError(
+                f"field 'dependencies[{index}].depends_on_id': expected a non-empty string"
+            )
+        kind = dep.get("type")
+        if kind is not None and (not isinstance(kind, str) or len(kind) > 50):
+            raise ValueError(
+                f"field 'dependencies[{index}].type': expected a string of at most 50 characters"
+            )
+        created = dep.get("created_at")
+        if created is not None:
+            if not isinstance(created, str):
+                raise ValueError(
+                    f"field 'dependencies[{index}].created_at': expected RFC 3339 timestamp"
+                )
+            try:
+                parse_timestamp(created)
+            except ValueError:
+                raise ValueError(f"field 'dependencies[{index}].created_at': invalid timestamp")
+
+
+FIELD_CHECKS = {
+    **dict.fromkeys(STRING_FIELDS, _string),
+    **dict.fromkeys(TIMESTAMP_FIELDS, _timestamp),
+    "assignee": _optional_string,
+    "priority": _integer,
+    "labels": _labels,
+    "dependencies": _dependencies,
+}
+
+
+def read_records(stream, name, max_line):
+    """Yield (line number, record) for every non-blank line of a binary stream; raise BadLine
+    on the first bad one."""
+    number = 0
+    while True:
+        raw = stream.readline(max_line + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > max_line and not raw.endswith(b"\n"):
+            raise BadLine(f"{name}:{number}: line is longer than {max_line} bytes")
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        if raw.isspace():
+            continue
+        try:
+            record = orjson.loads(raw)  # fast path; rejects what the slow path explains below
+        except orjson.JSONDecodeError:
+            record = _parse_slowly(raw, name, number)
+        if not isinstance(record, dict):
+            raise BadLine(f"{name}:{number}: expected a JSON object, got {_kind(record)}")
+        if record.get("_type") == "memory":
+            yield number, record
+            continue
+        try:
+            _check(record)
+        except ValueError as exc:
+            raise BadLine(f"{name}:{number}: {exc}")
+        except RecursionError:
+            raise BadLine(f"{name}:{number}: nesting too deep")
+        yield number, record
+
+
+def _parse_slowly(raw, name, number):
+    """The standard library's parser: accepts what orjson refuses (integers beyond 64 bits,
+    deep nesting) and names the problem precisely when the line really is bad."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadLine(
+            f"{name}:{number}: invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+        )
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise BadLine(f"{name}:{number}: JSON nested too deeply")
+    except ValueError as exc:
+        if not raw.endswith(b"\n"):
+            raise BadLine(f"{name}:{number}: truncated last line ({exc})")
+        raise BadLine(f"{name}:{number}: invalid JSON ({exc})")
+
+
+def is_convoy_record(record):
+    return record.get("issue_type") == "convoy" or "gt:convoy" in (record.get("labels") or [])
+
+
+def bead_values(record, now):
+    """Column values. Timestamps may be (checked) RFC 3339 text, which bulk.Table converts."""
+    created = record.get("created_at") or now
+    updated = record.get("updated_at") or created
+    status = record.get("status") or "open"
+    closed = record.get("closed_at")
+    if status == "closed" and closed is None:
+        closed = updated
+    return {
+        "title": record.get("title") or "",
+        "description": record.get("description") or "",
+        "status": status,
+        "issue_type": record.get("issue_type", "task") or "",
+        "priority": record.get("priority", 2),
+        "assignee": record.get("assignee") or "",
+        "owner": record.get("owner") or "",
+        "labels": list(record.get("labels") or []),
+        "close_reason": record.get("close_reason") or "",
+        "created_by": record.get("created_by") or "",
+        "created_at": created,
+        "updated_at": updated,
+        "closed_at": closed,
+    }
+
+
+def unknown_keys(record, known=BEAD_KEYS):
+    """The keys the product has no column for, kept to be written back on export."""
+    unknown = record.keys() - known - COMPUTED
+    return {k: v for k, v in record.items() if k in unknown} if unknown else {}
+
+
+def dependency_values(record):
+    """A bead's dependencies as column values (a repeated target keeps its first line)."""
+    values, seen = [], set()
+    issue_id = record["id"]
+    for dep in record.get("dependencies") or ():
+        raw = dep["depends_on_id"].strip()
+        target = unwrap_external(raw)
+        if target in seen:
+            continue
+        seen.add(target)
+        get = dep.get
+        metadata = get("metadata", "")
+        if not isinstance(metadata, str):
+            metadata = json.dumps(metadata)
+        unknown = dep.keys() - KNOWN_DEP_KEYS
+        extra = {k: v for k, v in dep.items() if k in unknown} if unknown else {}
+        if "metadata" not in dep:
+            extra["_no_metadata"] = True
+        values.append(
+            {
+                "issue_id": issue_id,
+                "depends_on_id": target,
+                "raw_target": raw if raw != target else "",
+                "type": get("type") or "blocks",
+                "created_at": get("created_at") or None,
+                "created_by": get("created_by") or "",
+                "metadata": metadata,
+                "extra": extra,
+            }
+        )
+    return values
+
+
+def unwrap_external(target):
+    """`external:<x>:<id>` -> `<id>`; anything else unchanged."""
+    if target.startswith("external:"):
+        parts = target.split(":", 2)
+        if len(parts) == 3 and parts[2]:
+            return parts[2]
+    return target
+
+
+def read_routes(stream, name):
+    for number, raw in enumerate(stream, start=1):
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError:
+            raise BadLine(f"{name}:{number}: invalid UTF-8")
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        try:
+            record = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise BadLine(f"{name}:{number}: invalid JSON ({exc})")
+        if not isinstance(record, dict):
+            raise BadLine(f"{name}:{number}: expected a JSON object")
+        for key in ("prefix", "path"):
+            if not isinstance(record.get(key), str) or not record[key].strip():
+                raise BadLine(f"{name}:{number}: field '{key}': expected a non-empty string")
+        if not record["prefix"].endswith("-"):
+            raise BadLine(f"{name}:{number}: field 'prefix': must end with '-'")
+        yield number, record
+
+
+def skipped(record):
+    """Why `bd import` skips a record ("memories", "tombstones" or "wisps"), or None."""
+    if record.get("_type") == "memory":
+        return "memories"
+    if record.get("status") == "tombstone":
+        return "tombstones"
+    if record.get("ephemeral") is True or record.get("wisp") is True:
+        return "wisps"
+    return None
+
+
+class SeenIds:
+    """The ids read so far, each with its line, to refuse a duplicate with its first line.
+
+    They are kept in a private temporary SQLite database (sqlite3 with an empty name: a file
+    deleted on close, with a small page cache) and checked a batch at a time, so memory stays
+    flat however long the file; a dict would hold ~130 bytes per id."""
+
+    def __init__(self, name):
+        self.name = name
+        self.pending = {}
+        self.db = sqlite3.connect("")
+        self.db.execute("CREATE TABLE seen (id TEXT PRIMARY KEY, line INTEGER) WITHOUT ROWID")
+
+    def add(self, bead_id, number):
+        first = self.pending.setdefault(bead_id, number)
+        if first != number:
+            raise self._duplicate(bead_id, number, first)
+
+    def check(self):
+        """Refuse the first pending id seen in an earlier batch; keep the rest as seen."""
+        pending, self.pending = self.pending, {}
+        if not pending:
+            return
+        ids = list(pending)
+        earlier = {}
+        for start in range(0, len(ids), 900):
+            part = ids[start : start + 900]
+            marks = ", ".join("?" * len(part))
+            query = f"SELECT id, line FROM seen WHERE id IN ({marks})"
+            earlier.update(self.db.execute(query, part))
+        if earlier:
+            bead_id = min(earlier, key=pending.get)
+            raise self._duplicate(bead_id, pending[bead_id], earlier[bead_id])
+        self.db.executemany("INSERT INTO seen VALUES (?, ?)", pending.items())
+
+    def _duplicate(self, bead_id, number, first):
+        return BadLine(f"{self.name}:{number}: duplicate id '{bead_id}' (first on line {first})")
+
+    def close(self):
+        self.db.close()
