@@ -214,11 +214,28 @@ def read_records(stream, name, max_line):
             continue
         try:
             _check(record)
+            if b"\\u0000" in raw:  # cheap test first: only such a line can hold a NUL
+                _refuse_nul(record)
         except ValueError as exc:
             raise BadLine(f"{name}:{number}: {exc}")
         except RecursionError:
             raise BadLine(f"{name}:{number}: nesting too deep")
         yield number, record
+
+
+def _refuse_nul(value, path=""):
+    """PostgreSQL stores no NUL character in text or JSON, so no database takes one: a file
+    that imports on one must import on the other."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"field '{path}': contains a NUL character (\\u0000)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nul(key, path or "(a key)")
+            _refuse_nul(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_nul(item, f"{path}[{index}]")
 
 
 def _parse_slowly(raw, name, number):

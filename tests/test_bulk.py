@@ -68,3 +68,30 @@ def test_rows_round_trip_through_stored_values(db):
     assert stored.created_at == back["created_at"] and stored.labels == ["a", "b"]
     assert bulk.existing_keys(Bead, ["gt-r1", "gt-none"]) == ["gt-r1"]
     assert bulk.table(Event) is bulk.table(Event)
+
+
+def test_a_bulk_insert_keeps_every_character(db):
+    """Enough rows for COPY on PostgreSQL (plain INSERTs on SQLite): tabs, newlines,
+    backslashes, quotes and non-ASCII text survive, in columns and in JSON."""
+    table = bulk.table(Bead)
+    tricky = 'tab\there\nnew line \\N back\\slash "quoted" ünïcødé 🚚 \\u0000-as-text'
+    rows = [
+        table.row(
+            {
+                "id": f"gt-c{i}",
+                "title": f"{tricky} {i}",
+                "labels": [tricky],
+                "extra": {"k": tricky, "n": i},
+                "created_at": "2026-01-05T09:00:00.5-08:00",
+                "updated_at": "2026-01-05T09:00:00Z",
+                "closed_at": None,
+            }
+        )
+        for i in range(bulk.COPY_MIN_ROWS + 10)
+    ]
+    table.insert(rows)
+    stored = Bead.objects.get(pk="gt-c7")
+    assert stored.title == f"{tricky} 7" and stored.labels == [tricky]
+    assert stored.extra == {"k": tricky, "n": 7} and stored.closed_at is None
+    assert stored.created_at == datetime(2026, 1, 5, 17, 0, 0, 500000, tzinfo=UTC)
+    assert Bead.objects.filter(pk__startswith="gt-c").count() == len(rows)

@@ -177,6 +177,11 @@ BAD_LINES = [
     ),
     ("duplicate id", b'{"id": "gt-epic1", "title": "again"}\n', "duplicate id 'gt-epic1'"),
     (
+        "NUL character",
+        b'{"id": "gt-x1", "title": "t", "labels": ["ok", "a\\u0000b"]}\n',
+        "field 'labels[1]': contains a NUL character",
+    ),
+    (
         "no UTC equivalent",
         b'{"id": "gt-x1", "title": "t", "created_at": "0001-01-01T00:00:00+08:00"}\n',
         "field 'created_at': invalid timestamp",
