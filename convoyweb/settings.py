@@ -6,6 +6,8 @@ switch to the scale-out stack. The README lists every variable.
 """
 
 import os
+import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -46,9 +48,11 @@ def env_list(name, default):
 
 
 DEBUG = env_bool("DEBUG", False)
+PRODUCTION = env_bool("CONVOY_PRODUCTION", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and env_bool("CONVOY_PRODUCTION", False):
+    # Whatever DEBUG says: a production server never signs sessions with a published key.
+    if PRODUCTION:
         raise ImproperlyConfigured("SECRET_KEY must be set when CONVOY_PRODUCTION=1")
     # Development key: fine on a laptop, refused in production (see above).
     SECRET_KEY = "convoyweb-development-key-not-for-production-use-0123456789abcdef"
@@ -67,6 +71,10 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "channels",
     "django_q",
+    "csp",
+    "axes",
+    # The API docs page renders with ninja's own templates and static Swagger UI (no CDN).
+    "ninja",
     "convoys",
 ]
 
@@ -79,6 +87,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as its documentation asks: it answers a locked-out login attempt.
+    "axes.middleware.AxesMiddleware",
+]
+
+AUTHENTICATION_BACKENDS = [
+    # First, so a locked-out username + IP is refused before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "convoyweb.urls"
@@ -116,7 +133,11 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     # A file, not memory: fault and race tests run real processes against the test database.
-    _db["TEST"] = {"NAME": os.environ.get("SQLITE_TEST_NAME") or str(BASE_DIR / ".test.sqlite3")}
+    # One per test run (the process id), so two test runs on one machine never share it.
+    _db["TEST"] = {
+        "NAME": os.environ.get("SQLITE_TEST_NAME")
+        or os.path.join(tempfile.gettempdir(), f"convoyweb-test-{os.getpid()}.sqlite3")
+    }
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     # Persistent connections leak under ASGI: CONN_MAX_AGE stays 0; use the pool instead.
     if env_bool("DATABASE_POOL", False):
@@ -144,7 +165,7 @@ STORAGES = {
     "staticfiles": {
         "BACKEND": (
             "whitenoise.storage.CompressedManifestStaticFilesStorage"
-            if not DEBUG and env_bool("CONVOY_PRODUCTION", False)
+            if not DEBUG and PRODUCTION
             else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
@@ -162,6 +183,34 @@ if env_bool("SECURE_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 USE_X_FORWARDED_HOST = env_bool("USE_X_FORWARDED_HOST", False)
 X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# Content Security Policy (django-csp 4): only our own scripts, styles and connections; no
+# inline <script>, style="..." or on*= attributes anywhere (scripts set element.style instead).
+# 'self' covers the same-origin websocket (ws:/wss:) in CSP Level 3 browsers.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        # data: for the favicon badge (canvas.toDataURL) and Swagger UI's icons.
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# Login throttling (django-axes): 10 failures for one username from one IP lock that pair for
+# AXES_COOLOFF_MINUTES; another user, or the same user elsewhere, is not locked.
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The page says when the pair may try again (the lock runs from the last counted failure).
+AXES_LOCKOUT_CALLABLE = "convoyweb.lockout.locked_out"
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "convoyweb@localhost")
