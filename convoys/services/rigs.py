@@ -3,6 +3,7 @@
 from django.db import transaction
 
 from ..events import record
+from ..ids import rig_name_from_path, rig_name_problem, route_prefix_problem
 from ..models import Bead, Rig, Route, bead_prefix
 from .errors import NotFound, ServiceError
 
@@ -17,19 +18,16 @@ def rig_for(bead_id, routes=None):
     return routes.get(bead_prefix(bead_id))
 
 
-def rig_name_from_path(path):
-    path = (path or "").strip()
-    if path in ("", "."):
-        return None
-    return path.strip("/").split("/")[0] or None
-
-
 @transaction.atomic
 def upsert_route(prefix, path):
     """Create or update a route; its rig is created when new. Re-resolves the prefix's beads."""
-    if not prefix or not prefix.endswith("-"):
-        raise ServiceError(f'route prefix "{prefix}" must end with "-"')
+    problem = route_prefix_problem(prefix)
+    if problem:
+        raise ServiceError(f"route prefix {prefix!r} {problem}")
     rig_name = rig_name_from_path(path)
+    problem = rig_name and rig_name_problem(rig_name)
+    if problem:
+        raise ServiceError(f"route path {path!r}: rig name {rig_name!r} {problem}")
     if rig_name:
         Rig.objects.get_or_create(name=rig_name)
     Route.objects.update_or_create(prefix=prefix, defaults={"path": path, "rig_id": rig_name})

@@ -1,0 +1,146 @@
+"""What a bead or convoy id, a rig name, a route prefix and an assignee may be: one rule, used
+by every entry (import, command line, API, admin), so that every exit (URLs, HTML and SVG,
+JSON, e-mail, channel groups, dispatcher argv, export) can take anything accepted. No Django.
+
+bd itself only asks an explicit id to contain a '-' (the text before it is the prefix) and
+stores at most 255 characters (reference/beads-model.md §1.2); every id in the real exports is
+lowercase ASCII letters, digits, '-' and '.'. The rule here keeps all of them and refuses what
+breaks an exit or fools a reader:
+
+- ids: 1..255 characters (convoys: 64, their column) of Unicode letters, combining marks,
+  decimal digits and '-', '.', '_'; the first is a letter or a digit (no option-like '-x', no
+  '.' or '..' path segment); Unicode NFC, so two ids that look the same are the same id.
+  No '/', ':', space, quote, '$', '{', '<' or other punctuation.
+- names (rigs, assignees, workers): free text up to their column length, but not starting
+  with '-' (never an option in a dispatcher's argv) and without control or format characters
+  (NUL, newlines, bidirectional overrides) or lone surrogates. A rig name is one path
+  component: no '/', not '.' or '..'.
+- text (titles, descriptions, reasons, any stored string): anything but NUL (PostgreSQL stores
+  none) and lone surrogates (not encodable as UTF-8).
+
+Every `*_problem` function returns why a value is refused, in a few words, or None.
+"""
+
+import re
+import unicodedata
+
+BEAD_ID_MAX = 255
+CONVOY_ID_MAX = 64
+RIG_NAME_MAX = 100
+ROUTE_PREFIX_MAX = 100
+NAME_MAX = 255
+ID_PUNCTUATION = "-._"
+# Categories never accepted in a name: control, format (bidi overrides, zero-width), surrogate,
+# private use, unassigned, line and paragraph separators.
+FORBIDDEN_IN_NAMES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+PLAIN_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*")  # every real id: checked without a loop
+
+
+def _describe(char):
+    return f"{char!r} (U+{ord(char):04X})"
+
+
+def _starts_id(char):
+    return unicodedata.category(char)[0] == "L" or unicodedata.category(char) == "Nd"
+
+
+def _in_id(char):
+    category = unicodedata.category(char)
+    return category[0] in "LM" or category == "Nd" or char in ID_PUNCTUATION
+
+
+def text_problem(value):
+    """Why a stored string is refused: a NUL or a lone surrogate."""
+    if "\x00" in value:
+        return "contains a NUL character (U+0000)"
+    for char in value:
+        if "\ud800" <= char <= "\udfff":
+            return f"contains a lone surrogate {_describe(char)}"
+    return None
+
+
+def id_problem(value, max_length=BEAD_ID_MAX):
+    if not isinstance(value, str):
+        return "expected a string"
+    if not value:
+        return "must not be empty"
+    if len(value) > max_length:
+        return f"is {len(value)} characters long (at most {max_length})"
+    if PLAIN_ID.fullmatch(value):
+        return None
+    if not _starts_id(value[0]):
+        return f"must start with a letter or a digit, not {_describe(value[0])}"
+    for char in value:
+        if not _in_id(char):
+            return (
+                f"character {_describe(char)} is not allowed "
+                "(letters, digits, '-', '.' and '_' only)"
+            )
+    if not unicodedata.is_normalized("NFC", value):
+        return "must be in Unicode normal form NFC"
+    return None
+
+
+def convoy_id_problem(value):
+    return id_problem(value, CONVOY_ID_MAX)
+
+
+def _control_problem(value):
+    if value.isprintable():  # no Cc, Cf, Cs, Co, Cn, Zl, Zp (nor spaces other than ' ')
+        return None
+    for char in value:
+        if unicodedata.category(char) in FORBIDDEN_IN_NAMES:
+            return f"contains the control or format character {_describe(char)}"
+    return None
+
+
+def name_problem(value, max_length=NAME_MAX):
+    """Rig names, assignees, worker names: no leading '-', no control characters."""
+    if not isinstance(value, str):
+        return "expected a string"
+    if len(value) > max_length:
+        return f"is {len(value)} characters long (at most {max_length})"
+    if value.startswith("-"):
+        return "must not start with '-'"
+    return _control_problem(value)
+
+
+def rig_name_problem(value):
+    problem = name_problem(value, RIG_NAME_MAX)
+    if problem:
+        return problem
+    if not value.strip():
+        return "must not be empty"
+    if "/" in value:
+        return "must not contain '/' (a rig is one path component)"
+    if value in (".", ".."):
+        return f"must not be {value!r}"
+    return None
+
+
+def route_prefix_problem(value):
+    problem = id_problem(value, ROUTE_PREFIX_MAX)
+    if problem:
+        return problem
+    if not value.endswith("-"):
+        return "must end with '-'"
+    return None
+
+
+def target_problem(value):
+    """A dependency or tracking target: any bead id, known or not, or `external:<x>:<id>`."""
+    if not isinstance(value, str):
+        return "expected a string"
+    if not value.strip():
+        return "must not be empty"
+    if len(value) > BEAD_ID_MAX:
+        return f"is {len(value)} characters long (at most {BEAD_ID_MAX})"
+    return _control_problem(value)
+
+
+def rig_name_from_path(path):
+    """A route's rig: the first component of its path; None for the town level ('.')."""
+    path = (path or "").strip()
+    if path in ("", "."):
+        return None
+    return path.strip("/").split("/")[0] or None
