@@ -387,3 +387,82 @@ def tracking_open_convoy(bead_id):
 
 def rig_of_prefix(bead_id, routes):
     return routes.get(bead_prefix(bead_id))
+
+
+EDITABLE = (
+    "title",
+    "description",
+    "owner",
+    "notify",
+    "owned",
+    "merge_strategy",
+    "base_branch",
+    "molecule",
+    "max_in_flight",
+    "close_reason",
+)
+
+
+@transaction.atomic
+def update_fields(convoy_id, *, actor="", **fields):
+    """Change a convoy's descriptive fields (not its status) with one convoy.updated event."""
+    unknown = set(fields) - set(EDITABLE)
+    if unknown:
+        raise ServiceError(f"cannot update convoy field(s): {', '.join(sorted(unknown))}")
+    if "title" in fields and not (fields["title"] or "").strip():
+        raise ServiceError("convoy title must not be empty")
+    merge = fields.get("merge_strategy")
+    if merge and merge not in Convoy.MERGE_STRATEGIES:
+        raise ServiceError(f'invalid merge strategy "{merge}": must be direct, mr, or local')
+    limit = fields.get("max_in_flight")
+    if limit is not None and not (isinstance(limit, int) and limit >= 1):
+        raise ServiceError(f"max_in_flight must be at least 1 (or empty), got {limit!r}")
+    convoy = get_convoy(convoy_id, lock=True)
+    changes = {}
+    for name, value in fields.items():
+        if getattr(convoy, name) != value:
+            changes[name] = [getattr(convoy, name), value]
+            setattr(convoy, name, value)
+    if not changes:
+        return convoy
+    if "owned" in changes:
+        others = [label for label in convoy.labels if label != "gt:owned"]
+        convoy.labels = ["gt:owned", *others] if convoy.owned else others
+    convoy.updated_at = timezone.now()
+    convoy.save()
+    record(
+        "convoy.updated",
+        convoy_id=convoy.id,
+        actor=actor,
+        data={"status": convoy.status, "title": convoy.title, "changes": changes},
+    )
+    return convoy
+
+
+@transaction.atomic
+def reopen(convoy_id, actor=""):
+    """closed -> open; the landing stamp is cleared so a new completion notifies again."""
+    convoy = get_convoy(convoy_id, lock=True)
+    if convoy.status != CONVOY_CLOSED:
+        raise ServiceError(f"convoy '{convoy_id}' is not closed (status: {convoy.status})")
+    return set_status(convoy, CONVOY_OPEN, actor=actor)
+
+
+@transaction.atomic
+def untrack(convoy_id, bead_ids, actor=""):
+    """Stop tracking beads (the beads themselves are untouched). Returns the ids removed."""
+    convoy = get_convoy(convoy_id, lock=True)
+    wanted = {unwrap_external(raw.strip()) for raw in bead_ids}
+    rows = TrackedBead.objects.filter(convoy=convoy, bead_id__in=wanted)
+    removed = sorted(rows.values_list("bead_id", flat=True))
+    missing = sorted(wanted - set(removed))
+    if missing:
+        raise NotFound(f"convoy '{convoy.id}' does not track {', '.join(missing)}")
+    rows.delete()
+    record(
+        "convoy.untracked",
+        convoy_id=convoy.id,
+        actor=actor,
+        data={"removed": removed, "title": convoy.title, "status": convoy.status},
+    )
+    return removed

@@ -2,7 +2,7 @@
 
 from django.db import transaction
 
-from ..events import record
+from ..events import record, record_many
 from ..ids import rig_name_from_path, rig_name_problem, route_prefix_problem
 from ..models import Bead, Rig, Route, bead_prefix
 from .errors import NotFound, ServiceError
@@ -19,8 +19,9 @@ def rig_for(bead_id, routes=None):
 
 
 @transaction.atomic
-def upsert_route(prefix, path):
-    """Create or update a route; its rig is created when new. Re-resolves the prefix's beads."""
+def upsert_route(prefix, path, actor=""):
+    """Create or update a route; its rig is created when new. The prefix's beads whose rig
+    changes are re-routed, each with a bead.updated event; nothing is written when unchanged."""
     problem = route_prefix_problem(prefix)
     if problem:
         raise ServiceError(f"route prefix {prefix!r} {problem}")
@@ -28,11 +29,58 @@ def upsert_route(prefix, path):
     problem = rig_name and rig_name_problem(rig_name)
     if problem:
         raise ServiceError(f"route path {path!r}: rig name {rig_name!r} {problem}")
-    if rig_name:
-        Rig.objects.get_or_create(name=rig_name)
-    Route.objects.update_or_create(prefix=prefix, defaults={"path": path, "rig_id": rig_name})
-    Bead.objects.filter(id__startswith=prefix).exclude(rig_id=rig_name).update(rig_id=rig_name)
+    if rig_name and not Rig.objects.filter(name=rig_name).exists():
+        create_rig(rig_name, actor=actor)
+    route, created = Route.objects.get_or_create(
+        prefix=prefix, defaults={"path": path, "rig_id": rig_name}
+    )
+    if created or (route.path, route.rig_id) != (path, rig_name):
+        old = None if created else {"path": route.path, "rig": route.rig_id}
+        Route.objects.filter(prefix=prefix).update(path=path, rig_id=rig_name)
+        record(
+            "route.changed",
+            actor=actor,
+            data={"prefix": prefix, "path": path, "rig": rig_name, "old": old},
+        )
+    elsewhere = Bead.objects.filter(id__startswith=prefix).exclude(rig_id=rig_name)
+    moved = list(elsewhere.values("id", "rig_id", "status", "assignee", "title", "priority"))
+    if moved:
+        elsewhere.update(rig_id=rig_name)
+        record_many(
+            [
+                {
+                    "kind": "bead.updated",
+                    "bead_id": b["id"],
+                    "actor": actor,
+                    "data": {
+                        "status": b["status"],
+                        "assignee": b["assignee"],
+                        "title": b["title"],
+                        "priority": b["priority"],
+                        "rig": rig_name,
+                        "changes": {"rig": [b["rig_id"], rig_name]},
+                    },
+                }
+                for b in moved
+            ],
+            instances=False,
+        )
     return rig_name
+
+
+@transaction.atomic
+def create_rig(name, state=Rig.ACTIVE, actor=""):
+    """A new rig (routes create theirs; admins may add one ahead of its route)."""
+    problem = rig_name_problem(name)
+    if problem:
+        raise ServiceError(f"rig name {name!r} {problem}")
+    if state not in (Rig.ACTIVE, Rig.PARKED, Rig.DOCKED):
+        raise ServiceError(f'unknown rig state "{state}"')
+    if Rig.objects.filter(name=name).exists():
+        raise ServiceError(f"rig '{name}' already exists")
+    rig = Rig.objects.create(name=name, state=state)
+    record("rig.created", actor=actor, data={"rig": name, "state": state})
+    return rig
 
 
 @transaction.atomic
