@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 
 import orjson
 
+from . import convoy_fields, ids
+
 BEAD_COLUMNS = (
     "title",
     "description",
@@ -94,6 +96,8 @@ def _kind(value):
     }.get(type(value), type(value).__name__)
 
 
+RAW_TARGET_MAX = 300  # `external:<x>:<id>` as written; the id alone is at most 255
+CONVOY_STATUSES = ("open", "closed", "staged_ready", "staged_warnings")
 KNOWN_DEP_KEYS = frozenset(
     ("issue_id", "depends_on_id", "type", "created_at", "created_by", "metadata")
 )
@@ -109,10 +113,35 @@ def _check(record):
         raise ValueError("missing required field 'id'")
     if not isinstance(bead_id, str) or not bead_id.strip():
         raise ValueError(f"field 'id': expected a non-empty string, got {_kind(bead_id)}")
+    convoy = is_convoy_record(record)
+    problem = ids.convoy_id_problem(bead_id) if convoy else ids.id_problem(bead_id)
+    if problem:
+        raise ValueError(f"field 'id': {'convoy ' if convoy else ''}id {problem}")
     for name, value in record.items():
         check = FIELD_CHECKS.get(name)
         if check is not None:
             check(record, name, value)
+    if convoy:
+        _check_convoy(record)
+
+
+def _check_convoy(record):
+    """What only a convoy needs: a status the lifecycle can move, and readable field lines."""
+    status = record.get("status") or "open"
+    if status not in CONVOY_STATUSES and status != "tombstone":
+        raise ValueError(
+            f"field 'status': convoy status {status[:40]!r} is not one of "
+            f"{', '.join(CONVOY_STATUSES)}"
+        )
+    fields, _ = convoy_fields.split_description(record.get("description") or "")
+    notified = fields.get("completion_notified_at")
+    if notified is not None:
+        try:
+            parse_timestamp(notified)
+        except ValueError:
+            raise ValueError(
+                f"field 'description': completion_notified_at: invalid timestamp {notified[:40]!r}"
+            )
 
 
 def _string(record, name, value):
@@ -120,14 +149,23 @@ def _string(record, name, value):
         raise ValueError(f"field '{name}': expected string, got {_kind(value)}")
 
 
-def _optional_string(record, name, value):
-    if value is not None:
-        _string(record, name, value)
-
-
 def _integer(record, name, value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"field '{name}': expected integer, got {_kind(value)}")
+
+
+def _priority(record, name, value):
+    _integer(record, name, value)
+    if not 0 <= value <= 4:
+        raise ValueError(f"field 'priority': expected 0..4, got {value}")
+
+
+def _assignee(record, name, value):
+    if value is not None:
+        _string(record, name, value)
+        problem = ids.name_problem(value)
+        if problem:
+            raise ValueError(f"field 'assignee': {problem}")
 
 
 def _timestamp(record, name, value):
@@ -161,6 +199,11 @@ def _dependencies(record, name, deps):
             raise ValueError(
                 f"field 'dependencies[{index}].depends_on_id': expected a non-empty string"
             )
+        problem = ids.target_problem(unwrap_external(target.strip()))
+        if problem is None and len(target) > RAW_TARGET_MAX:
+            problem = f"is {len(target)} characters long (at most {RAW_TARGET_MAX})"
+        if problem:
+            raise ValueError(f"field 'dependencies[{index}].depends_on_id': {problem}")
         kind = dep.get("type")
         if kind is not None and (not isinstance(kind, str) or len(kind) > 50):
             raise ValueError(
@@ -181,8 +224,8 @@ def _dependencies(record, name, deps):
 FIELD_CHECKS = {
     **dict.fromkeys(STRING_FIELDS, _string),
     **dict.fromkeys(TIMESTAMP_FIELDS, _timestamp),
-    "assignee": _optional_string,
-    "priority": _integer,
+    "assignee": _assignee,
+    "priority": _priority,
     "labels": _labels,
     "dependencies": _dependencies,
 }
@@ -203,10 +246,11 @@ def read_records(stream, name, max_line):
             raw = raw[3:]
         if raw.isspace():
             continue
+        slow = False
         try:
             record = orjson.loads(raw)  # fast path; rejects what the slow path explains below
         except orjson.JSONDecodeError:
-            record = _parse_slowly(raw, name, number)
+            record, slow = _parse_slowly(raw, name, number), True
         if not isinstance(record, dict):
             raise BadLine(f"{name}:{number}: expected a JSON object, got {_kind(record)}")
         if record.get("_type") == "memory":
@@ -214,8 +258,10 @@ def read_records(stream, name, max_line):
             continue
         try:
             _check(record)
-            if b"\\u0000" in raw:  # cheap test first: only such a line can hold a NUL
-                _refuse_nul(record)
+            # Cheap tests first: only such lines can hold a NUL or a lone surrogate (orjson
+            # refuses those, the slow path does not).
+            if slow or b"\\u0000" in raw:
+                _refuse_unstorable(record)
         except ValueError as exc:
             raise BadLine(f"{name}:{number}: {exc}")
         except RecursionError:
@@ -223,19 +269,20 @@ def read_records(stream, name, max_line):
         yield number, record
 
 
-def _refuse_nul(value, path=""):
-    """PostgreSQL stores no NUL character in text or JSON, so no database takes one: a file
-    that imports on one must import on the other."""
+def _refuse_unstorable(value, path=""):
+    """PostgreSQL stores no NUL character in text or JSON, so no database takes one (a file
+    that imports on one must import on the other); a lone surrogate is not UTF-8 at all."""
     if isinstance(value, str):
-        if "\x00" in value:
-            raise ValueError(f"field '{path}': contains a NUL character (\\u0000)")
+        problem = ids.text_problem(value)
+        if problem:
+            raise ValueError(f"field '{path}': {problem}")
     elif isinstance(value, dict):
         for key, item in value.items():
-            _refuse_nul(key, path or "(a key)")
-            _refuse_nul(item, f"{path}.{key}" if path else key)
+            _refuse_unstorable(key, path or "(a key)")
+            _refuse_unstorable(item, f"{path}.{ascii(key)[1:-1]}" if path else ascii(key)[1:-1])
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _refuse_nul(item, f"{path}[{index}]")
+            _refuse_unstorable(item, f"{path}[{index}]")
 
 
 def _parse_slowly(raw, name, number):
@@ -351,8 +398,16 @@ def read_routes(stream, name):
         for key in ("prefix", "path"):
             if not isinstance(record.get(key), str) or not record[key].strip():
                 raise BadLine(f"{name}:{number}: field '{key}': expected a non-empty string")
-        if not record["prefix"].endswith("-"):
-            raise BadLine(f"{name}:{number}: field 'prefix': must end with '-'")
+        problem = ids.route_prefix_problem(record["prefix"])
+        if problem is None:
+            rig = ids.rig_name_from_path(record["path"])
+            problem = rig and ids.rig_name_problem(rig)
+            problem = problem and f"rig name {rig[:40]!r} {problem}"
+            key = "path"
+        else:
+            key = "prefix"
+        if problem:
+            raise BadLine(f"{name}:{number}: field '{key}': {problem}")
         yield number, record
 
 

@@ -181,6 +181,49 @@ BAD_LINES = [
         b'{"id": "gt-x1", "title": "t", "labels": ["ok", "a\\u0000b"]}\n',
         "field 'labels[1]': contains a NUL character",
     ),
+    ("shell in an id", b'{"id": "cm2-$(id)", "title": "t"}\n', "field 'id': id character '$'"),
+    ("slash in an id", b'{"id": "gt-a/b", "title": "t"}\n', "field 'id': id character '/'"),
+    ("braces in an id", b'{"id": "gt-{rig}", "title": "t"}\n', "field 'id': id character '{'"),
+    ("option as an id", b'{"id": "--output=FILE", "title": "t"}\n', "must start with a letter"),
+    ("long id", b'{"id": "gt-' + b"x" * 253 + b'", "title": "t"}\n', "is 256 characters long"),
+    (
+        "long convoy id",
+        b'{"id": "hq-cv-' + b"x" * 59 + b'", "title": "t", "issue_type": "convoy"}\n',
+        "field 'id': convoy id is 65 characters long (at most 64)",
+    ),
+    (
+        "option as an assignee",
+        b'{"id": "gt-x1", "title": "t", "assignee": "-rf"}\n',
+        "field 'assignee': must not start with '-'",
+    ),
+    (
+        "newline in a dependency target",
+        b'{"id": "gt-x1", "title": "t", "dependencies": [{"depends_on_id": "gt-a\\nb"}]}\n',
+        "field 'dependencies[0].depends_on_id': contains the control or format character",
+    ),
+    (
+        "lone surrogate",
+        b'{"id": "gt-x1", "title": "t\\ud800", "priority": 2}\n',
+        "field 'title': contains a lone surrogate '\\ud800' (U+D800)",
+    ),
+    (
+        "lone surrogate in an unknown key",
+        b'{"id": "gt-x1", "title": "t", "notes_\\udc00": {"a": ["\\udfff"]}}\n',
+        "contains a lone surrogate",
+    ),
+    ("priority -5", b'{"id": "gt-x1", "title": "t", "priority": -5}\n', "expected 0..4, got -5"),
+    ("priority 99", b'{"id": "gt-x1", "title": "t", "priority": 99}\n', "expected 0..4, got 99"),
+    (
+        "convoy status nothing can move",
+        b'{"id": "hq-cv-x1", "title": "t", "issue_type": "convoy", "status": "hooked"}\n',
+        "field 'status': convoy status 'hooked' is not one of open, closed",
+    ),
+    (
+        "bad completion_notified_at",
+        b'{"id": "hq-cv-x1", "title": "t", "issue_type": "convoy", '
+        b'"description": "Owner: mayor\\ncompletion_notified_at: soon"}\n',
+        "field 'description': completion_notified_at: invalid timestamp 'soon'",
+    ),
     (
         "no UTC equivalent",
         b'{"id": "gt-x1", "title": "t", "created_at": "0001-01-01T00:00:00+08:00"}\n',
