@@ -1,23 +1,37 @@
 """Read-side queries shared by pages, API and CLI; each runs a fixed number of queries."""
 
+import statistics
 from collections import namedtuple
+from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Max
+from django.core.cache import cache
+from django.db.models import Max, Min, Q
+from django.urls import reverse
 from django.utils import timezone
 
+from . import dag as dagmod
+from . import layout
+
+from . import stranding
+from .formatting import ACTOR_CHANNELS, duration, person
 from .models import (
     ACTIVE_WORK_STATUSES,
+    CONVOY_CLOSED,
     CONVOY_OPEN,
     DONE_STATUSES,
+    STAGED_STATUSES,
     Bead,
     Convoy,
     Dependency,
+    Dispatch,
     Event,
+    Rig,
+    Subscription,
     TrackedBead,
     Worker,
 )
-from .readiness import ready_beads
+from .readiness import blocked_by, ready_beads
 
 SEGMENTS = ("done", "active", "ready", "blocked", "unknown")
 
@@ -74,6 +88,7 @@ def convoy_summary(convoy, tracked, beads, now=None):
         {b.pk: (b.status, b.updated_at) for b in beads.values()},
         ready_ids,
         spinning([convoy.pk], now),
+        stranding.classify([convoy], now, explain=True),
     )[convoy.pk]
     return summary, ready_ids
 
@@ -90,7 +105,9 @@ def convoy_summaries(convoys, now=None):
     tracked_beads = Bead.objects.filter(pk__in=tracking.values("bead_id"))
     beads = {row[0]: row[1:] for row in tracked_beads.values_list("id", "status", "updated_at")}
     ready_ids = set(ready_beads(tracked_beads, now).values_list("pk", flat=True))
-    return summarise(convoys, rows, beads, ready_ids, spinning(ids, now))
+    return summarise(
+        convoys, rows, beads, ready_ids, spinning(ids, now), stranding.classify(convoys, now)
+    )
 
 
 def spinning(convoy_ids, now):
@@ -102,9 +119,9 @@ def spinning(convoy_ids, now):
     )
 
 
-def summarise(convoys, rows, beads, ready_ids, spin):
+def summarise(convoys, rows, beads, ready_ids, spin, verdicts):
     """The summaries from loaded data: `rows` (convoy id, bead id), `beads` {id: (status,
-    updated_at)}, the ready bead ids and the spinning convoy ids."""
+    updated_at)}, the ready bead ids, the spinning convoy ids and `stranding.classify`."""
     result = {}
     for convoy in convoys:
         result[convoy.pk] = dict.fromkeys(SEGMENTS, 0) | {
@@ -119,13 +136,12 @@ def summarise(convoys, rows, beads, ready_ids, spin):
         summary["total"] += 1
         if updated is not None and updated > summary["last_activity"]:
             summary["last_activity"] = updated
-    by_id = {c.pk: c for c in convoys}
     for convoy_id, summary in result.items():
         total = summary["total"] or 1
         summary["percent"] = {k: round(100 * summary[k] / total, 2) for k in SEGMENTS}
-        summary["stranded"] = by_id[convoy_id].status == CONVOY_OPEN and (
-            summary["total"] == 0 or (summary["active"] == 0 and summary["done"] < summary["total"])
-        )
+        # The one stranded rule (stranding.py): kind, reason and badge words.
+        summary["state"] = verdicts[convoy_id]
+        summary["stranded"] = verdicts[convoy_id].stranded
     return result
 
 
@@ -175,3 +191,464 @@ def last_activity(convoy_ids):
 
 def open_convoys():
     return Convoy.objects.filter(status=CONVOY_OPEN)
+
+
+# --- page read models: one per page, used for the full page and for its live fragments -------
+# Event kinds that change what a page lists or how its graph is drawn (not just states).
+LISTING_KINDS = frozenset(
+    {
+        "convoy.created",
+        "convoy.staged",
+        "convoy.restaged",
+        "convoy.launched",
+        "convoy.tracked",
+        "convoy.landed",
+        "convoy.closed",
+        "convoy.reopened",
+        "convoy.imported",
+        "rig.state",
+        "bead.created",
+    }
+)
+GRAPH_KINDS = LISTING_KINDS - {"convoy.launched", "convoy.landed", "convoy.closed"}
+CHANGES_LIMIT = 500
+
+
+@dataclass
+class Changes:
+    """What the events after a sequence number touched."""
+
+    beads: set = field(default_factory=set)
+    convoys: set = field(default_factory=set)  # named by the event or tracking its bead
+    kinds: set = field(default_factory=set)
+    dependencies: bool = False  # a bead's dependency list changed
+
+    def touches_listing(self):
+        return bool(self.kinds & LISTING_KINDS)
+
+    def touches_graph(self):
+        return self.dependencies or bool(self.kinds & GRAPH_KINDS)
+
+
+def changes_since(seq):
+    """The `Changes` after `seq`, or None when there are too many to tell (answer everything)."""
+    rows = list(
+        Event.objects.filter(seq__gt=seq)
+        .order_by("seq")
+        .values_list("kind", "bead_id", "convoy_id", "data")[: CHANGES_LIMIT + 1]
+    )
+    if len(rows) > CHANGES_LIMIT:
+        return None
+    changes = Changes()
+    for kind, bead_id, convoy_id, data in rows:
+        data = data or {}
+        changes.kinds.add(kind)
+        if bead_id:
+            changes.beads.add(bead_id)
+        if convoy_id:
+            changes.convoys.add(convoy_id)
+        changes.convoys.update(data.get("convoys") or ())
+        if "dependencies" in (data.get("changes") or {}):
+            changes.dependencies = True
+    if changes.beads:
+        # A close or reopen changes whether the beads it blocks are ready, and so their convoys.
+        dependents = Dependency.objects.filter(depends_on_id__in=changes.beads).values("issue_id")
+        changes.convoys.update(
+            TrackedBead.objects.filter(bead_id__in=dependents).values_list("convoy_id", flat=True)
+        )
+    return changes
+
+
+DASHBOARD_SORTS = {
+    "age": ("-created_at", "id"),
+    "-age": ("created_at", "id"),
+    "id": ("id",),
+    "title": ("title", "id"),
+}
+# Sorts by what beads do: any change may reorder the table.
+DASHBOARD_LIVE_SORTS = ("activity", "progress", "-progress")
+DASHBOARD_LIMIT = 500
+
+
+@dataclass
+class DashboardRow:
+    convoy: Convoy
+    s: dict  # the convoy's summary
+
+
+@dataclass
+class DashboardPage:
+    rows: list
+    status: str
+    sort: str
+    owners: list
+    rigs: list
+
+
+def dashboard_convoys(params):
+    """The convoys the dashboard lists for these query parameters (a queryset, unsorted)."""
+    status = params.get("status", "active")
+    queryset = Convoy.objects.all()
+    if status == "active":
+        queryset = queryset.filter(status__in=(CONVOY_OPEN, *STAGED_STATUSES))
+    elif status == "staged":
+        queryset = queryset.filter(status__in=STAGED_STATUSES)
+    elif status in (CONVOY_OPEN, CONVOY_CLOSED):
+        queryset = queryset.filter(status=status)
+    if params.get("rig"):
+        rig_beads = Bead.objects.filter(rig_id=params["rig"]).values("id")
+        queryset = queryset.filter(tracked__bead_id__in=rig_beads).distinct()
+    if params.get("owner"):
+        owner = params["owner"]
+        queryset = queryset.filter(owner__in=[owner] + [c + owner for c in ACTOR_CHANNELS])
+    if params.get("q"):
+        q = params["q"].strip()
+        queryset = queryset.filter(Q(id__icontains=q) | Q(title__icontains=q))
+    return queryset
+
+
+def dashboard_rows(params, only=None):
+    """The dashboard's rows, sorted; `only`: just these convoys (those a live update touched)."""
+    sort = params.get("sort", "age")
+    queryset = dashboard_convoys(params)
+    if only is not None:
+        queryset = queryset.filter(pk__in=only)
+    convoys = list(
+        queryset.order_by(*DASHBOARD_SORTS.get(sort, DASHBOARD_SORTS["age"]))[:DASHBOARD_LIMIT]
+    )
+    summaries = convoy_summaries(convoys)
+    if sort in DASHBOARD_LIVE_SORTS:
+
+        def done_share(c):
+            return summaries[c.pk]["done"] / (summaries[c.pk]["total"] or 1)
+
+        key = {
+            "progress": done_share,
+            "-progress": lambda c: -done_share(c),
+            "activity": lambda c: -summaries[c.pk]["last_activity"].timestamp(),
+        }[sort]
+        convoys.sort(key=key)
+    return [DashboardRow(c, summaries[c.pk]) for c in convoys]
+
+
+def dashboard_page(params):
+    owners = Convoy.objects.exclude(owner="").values_list("owner", flat=True).distinct()[:200]
+    return DashboardPage(
+        rows=dashboard_rows(params),
+        status=params.get("status", "active"),
+        sort=params.get("sort", "age"),
+        owners=sorted({person(o) for o in owners}),
+        rigs=list(Rig.objects.all()),
+    )
+
+
+COLLAPSE_AT = 150  # more tracked beads than this: completed waves collapse, lists are capped
+MAX_ROWS = 300
+MAX_CHIPS = 600  # wave-table links on a big convoy's page; the DAG and ?all=1 show the rest
+CHIPS_PER_WAVE = 60
+TIMELINE = 100
+
+
+def status_class(status):
+    """A node's (css class, icon) for a bead state."""
+    if status in DONE_STATUSES:
+        return "st-done", "✓"
+    if status in ACTIVE_WORK_STATUSES:
+        return "st-active", "▶"
+    if status == "unknown":
+        return "st-unknown", "?"
+    if status == "ready":
+        return "st-ready", "●"
+    return "st-blocked", "○"
+
+
+def bead_url_maker():
+    """reverse() once, then string substitution: a 5,000-node graph needs 5,000 links."""
+    template = reverse("bead", args=["__ID__"])
+    return lambda bead_id: template.replace("__ID__", bead_id)
+
+
+def convoy_graph(convoy):
+    """A convoy's tracked ids, {id: TrackedRow}, DAG, waves, gated beads and raw edges."""
+    tracked, beads, edges = tracked_beads(convoy)
+    nodes = [
+        dagmod.Node(
+            id=b.pk, title=b.title, type=b.issue_type or "", status=b.status, rig=b.rig_id or ""
+        )
+        for b in beads.values()
+    ]
+    graph = dagmod.build_dag(nodes, edges)
+    try:
+        waves, gated = dagmod.compute_waves(graph)
+    except dagmod.NoSlingableTasks:
+        waves, gated = [], []
+    return tracked, beads, graph, waves, gated
+
+
+def _geometry(convoy, graph, waves, gated, collapsed):
+    exec_edges = [(a, b) for a, b in graph.graph.edges]
+    key = layout.fingerprint(list(graph.nodes), exec_edges, collapsed)
+    geometry = cache.get("dag:" + convoy.pk + ":" + key)
+    if geometry is None:
+        geometry = layout.compute(waves, [g.id for g in gated], exec_edges, collapsed)
+        cache.set("dag:" + convoy.pk + ":" + key, geometry, 3600)
+    return geometry, key
+
+
+def _neighbourhood(graph, focus, hops=2):
+    keep, frontier = {focus}, {focus}
+    undirected = graph.graph.to_undirected(as_view=True)
+    for _ in range(hops):
+        frontier = {n for f in frontier for n in undirected.neighbors(f)} - keep
+        keep |= frontier
+    return keep
+
+
+def estimate(tracked_rows, remaining, now):
+    """Median time a bead of this convoy (else of its rigs) took from dispatch to close, times
+    the beads left on the critical path; None without samples."""
+    closed = [b for b in tracked_rows if b.status == "closed" and b.closed_at]
+    started = dict(
+        Dispatch.objects.filter(bead_id__in=[b.pk for b in closed], ok=True)
+        .values("bead_id")
+        .annotate(first=Min("created_at"))
+        .values_list("bead_id", "first")
+    )
+    samples = [
+        (b.closed_at - started[b.pk]).total_seconds()
+        for b in closed
+        if b.pk in started and b.closed_at > started[b.pk]
+    ]
+    basis = "this convoy"
+    if len(samples) < 3:
+        rigs = {b.rig_id for b in tracked_rows if b.rig_id}
+        recent = (
+            Dispatch.objects.filter(rig__in=rigs, ok=True)
+            .values("bead_id")
+            .annotate(first=Min("created_at"))
+            .values_list("bead_id", "first")[:500]
+        )
+        firsts = dict(recent)
+        closes = dict(
+            Bead.objects.filter(pk__in=firsts, status="closed").values_list("id", "closed_at")
+        )
+        samples = [
+            (closes[i] - firsts[i]).total_seconds()
+            for i in closes
+            if closes[i] and closes[i] > firsts[i]
+        ]
+        basis = "its rigs"
+    if not samples or not remaining:
+        return None
+    median = statistics.median(samples)
+    return {
+        "median": duration(median),
+        "samples": len(samples),
+        "basis": basis,
+        "eta": now + timedelta(seconds=median * remaining),
+    }
+
+
+@dataclass
+class Dag:
+    """What the convoy page draws of its graph: geometry (cached per graph) and states."""
+
+    geometry: dict
+    fingerprint: str
+    states: dict  # {id: (title, state)}
+    marks: dict  # {id: ["gated", "stranded"]}
+    critical: list
+    href: object
+
+    def svg(self):
+        return layout.svg(
+            self.geometry, self.states, status_class, self.marks, self.critical, self.href
+        )
+
+    def node(self, bead_id):
+        title, state = self.states.get(bead_id, ("", "unknown"))
+        return layout.node(self.geometry, bead_id, title, state, status_class, self.href)
+
+    def overlay(self):
+        return layout.overlay(self.geometry, self.marks, self.critical)
+
+    def drawn(self, bead_ids):
+        """Those of `bead_ids` that are drawn as nodes (not in a collapsed wave)."""
+        return [i for i in bead_ids if i in self.geometry["nodes"]]
+
+
+@dataclass
+class ConvoyPage:
+    convoy: Convoy
+    summary: dict
+    rows: list  # tracked bead rows (unfinished first and capped on big convoys)
+    hidden_rows: int
+    waves: list
+    frontier: int
+    gated: list
+    critical: list  # [(id, href)]
+    eta: dict
+    timeline: list
+    collapsed: list
+    focus: str
+    summary_line: str
+    dag: Dag
+    big: bool
+    graph: object = None
+    subscribed: object = None
+    plan_moved: dict = field(default_factory=dict)
+
+    def affected(self, bead_ids):
+        """The tracked beads whose row or node a change of `bead_ids` may alter: those beads
+        and the beads they block (their readiness and blockers change)."""
+        nodes = self.graph.nodes
+        out = {i for i in bead_ids if i in nodes}
+        for bead_id in list(out):
+            out.update(nodes[bead_id].blocks)
+        return out
+
+
+def convoy_page(convoy, params, user, now):
+    tracked, beads, graph, waves, gated = convoy_graph(convoy)
+    summary, ready_ids = convoy_summary(convoy, tracked, beads, now)
+    href = bead_url_maker()
+    workers = dict(
+        Worker.objects.filter(
+            name__in={b.assignee for b in beads.values() if b.assignee}
+        ).values_list("name", "last_seen")
+    )
+    wave_number = dagmod.wave_of(waves)
+    gated_ids = {g.id for g in gated}
+
+    def state(bead_id):
+        bead = beads.get(bead_id)
+        if bead is None:
+            return "unknown"
+        if bead.pk in ready_ids:
+            return "ready"
+        return bead.status
+
+    rows = [
+        {
+            "id": bead_id,
+            "bead": beads.get(bead_id),
+            "state": state(bead_id),
+            "wave": wave_number.get(bead_id),
+            "worker_seen": workers.get(beads[bead_id].assignee)
+            if bead_id in beads and beads[bead_id].assignee
+            else None,
+            "gated": bead_id in gated_ids,
+            "href": href(bead_id),
+        }
+        for bead_id in tracked
+    ]
+    big = len(tracked) > COLLAPSE_AT and params.get("all") != "1"
+    hidden_rows = 0
+    if big:
+        # Large convoys list unfinished beads first and keep the page light; ?all=1 shows all.
+        unfinished = [r for r in rows if r["state"] not in DONE_STATUSES]
+        hidden_rows = len(rows) - min(len(unfinished), MAX_ROWS)
+        rows = unfinished[:MAX_ROWS]
+    tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+    blockers = blocked_by([r["id"] for r in rows] if big else tracked_q)
+    for row in rows:
+        row["blocked_by"] = blockers.get(row["id"], [])
+    wave_rows, frontier = _wave_rows(waves, beads, ready_ids, graph, state, href, big)
+    done = {i for i in tracked if beads.get(i) and beads[i].status in DONE_STATUSES}
+    critical = dagmod.critical_path(graph, done)
+    collapsed = set()
+    focus = params.get("focus", "")
+    if len(graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
+        collapsed = {r["number"] for r in wave_rows if r["counts"]["done"] == r["total"]}
+    dag = None
+    if waves or gated:
+        if focus and focus in graph.nodes:
+            keep = _neighbourhood(graph, focus)
+            sub = dagmod.build_dag(
+                [
+                    dagmod.Node(n.id, n.title, n.type, n.status, n.rig)
+                    for n in graph.nodes.values()
+                    if n.id in keep
+                ],
+                [(b, a, "blocks") for a, b in graph.graph.edges if a in keep and b in keep],
+            )
+            sub_waves, sub_gated = dagmod.compute_waves(sub) if sub.slingable_ids() else ([], [])
+            geometry, key = _geometry(convoy, sub, sub_waves, sub_gated, frozenset())
+        else:
+            geometry, key = _geometry(convoy, graph, waves, gated, frozenset(collapsed))
+        marks = {
+            i: (["gated"] if i in gated_ids else [])
+            + (["stranded"] if summary["stranded"] and i in ready_ids else [])
+            for i in tracked
+        }
+        dag = Dag(
+            geometry=geometry,
+            fingerprint=key,
+            states={
+                i: (graph.nodes[i].title if i in graph.nodes else "", state(i)) for i in tracked
+            },
+            marks={i: m for i, m in marks.items() if m},
+            critical=critical,
+            href=href,
+        )
+    size, at = dagmod.max_parallelism(waves)
+    timeline = list(
+        Event.objects.filter(Q(convoy_id=convoy.pk) | Q(bead_id__in=tracked_q)).order_by("-seq")[
+            :TIMELINE
+        ]
+    )
+    return ConvoyPage(
+        convoy=convoy,
+        summary=summary,
+        rows=rows,
+        hidden_rows=hidden_rows,
+        waves=wave_rows,
+        frontier=frontier,
+        gated=gated,
+        critical=[(i, href(i)) for i in critical],
+        eta=estimate(list(beads.values()), len(critical), now) if critical else None,
+        timeline=timeline,
+        collapsed=sorted(collapsed),
+        focus=focus,
+        summary_line=f"{sum(len(w) for w in waves)} tasks across {len(waves)} waves "
+        f"(max parallelism: {size} in wave {at})",
+        dag=dag,
+        big=big,
+        graph=graph,
+        subscribed=Subscription.objects.filter(user=user, convoy=convoy).first(),
+        plan_moved=(convoy.extra or {}).get("plan", {}),
+    )
+
+
+def _wave_rows(waves, beads, ready_ids, graph, state, href, big):
+    chips_left = MAX_CHIPS if big else sum(len(w) for w in waves)
+    rows, frontier = [], None
+    for number, wave in enumerate(waves, start=1):
+        counts = {"done": 0, "active": 0, "ready": 0, "blocked": 0}
+        for bead_id in wave:
+            bead = beads.get(bead_id)
+            counts[segment_of(bead, ready_ids) if bead else "blocked"] += 1
+        if frontier is None and counts["done"] < len(wave):
+            frontier = number
+        shown = [] if big and counts["done"] == len(wave) else wave[:CHIPS_PER_WAVE]
+        shown = shown[: max(chips_left, 0)]
+        chips_left -= len(shown)
+        rows.append(
+            {
+                "number": number,
+                "counts": counts,
+                "total": len(wave),
+                "hidden": len(wave) - len(shown),
+                "beads": [
+                    {
+                        "id": i,
+                        "href": href(i),
+                        "title": graph.nodes[i].title,
+                        "state": state(i),
+                        "blocked_by": graph.nodes[i].blocked_by,
+                    }
+                    for i in shown
+                ],
+            }
+        )
+    return rows, frontier

@@ -17,7 +17,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from . import dag as dagmod
-from . import formatting, layout, selectors
+from . import formatting, layout, selectors, stranding
 from .events import last_seq
 from .models import (
     ACTIVE_WORK_STATUSES,
@@ -338,10 +338,9 @@ def convoy_detail(request, convoy_id):
             geometry = _geometry(convoy, sub, sub_waves, sub_gated, frozenset())
         else:
             geometry = _geometry(convoy, graph, waves, gated, frozenset(collapsed))
-        stranded = summary["stranded"]
+        stranded = set(summary["state"].ready)
         marks = {
-            i: (["gated"] if i in gated_ids else [])
-            + (["stranded"] if stranded and i in ready_ids else [])
+            i: (["gated"] if i in gated_ids else []) + (["stranded"] if i in stranded else [])
             for i in tracked
         }
         svg = layout.svg(
@@ -359,6 +358,7 @@ def convoy_detail(request, convoy_id):
         ]
     )
     user = request.user
+    no_estimate = stranding.estimate_blocker(convoy, summary["state"])
     subscribed = Subscription.objects.filter(user=user, convoy=convoy).first()
     context = {
         "convoy": convoy,
@@ -369,7 +369,10 @@ def convoy_detail(request, convoy_id):
         "gated": gated,
         "svg": mark_safe(svg),
         "critical": [(i, href(i)) for i in critical],
-        "eta": _eta(convoy, list(beads.values()), len(critical)) if critical else None,
+        "eta": _eta(convoy, list(beads.values()), len(critical))
+        if critical and no_estimate == ""
+        else None,
+        "no_estimate": no_estimate,
         "timeline": timeline,
         "as_of": last_seq(),
         "collapsed": sorted(collapsed),

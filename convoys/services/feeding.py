@@ -15,7 +15,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from ..events import last_seq
+from .. import stranding
+from ..events import last_seq, record
 from ..models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
@@ -28,7 +29,7 @@ from ..models import (
 )
 from ..readiness import ready_beads
 from . import dispatch, leases
-from .convoys import EMPTY_REASON, close_if_complete, set_status, tracked_details
+from .convoys import EMPTY_REASON, close_if_complete, set_status
 
 log = logging.getLogger("convoys.feeding")
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
@@ -165,53 +166,22 @@ def catch_up(batch=1000):
         leases.release("catch-up", me)
 
 
-def classify_open_convoys(now=None):
-    """Every open convoy as feedable / stuck / empty / moving, with its ready beads."""
-    now = now or timezone.now()
-    convoys = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
-    details = tracked_details(convoys)
-    all_ids = {bead_id for pairs in details.values() for bead_id, _ in pairs}
-    ready = {b.pk for b in ready_beads(Bead.objects.filter(pk__in=all_ids), now)}
-    rows = []
-    for convoy in convoys:
-        pairs = details[convoy.pk]
-        ready_ids = [i for i, b in pairs if i in ready]
-        active = [i for i, b in pairs if b is not None and b.status in ACTIVE_WORK_STATUSES]
-        if not pairs:
-            kind = "empty"
-        elif ready_ids:
-            kind = "feedable"
-        elif active:
-            kind = "moving"
-        else:
-            kind = "stuck"
-        rows.append(
-            {
-                "convoy": convoy,
-                "kind": kind,
-                "tracked_count": len(pairs),
-                "ready_issues": ready_ids,
-                "active": active,
-            }
-        )
-    return rows
-
-
 def stranded(now=None):
-    """The stranded convoys (reference §4.4 JSON shape): feedable, stuck and empty ones."""
+    """The stranded convoys (reference §4.4 JSON shape, plus kind and reason): feedable,
+    stuck and empty ones, classified by the one rule in `stranding`."""
     result = []
-    for row in classify_open_convoys(now):
-        if row["kind"] == "moving":
+    for convoy, verdict in stranding.open_verdicts(now):
+        if not verdict.stranded:
             continue
-        convoy = row["convoy"]
         item = {
             "id": convoy.id,
             "title": convoy.title,
-            "tracked_count": row["tracked_count"],
-            "ready_count": len(row["ready_issues"]),
-            "ready_issues": row["ready_issues"],
+            "tracked_count": verdict.tracked_count,
+            "ready_count": len(verdict.ready),
+            "ready_issues": verdict.ready,
             "created_at": convoy.created_at.isoformat(),
-            "kind": row["kind"],
+            "kind": verdict.kind,
+            "reason": verdict.reason,
         }
         if convoy.base_branch:
             item["base_branch"] = convoy.base_branch
@@ -228,14 +198,11 @@ def stranded_scan(now=None):
         now = now or timezone.now()
         summary = {"dispatched": [], "closed_empty": [], "landed": [], "stuck": []}
         grace = timedelta(seconds=settings.CONVOY_EMPTY_GRACE)
-        for row in classify_open_convoys(now):
-            convoy = row["convoy"]
-            if row["kind"] == "feedable":
+        for convoy, verdict in stranding.open_verdicts(now):
+            if verdict.kind == stranding.FEEDABLE:
                 results = feed_convoy(convoy, "stranded", limit=1, wait=0)
                 summary["dispatched"] += [r["id"] for r in results]
                 if results:
-                    from ..events import record
-
                     with transaction.atomic():
                         record(
                             "stranded.found",
@@ -244,16 +211,16 @@ def stranded_scan(now=None):
                             data={
                                 "title": convoy.title,
                                 "dispatched": results[0]["id"],
-                                "ready_count": len(row["ready_issues"]),
+                                "ready_count": len(verdict.ready),
                             },
                         )
-            elif row["kind"] == "empty":
+            elif verdict.kind == stranding.EMPTY:
                 if now - convoy.created_at >= grace:
                     with transaction.atomic():
                         set_status(convoy, "closed", reason=EMPTY_REASON, actor="stranded")
                     summary["closed_empty"].append(convoy.pk)
-            elif row["kind"] == "stuck":
-                if close_if_complete(convoy, actor="stranded"):
+            elif verdict.kind == stranding.STUCK:
+                if verdict.code == "complete" and close_if_complete(convoy, actor="stranded"):
                     summary["landed"].append(convoy.pk)
                 else:
                     summary["stuck"].append(convoy.pk)

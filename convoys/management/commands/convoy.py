@@ -238,7 +238,10 @@ class Command(ServiceCommand):
     def do_stranded(self, json, **_):
         rows = feeding.stranded()
         if json:
-            self.write_json([{k: v for k, v in r.items() if k != "kind"} for r in rows])
+            # The original's shape: kind and reason are ours.
+            self.write_json(
+                [{k: v for k, v in r.items() if k not in ("kind", "reason")} for r in rows]
+            )
             return
         if not rows:
             self.stdout.write("No stranded convoys.")
@@ -248,7 +251,7 @@ class Command(ServiceCommand):
             elif row["kind"] == "feedable":
                 note = f"{row['ready_count']} ready: {', '.join(row['ready_issues'])}"
             else:
-                note = f"{row['tracked_count']} tracked, 0 ready — needs agent review"
+                note = f"stuck: {row['reason']} ({row['tracked_count']} tracked, 0 ready)"
             self.stdout.write(f"🚚 {row['id']}: {row['title']}\n    {note}")
 
     # --- stage / launch / feed --------------------------------------------------------------

@@ -1,0 +1,276 @@
+"""The one stranded/stuck rule: why an open convoy is or is not moving.
+
+Every open convoy is exactly one of:
+- feedable: ready beads that the feeder may dispatch now (not cooling down after a failed
+  dispatch, and under the convoy's max in flight);
+- moving: nothing to dispatch now, but work is in progress;
+- stuck: tracked work, none of it ready or in progress, with the reason (gated, parked rig,
+  blocked outside the convoy, dispatch failing, no rig, not dispatchable, held, unknown beads,
+  or complete and waiting to land);
+- empty: it tracks nothing.
+Feedable, stuck and empty convoys are stranded. The dashboard badge, the convoy page, the
+API, the stranded page, `convoy stranded` and the stranded scan all read `classify`; the
+convoy page's ETA asks `estimate_blocker`.
+"""
+
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from .models import (
+    ACTIVE_WORK_STATUSES,
+    CONVOY_CLOSED,
+    CONVOY_OPEN,
+    DONE_STATUSES,
+    SLINGABLE_TYPES,
+    STAGED_STATUSES,
+    Bead,
+    Convoy,
+    Rig,
+    TrackedBead,
+)
+from .readiness import blocked_by, ready_beads
+
+FEEDABLE, MOVING, STUCK, EMPTY = "feedable", "moving", "stuck", "empty"
+STRANDED_KINDS = (FEEDABLE, STUCK, EMPTY)
+# Root causes, most actionable first; the first present names a stuck convoy.
+CAUSES = (
+    "complete",
+    "dispatch_failing",
+    "parked_rig",
+    "gated",
+    "blocked",
+    "no_rig",
+    "not_dispatchable",
+    "held",
+    "unknown",
+)
+CAUSE_WORDS = {
+    "complete": "waiting to land",
+    "dispatch_failing": "stuck: dispatch failing",
+    "parked_rig": "stuck: parked rig",
+    "gated": "stuck: gated",
+    "blocked": "stuck: blocked",
+    "no_rig": "stuck: no rig",
+    "not_dispatchable": "stuck: not dispatchable",
+    "held": "stuck: on hold",
+    "unknown": "stuck: unknown beads",
+}
+# Causes that leave a landing time unknowable even while other work moves.
+NO_ESTIMATE_CAUSES = ("parked_rig", "gated", "blocked", "no_rig", "not_dispatchable", "unknown")
+
+
+@dataclass
+class Cause:
+    code: str
+    text: str
+    beads: list = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    kind: str  # feedable | moving | stuck | empty, or "" for a convoy that is not open
+    reason: str = ""  # one line for people
+    code: str = ""  # the cause's code for stuck convoys; "in_progress" for moving ones
+    ready: list = field(default_factory=list)  # dispatchable ready beads, in tracking order
+    tracked_count: int = 0
+    causes: list = field(default_factory=list)  # every root cause found (Cause)
+
+    @property
+    def stranded(self):
+        return self.kind in STRANDED_KINDS
+
+    @property
+    def label(self):
+        """Words for a badge: "stranded", "stuck: gated", "empty", "in progress"."""
+        if self.kind == STUCK:
+            return CAUSE_WORDS.get(self.code, "stuck")
+        return {FEEDABLE: "stranded", MOVING: "in progress", EMPTY: "empty"}.get(self.kind, "")
+
+
+NOT_OPEN = Verdict("")
+
+
+def classify(convoys, now=None, explain=False):
+    """{convoy id: Verdict} for the given convoys (only open ones get a kind).
+
+    A fixed number of queries whatever the number of convoys and beads; the causes of
+    moving and feedable convoys are worked out only when `explain` is set (the convoy page
+    needs them for its ETA)."""
+    now = now or timezone.now()
+    open_ = [c for c in convoys if c.status == CONVOY_OPEN]
+    result = {c.pk: NOT_OPEN for c in convoys}
+    if not open_:
+        return result
+    tracking = TrackedBead.objects.filter(convoy_id__in=[c.pk for c in open_])
+    rows = list(
+        tracking.order_by("convoy_id", "position", "id").values_list("convoy_id", "bead_id")
+    )
+    tracked = Bead.objects.filter(pk__in=tracking.values("bead_id"))
+    beads = {
+        row[0]: row[1:]
+        for row in tracked.values_list("id", "status", "assignee", "issue_type", "rig_id")
+    }
+    ready = set(ready_beads(tracked, now).values_list("pk", flat=True))
+    from .services.dispatch import cooling_down
+
+    cooling = cooling_down(list(ready), now) if ready else set()
+    per_convoy = {c.pk: [] for c in open_}
+    for convoy_id, bead_id in rows:
+        per_convoy[convoy_id].append(bead_id)
+    verdicts, to_explain = {}, []
+    for convoy in open_:
+        ids = per_convoy[convoy.pk]
+        verdict = _first_pass(convoy, ids, beads, ready, cooling)
+        verdicts[convoy.pk] = verdict
+        if (verdict.kind == STUCK and not verdict.code) or (
+            explain and verdict.kind in (FEEDABLE, MOVING)
+        ):
+            to_explain.append(convoy.pk)
+    if to_explain:
+        _explain({pk: per_convoy[pk] for pk in to_explain}, verdicts, beads, ready, cooling)
+    result.update(verdicts)
+    return result
+
+
+def classify_one(convoy, now=None, explain=True):
+    return classify([convoy], now, explain)[convoy.pk]
+
+
+def open_verdicts(now=None):
+    """[(convoy, Verdict)] for every open convoy, by id."""
+    convoys = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
+    verdicts = classify(convoys, now)
+    return [(c, verdicts[c.pk]) for c in convoys]
+
+
+def _busy(info):
+    status, assignee = info[0], info[1]
+    return status in ACTIVE_WORK_STATUSES or (status == "open" and bool(assignee))
+
+
+def _stalled(bead_id, info, ready, cooling):
+    """An unfinished bead that is neither dispatchable nor worked on (or not in the database)."""
+    if info is None:
+        return True
+    if info[0] in DONE_STATUSES:
+        return False
+    if bead_id in ready:
+        return bead_id in cooling
+    return not _busy(info)
+
+
+def _first_pass(convoy, ids, beads, ready, cooling):
+    if not ids:
+        return Verdict(EMPTY, "tracks no beads", "empty")
+    unfinished = [i for i in ids if i not in beads or beads[i][0] not in DONE_STATUSES]
+    if not unfinished:
+        text = "every tracked bead is done: waiting to land"
+        return Verdict(STUCK, text, "complete", [], len(ids), [Cause("complete", text)])
+    dispatchable = [i for i in unfinished if i in ready and i not in cooling]
+    busy = [i for i in unfinished if i in beads and i not in ready and _busy(beads[i])]
+    capped = bool(convoy.max_in_flight) and len(busy) >= convoy.max_in_flight
+    if dispatchable and not capped:
+        text = f"{len(dispatchable)} ready, nobody on them"
+        return Verdict(FEEDABLE, text, "ready", dispatchable, len(ids))
+    if busy:
+        text = f"{len(busy)} in progress"
+        if dispatchable:
+            text += f" (max in flight {convoy.max_in_flight}; {len(dispatchable)} ready waiting)"
+        return Verdict(MOVING, text, "in_progress", [], len(ids))
+    return Verdict(STUCK, "", "", [], len(ids))
+
+
+def _explain(per_convoy, verdicts, beads, ready, cooling):
+    """Find the root causes of the unfinished beads that are neither ready nor in progress."""
+    waiting = {
+        i
+        for ids in per_convoy.values()
+        for i in ids
+        if i in beads and _stalled(i, beads[i], ready, cooling)
+    }
+    blockers = blocked_by(list(waiting)) if waiting else {}
+    targets = {t for ts in blockers.values() for t in ts}
+    target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
+    rig_states = dict(Rig.objects.values_list("name", "state"))
+    for convoy_id, ids in per_convoy.items():
+        verdict = verdicts[convoy_id]
+        members = set(ids)
+        found = {}
+        for bead_id in ids:
+            info = beads.get(bead_id)
+            if not _stalled(bead_id, info, ready, cooling):
+                continue
+            cause = _cause(
+                bead_id, info, blockers, target_types, members, rig_states, bead_id in cooling
+            )
+            if cause is not None:
+                found.setdefault(cause[0], []).append((bead_id, cause[1]))
+        causes = [_summarise(code, found[code]) for code in CAUSES if code in found]
+        verdict.causes = causes
+        if verdict.kind == STUCK and not verdict.code:
+            if causes:
+                verdict.code, verdict.reason = causes[0].code, causes[0].text
+            else:
+                verdict.code = "blocked"
+                verdict.reason = "its beads wait on each other (a dependency cycle)"
+
+
+def _cause(bead_id, info, blockers, target_types, members, rig_states, cooling):
+    """(code, detail) for one bead that cannot move; None when it waits on convoy work."""
+    if info is None:
+        return "unknown", ""
+    status, assignee, issue_type, rig = info
+    if (issue_type or "") not in SLINGABLE_TYPES:
+        return "not_dispatchable", issue_type
+    if status != "open" and status not in ACTIVE_WORK_STATUSES:
+        return "held", status
+    gates = [t for t in blockers.get(bead_id, []) if target_types.get(t, "") not in SLINGABLE_TYPES]
+    if gates:
+        return "gated", ", ".join(gates)
+    outside = [t for t in blockers.get(bead_id, []) if t not in members]
+    if outside:
+        return "blocked", ", ".join(outside)
+    if blockers.get(bead_id):
+        return None
+    if not rig:
+        return "no_rig", ""
+    state = rig_states.get(rig, Rig.ACTIVE)
+    if state != Rig.ACTIVE:
+        return "parked_rig", f"{rig} ({state})"
+    if cooling:
+        return "dispatch_failing", ""
+    return None
+
+
+def _summarise(code, items):
+    ids = [bead_id for bead_id, _ in items]
+    shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    details = sorted({detail for _, detail in items if detail})
+    what = ", ".join(details[:3]) + ("…" if len(details) > 3 else "")
+    text = {
+        "dispatch_failing": f"dispatch failing for {shown} (retried after the cooldown)",
+        "parked_rig": f"rig {what} holds {shown}",
+        "gated": f"{shown} gated by {what}",
+        "blocked": f"{shown} blocked by {what} outside the convoy",
+        "no_rig": f"{shown} ha{'s' if len(ids) == 1 else 've'} no rig",
+        "not_dispatchable": f"{shown} cannot be dispatched (type {what})",
+        "held": f"{shown} {'is' if len(ids) == 1 else 'are'} {what}",
+        "unknown": f"{shown} not in the database",
+    }[code]
+    return Cause(code, text, ids)
+
+
+def estimate_blocker(convoy, verdict):
+    """Why the convoy's landing time cannot be estimated: "" when it can be, None when the
+    convoy is closed (no landing ahead, so no ETA at all)."""
+    if convoy.status == CONVOY_CLOSED:
+        return None
+    if convoy.status in STAGED_STATUSES:
+        return "not launched yet"
+    if verdict.kind in (STUCK, EMPTY):
+        return verdict.reason
+    for cause in verdict.causes:
+        if cause.code in NO_ESTIMATE_CAUSES:
+            return cause.text
+    return ""
