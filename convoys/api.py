@@ -9,13 +9,15 @@ than DRF for an API of this size. Workers and tools use `Authorization: Bearer <
 import hashlib
 import secrets
 from datetime import datetime
+from typing import Annotated
 
+from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from django.db.models import Q
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, django_auth
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from . import selectors
 from .models import ApiToken, Bead, Convoy
@@ -60,6 +62,12 @@ def refused_by_database(request, exc):
     # A value the database cannot store (a NUL byte on PostgreSQL, say): the statement failed
     # inside its transaction, so nothing was written.
     return api.create_response(request, {"detail": f"invalid input: {exc}".strip()}, status=400)
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_big(request, exc):
+    # Django's DATA_UPLOAD_MAX_MEMORY_SIZE: refused before the body is parsed.
+    return api.create_response(request, {"detail": f"request body too large: {exc}"}, status=413)
 
 
 @api.exception_handler(ServiceError)
@@ -127,26 +135,57 @@ class BeadOut(Schema):
     blocked_by: list[str] | None = None
 
 
-class BeadUpdateIn(Schema):
+def plain_text(value):
+    """Text any database stores as sent: no NUL character, no lone surrogate (a JSON
+    escape such as \\ud800 is not a character and cannot be encoded)."""
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"lone surrogate at position {exc.start}: not Unicode text") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(plain_text)]
+
+
+class Body(BaseModel):
+    """A request body: a JSON object whose values have exactly the declared types (no
+    coercion: `true` is not a priority, `"1"` is not a number), and no unknown fields.
+    Plain pydantic rather than ninja's Schema, which reads attributes off any value
+    (the string "hello world" had a `.title`)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def json_object(cls, data):
+        if not isinstance(data, dict):
+            raise ValueError("the body must be a JSON object")
+        return data
+
+
+class BeadUpdateIn(Body):
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    status: str | None = Field(None, min_length=1, max_length=50)
-    assignee: str | None = Field(None, max_length=255)
+    status: Text | None = Field(None, min_length=1, max_length=50)
+    assignee: Text | None = Field(None, max_length=255)
     priority: int | None = Field(None, ge=0, le=4)
-    title: str | None = Field(None, min_length=1)
+    title: Text | None = Field(None, min_length=1)
 
 
-class CloseIn(Schema):
-    reason: str = ""
+class CloseIn(Body):
+    reason: Text = ""
 
 
-class HeartbeatIn(Schema):
-    worker: str = Field(min_length=1, max_length=255)
+class HeartbeatIn(Body):
+    worker: Text = Field(min_length=1, max_length=255)
 
 
-class StageIn(Schema):
-    ids: list[str] = Field(min_length=1)
-    title: str | None = None
+class StageIn(Body):
+    ids: list[Text] = Field(min_length=1)
+    title: Text | None = None
 
 
 class LaunchIn(StageIn):
@@ -284,16 +323,16 @@ def get_bead(request, bead_id: str):
     return _bead_out(bead_service.get_bead(bead_id), detail=True)
 
 
-@api.patch("/beads/{bead_id}", response=responses(BeadOut, 404), tags=["beads"])
+@api.patch("/beads/{bead_id}", response=responses(BeadOut, 404, 413), tags=["beads"])
 def update_bead(request, bead_id: str, payload: BeadUpdateIn):
     need(request, "change_bead")
-    fields = {k: v for k, v in payload.dict().items() if v is not None}
+    fields = {k: v for k, v in payload.model_dump().items() if v is not None}
     if not fields:
         raise ServiceError("nothing to update: give status, assignee, priority or title")
     return _bead_out(bead_service.update_bead(bead_id, actor=f"api:{request.user}", **fields))
 
 
-@api.post("/beads/{bead_id}/close", response=responses(BeadOut, 404), tags=["beads"])
+@api.post("/beads/{bead_id}/close", response=responses(BeadOut, 404, 413), tags=["beads"])
 def close_bead(request, bead_id: str, payload: CloseIn):
     need(request, "change_bead")
     return _bead_out(
@@ -301,7 +340,7 @@ def close_bead(request, bead_id: str, payload: CloseIn):
     )
 
 
-@api.post("/heartbeat", response=responses(dict), tags=["workers"])
+@api.post("/heartbeat", response=responses(dict, 413), tags=["workers"])
 def heartbeat(request, payload: HeartbeatIn):
     need(request, "change_bead")
     return {"worker": payload.worker, "at": bead_service.heartbeat(payload.worker).isoformat()}
@@ -313,14 +352,14 @@ def stranded(request):
     return [{k: v for k, v in row.items()} for row in feeding.stranded()]
 
 
-@api.post("/stage", response=responses(dict, 404), tags=["convoys"])
+@api.post("/stage", response=responses(dict, 404, 413), tags=["convoys"])
 def stage(request, payload: StageIn):
     need(request, "add_convoy")
     plan = staging.stage(payload.ids, payload.title, actor=f"api:{request.user}")
     return plan.as_json()
 
 
-@api.post("/launch", response=responses(dict, 404), tags=["convoys"])
+@api.post("/launch", response=responses(dict, 404, 413), tags=["convoys"])
 def launch_convoy(request, payload: LaunchIn):
     need(request, "change_convoy")
     return launch.launch(

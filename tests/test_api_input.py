@@ -1,0 +1,122 @@
+"""Hostile request bodies through the JSON API (issue 13, items 7-9): a body of the wrong
+shape or type, a NUL byte, a lone surrogate or a 10 MB body is refused with a 4xx JSON answer
+naming what is wrong, and nothing is written."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from convoys.api import create_token
+from convoys.models import Bead, Event
+
+from .factories import bead
+
+
+@pytest.fixture
+def token(routes):
+    bead("gt-a", "Original title")
+    bead("gt-b")
+    root = User.objects.create_superuser("root", "root@localhost", "pw-pw-pw-123")
+    return create_token(root, "hostile")
+
+
+def snapshot():
+    return (
+        Event.objects.count(),
+        list(Bead.objects.order_by("id").values_list("id", "title", "status", "priority")),
+    )
+
+
+def send(token, method, url, raw):
+    """`raw` is the exact body text, so non-objects and escapes reach the server as written."""
+    response = getattr(Client(), method)(
+        url, data=raw, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
+    return response.status_code, response.json()
+
+
+def refused(token, method, url, raw, status=422):
+    before = snapshot()
+    code, data = send(token, method, url, raw)
+    assert code == status, data
+    assert snapshot() == before, f"{method} {url} {raw[:60]!r} changed data"
+    return data["detail"]
+
+
+@pytest.mark.parametrize(
+    "method,url,raw",
+    [
+        ("patch", "/api/beads/gt-a", '"hello world"'),  # set the title to "Hello World"
+        ("post", "/api/beads/gt-a/close", '"string"'),  # closed the bead
+        ("patch", "/api/beads/gt-a", "[1, 2]"),
+        ("patch", "/api/beads/gt-a", "null"),
+        ("post", "/api/stage", '"gt-a"'),
+        ("post", "/api/launch", '["gt-a"]'),
+        ("post", "/api/heartbeat", "42"),
+    ],
+)
+def test_a_body_that_is_not_a_json_object_is_refused(token, method, url, raw):
+    detail = refused(token, method, url, raw)
+    assert [e["msg"] for e in detail] == ["Value error, the body must be a JSON object"]
+
+
+NUL = "Value error, must not contain a NUL character"
+NOT_UNICODE = "nicode"  # a lone surrogate: "…not Unicode text" (pydantic: "…unicode string")
+
+
+@pytest.mark.parametrize(
+    "method,url,raw,field,message",
+    [
+        # wrong types, no coercion
+        ("patch", "/api/beads/gt-a", '{"priority": true}', "priority", "integer"),  # stored 1
+        ("patch", "/api/beads/gt-a", '{"priority": 1.0}', "priority", "integer"),
+        ("patch", "/api/beads/gt-a", '{"priority": "1"}', "priority", "integer"),
+        ("patch", "/api/beads/gt-a", '{"title": 5}', "title", "string"),
+        ("patch", "/api/beads/gt-a", '{"assignee": ["x"]}', "assignee", "string"),
+        ("patch", "/api/beads/gt-a", '{"titel": "typo"}', "titel", "Extra inputs"),
+        ("post", "/api/beads/gt-a/close", '{"reason": 7}', "reason", "string"),
+        ("post", "/api/launch", '{"ids": ["gt-a"], "force": "yes"}', "force", "boolean"),
+        ("post", "/api/launch", '{"ids": ["gt-a"], "force": 1}', "force", "boolean"),
+        ("post", "/api/stage", '{"ids": "gt-a"}', "ids", "list"),
+        ("post", "/api/stage", '{"ids": ["gt-a", 3]}', 1, "string"),
+        ("post", "/api/heartbeat", '{"worker": 5}', "worker", "string"),
+        # lone surrogates (two of these were 500s)
+        ("post", "/api/stage", '{"ids": ["\\ud800"]}', 0, NOT_UNICODE),
+        ("post", "/api/launch", '{"ids": ["gt-a\\udfff"]}', 0, NOT_UNICODE),
+        ("post", "/api/beads/gt-a/close", '{"reason": "\\ud800"}', "reason", NOT_UNICODE),
+        ("post", "/api/stage", '{"ids": ["gt-a"], "title": "x\\ud800"}', "title", NOT_UNICODE),
+        ("patch", "/api/beads/gt-a", '{"title": "\\ud800"}', "title", NOT_UNICODE),
+        ("patch", "/api/beads/gt-a", '{"assignee": "w\\udc00"}', "assignee", NOT_UNICODE),
+        ("post", "/api/heartbeat", '{"worker": "w\\ud800"}', "worker", NOT_UNICODE),
+        # NUL bytes (SQLite stored them; the next export could not be imported)
+        ("patch", "/api/beads/gt-a", '{"title": "a\\u0000b"}', "title", NUL),
+        ("patch", "/api/beads/gt-a", '{"assignee": "\\u0000"}', "assignee", NUL),
+        ("patch", "/api/beads/gt-a", '{"status": "open\\u0000"}', "status", NUL),
+        ("post", "/api/beads/gt-a/close", '{"reason": "done\\u0000"}', "reason", NUL),
+        ("post", "/api/heartbeat", '{"worker": "w\\u0000"}', "worker", NUL),
+        ("post", "/api/stage", '{"ids": ["gt-a"], "title": "\\u0000"}', "title", NUL),
+        ("post", "/api/launch", '{"ids": ["gt-\\u0000a"]}', 0, NUL),
+    ],
+)
+def test_a_bad_field_is_refused_by_name(token, method, url, raw, field, message):
+    (error,) = refused(token, method, url, raw)
+    assert error["loc"][-1] == field and message in error["msg"], error
+
+
+def test_a_ten_megabyte_body_is_a_json_413(token):
+    raw = '{"title": "' + "x" * 10_000_000 + '"}'
+    detail = refused(token, "patch", "/api/beads/gt-a", raw, status=413)
+    assert detail.startswith("request body too large")
+
+
+def test_malformed_json_is_a_json_400(token):
+    assert refused(token, "post", "/api/beads/gt-a/close", "{not json", status=400)
+
+
+def test_well_typed_bodies_still_work(token):
+    code, data = send(token, "patch", "/api/beads/gt-a", '{"title": "Ünïcode ✓", "priority": 0}')
+    assert code == 200 and (data["title"], data["priority"]) == ("Ünïcode ✓", 0)
+    code, data = send(token, "post", "/api/beads/gt-b/close", "{}")
+    assert code == 200 and data["status"] == "closed"
+    code, data = send(token, "post", "/api/stage", '{"ids": ["gt-a"], "title": null}')
+    assert code == 200 and data["convoy_id"]
