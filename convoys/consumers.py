@@ -29,25 +29,26 @@ def read_db(func):
 REPLAY_LIMIT = 5000
 
 
+MAX_TOPICS = 100
+
+
 def _topic_groups(user, topics):
-    groups = []
+    """{topic: channel group} for the topics this user may follow (names from
+    relay.group_name): the inbox is the user's own; every other topic needs the `view_convoy`
+    permission."""
+    groups = {}
     may_view = user.has_perm("convoys.view_convoy")
-    for topic in topics:
+    for topic in topics[:MAX_TOPICS]:
         name, _, arg = topic.partition(":")
         if name == "inbox":
-            groups.append(f"user.{user.pk}")
+            groups[topic] = relay.group_name("user", user.pk)
         elif not may_view:
             continue
         elif name == "dashboard":
-            groups.append(relay.DASHBOARD)
-        elif (
-            name in ("convoy", "bead")
-            and arg
-            and len(arg) < 200
-            and arg.replace("-", "").replace(".", "").isalnum()
-        ):
-            groups.append(f"{name}.{arg}")
-    return sorted(set(groups))
+            groups[topic] = relay.DASHBOARD
+        elif name in ("convoy", "bead") and arg:
+            groups[topic] = relay.group_name(name, arg)
+    return groups
 
 
 def _replay(since, groups):
@@ -89,7 +90,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         topics = ",".join(query.get("topics", [""])).split(",")
-        self.groups_joined, head = await read_db(_groups_and_head)(user, topics)
+        followed, head = await read_db(_groups_and_head)(user, topics)
+        self.groups_joined = sorted(set(followed.values()))
         self.sent = collections.deque(maxlen=20000)
         self.sent_set = set()
         self.last_in_group = {}
@@ -100,7 +102,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             since = int(query.get("since", ["-1"])[0])
         except ValueError:
             since = -1
-        await self.send_json({"type": "hello", "seq": head, "topics": self.groups_joined})
+        await self.send_json({"type": "hello", "seq": head, "topics": sorted(followed)})
         if since >= 0:
             await self.replay(since)
 

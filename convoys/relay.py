@@ -11,6 +11,7 @@ one (every layer drops silently under load) notices and replays from the log.
 """
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -20,6 +21,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .models import Cursor, Event
 from .services import leases
@@ -28,21 +31,35 @@ log = logging.getLogger("convoys.relay")
 
 DASHBOARD = "dashboard"
 TICK_SECONDS = 2.0
+TICK_WINDOW = 60.0
+# Errors that mean the layer is away, not that one message is bad.
+UNREACHABLE = (OSError, TimeoutError, RedisConnectionError, RedisTimeoutError)
 _task = None
 
 
+def group_name(kind, key):
+    """The channel-layer group of one topic, e.g. `bead.<hash of the bead id>`.
+
+    Channel layers accept only ASCII letters, digits, `-`, `_` and `.` in names shorter than
+    100 characters, while ids may hold any character and be long: the raw key never appears
+    in a name, so no id can make a send raise. 128 bits of BLAKE2b make a collision (which
+    would only send one topic's events to the other's subscribers) practically impossible."""
+    digest = hashlib.blake2b(str(key).encode("utf-8", "surrogatepass"), digest_size=16)
+    return f"{kind}.{digest.hexdigest()}"
+
+
 def groups_for(event):
-    """The groups an event belongs to (names are channel-layer safe)."""
+    """The groups an event belongs to."""
     if event["kind"] == "notification":
         user = event["data"].get("user_id")
-        return [f"user.{user}"] if user else []
+        return [group_name("user", user)] if user else []
     groups = [DASHBOARD]
     convoys = set(event["data"].get("convoys") or [])
     if event["convoy_id"]:
         convoys.add(event["convoy_id"])
-    groups += [f"convoy.{c}" for c in sorted(convoys)]
+    groups += [group_name("convoy", c) for c in sorted(convoys)]
     if event["bead_id"]:
-        groups.append(f"bead.{event['bead_id']}")
+        groups.append(group_name("bead", event["bead_id"]))
     return groups
 
 
@@ -94,29 +111,44 @@ class Relay:
         self.shared = shared  # True with a shared (Redis) layer: lead by lease
         self.layer = get_channel_layer()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:relay"
-        self.prev = {}
+        self.prev = {}  # group -> last seq sent to it
+        self.sent_at = {}  # group -> loop time of that send
         self.position = None
 
     async def run(self):
         interval = settings.CONVOY_RELAY_INTERVAL
         last_tick = 0.0
+        failing = False
         while True:
             try:
                 await self.step()
                 now = asyncio.get_running_loop().time()
                 if now - last_tick >= TICK_SECONDS:
                     last_tick = now
-                    await self.tick()
+                    await self.tick(now)
             except Exception:
-                log.exception("relay step failed")
+                # The layer or the database is away (e.g. Redis restarting): retried every
+                # second, logged once per outage.
+                if not failing:
+                    log.exception("relay step failed; retrying every second")
+                failing = True
                 await asyncio.sleep(1)
+            else:
+                if failing:
+                    log.info("relay running again")
+                failing = False
             await asyncio.sleep(interval)
 
-    async def tick(self):
-        """Tell each group the last seq sent to it, so a consumer whose final messages were
-        dropped notices and replays them (a gap is otherwise seen only on the next event)."""
-        for group, seq in self.prev.items():
-            await self.layer.group_send(group, {"type": "convoy.tick", "group": group, "seq": seq})
+    async def tick(self, now):
+        """Tell each group that had events in the last TICK_WINDOW seconds the last seq sent
+        to it, so a consumer whose final messages were dropped notices and replays them (a gap
+        is otherwise seen only on the next event). Older groups are forgotten: after that many
+        ticks nothing can still be missing, and the tick stays as small as the recent traffic
+        (an import touches 100,000 bead groups once)."""
+        for group in [g for g, at in self.sent_at.items() if now - at > TICK_WINDOW]:
+            del self.sent_at[group], self.prev[group]
+        for group, seq in list(self.prev.items()):
+            await self.send(group, {"type": "convoy.tick", "group": group, "seq": seq})
 
     async def step(self):
         if self.shared:
@@ -146,6 +178,7 @@ class Relay:
             "convoy_id": event["convoy_id"],
             "data": {"convoys": data.get("convoys"), "user_id": data.get("user_id")},
         }
+        now = asyncio.get_running_loop().time()
         for group in groups_for(event):
             message = {
                 "type": "convoy.event",
@@ -155,7 +188,20 @@ class Relay:
                 "text": text,
             }
             self.prev[group] = event["seq"]
+            self.sent_at[group] = now
+            await self.send(group, message)
+
+    async def send(self, group, message):
+        """One group_send. A message the layer refuses is logged and skipped: its subscribers
+        see the gap through `prev` (or the next tick) and replay it from the log. A layer that
+        cannot be reached raises, and the step is retried."""
+        try:
             await self.layer.group_send(group, message)
+        except UNREACHABLE:
+            raise
+        except Exception:
+            seq = message.get("event", message)["seq"]
+            log.exception("relay: %s for seq %s refused by the layer; skipped", group, seq)
 
 
 def ensure_running():

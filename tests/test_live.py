@@ -9,6 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
+from convoys import relay
 from convoys.models import Event
 from convoys.services import beads, convoys
 
@@ -92,7 +93,7 @@ def test_no_event_leaks_to_a_user_without_access_even_on_replay(two_convoys):
         assert connected
         messages = await collect(comm)
         hello = messages[0]
-        assert hello["type"] == "hello" and hello["topics"] == [f"user.{hello['topics'][0][5:]}"]
+        assert hello["type"] == "hello" and hello["topics"] == ["inbox"]
         await sync_to_async(beads.close_bead)("gt-a")
         messages += await collect(comm)
         assert events_of(messages) == []
@@ -145,9 +146,10 @@ def test_duplicates_suppressed_and_gap_filled_from_the_log(two_convoys):
         await asyncio.sleep(0.6)
         await collect(comm, timeout=0.3)  # the relay already delivered it; simulate a loss:
         layer = get_channel_layer()
+        group = relay.group_name("convoy", a)
         fake_next = {
             "type": "convoy.event",
-            "group": f"convoy.{a}",
+            "group": group,
             "prev": seqs[-1] + 5,
             "event": {
                 "seq": seqs[-1] + 6,
@@ -159,7 +161,7 @@ def test_duplicates_suppressed_and_gap_filled_from_the_log(two_convoys):
                 "created_at": "",
             },
         }
-        await layer.group_send(f"convoy.{a}", fake_next)
+        await layer.group_send(group, fake_next)
         after = await collect(comm)
         delivered = [m["seq"] for m in events_of(after)]
         assert delivered[-1] == seqs[-1] + 6  # no duplicates of what was already sent
