@@ -1,0 +1,25 @@
+"""The page django-axes answers with once a username + address pair is locked out: it says
+when that pair may try again (the cool-off runs from the last counted failure)."""
+
+from axes.helpers import get_client_username, get_cool_off
+from axes.models import AccessAttempt
+from django.conf import settings
+from django.shortcuts import render
+from django.utils import timezone
+
+
+def locked_out(request, original_response, credentials):
+    username = get_client_username(request, credentials) or ""
+    last_failure = (
+        AccessAttempt.objects.filter(username=username, ip_address=request.axes_ip_address)
+        .order_by("-attempt_time")
+        .values_list("attempt_time", flat=True)
+        .first()
+    )
+    retry_at = (last_failure or timezone.now()) + get_cool_off(request)
+    context = {
+        "username": username,
+        "failure_limit": settings.AXES_FAILURE_LIMIT,
+        "retry_at": retry_at,
+    }
+    return render(request, "registration/locked_out.html", context, status=429)

@@ -1,0 +1,104 @@
+"""Login throttling (django-axes): ten wrong passwords for one username from one address lock
+that pair for a cool-off, with a page that says when to try again; other pairs are unaffected."""
+
+import re
+from datetime import datetime, timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+PASSWORD = "right-horse-battery"
+
+
+@pytest.fixture
+def users(db, settings):
+    # A fast hasher: these tests check ~50 passwords, not the hashing.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    User.objects.create_user("ann", password=PASSWORD)
+    User.objects.create_user("bob", password=PASSWORD)
+
+
+def attempt(client, username, password):
+    return client.post("/login/", {"username": username, "password": password, "next": "/"})
+
+
+def test_eleven_wrong_passwords_lock_the_account_for_that_address(users, settings):
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    started = timezone.now()
+    for _ in range(9):
+        response = attempt(client, "ann", "guess")
+        assert response.status_code == 200
+        assert "Wrong username or password." in response.text
+    for _ in range(2):
+        assert attempt(client, "ann", "guess").status_code == 429
+
+    response = attempt(client, "ann", PASSWORD)
+
+    assert response.status_code == 429
+    assert "_auth_user_id" not in client.session
+    text = re.sub(r"\s+", " ", response.text)
+    assert "Too many failed logins" in text
+    assert "locked after 10 wrong passwords" in text
+    # When to retry: a time of day (the cool-off after the last failure) and how long until then.
+    retry = re.search(
+        r"Try again after <time datetime=\"([^\"]+)\">\d\d:\d\d UTC</time> \(in 1[45]", text
+    )
+    assert retry, text
+    retry_at = datetime.fromisoformat(retry.group(1))
+    assert (
+        started + settings.AXES_COOLOFF_TIME
+        <= retry_at
+        <= timezone.now() + settings.AXES_COOLOFF_TIME
+    )
+    # The lockout page carries the same headers as every other page.
+    assert "'unsafe-inline'" not in response["Content-Security-Policy"]
+
+
+def test_other_users_and_other_addresses_are_not_locked(users):
+    locked = Client(REMOTE_ADDR="203.0.113.7")
+    for _ in range(11):
+        attempt(locked, "ann", "guess")
+
+    other_user = attempt(locked, "bob", PASSWORD)
+    assert other_user.status_code == 302 and other_user["Location"] == "/"
+    elsewhere = Client(REMOTE_ADDR="198.51.100.2")
+    response = attempt(elsewhere, "ann", PASSWORD)
+    assert response.status_code == 302 and response["Location"] == "/"
+
+
+def test_the_lock_ends_after_the_cool_off(users, settings):
+    from axes.models import AccessAttempt
+
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    for _ in range(10):
+        attempt(client, "ann", "guess")
+    assert attempt(client, "ann", PASSWORD).status_code == 429
+    AccessAttempt.objects.update(
+        attempt_time=timezone.now() - settings.AXES_COOLOFF_TIME - timedelta(seconds=1)
+    )
+
+    response = attempt(client, "ann", PASSWORD)
+
+    assert response.status_code == 302 and response["Location"] == "/"
+
+
+def test_a_success_before_the_limit_resets_the_count(users):
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    for _ in range(9):
+        attempt(client, "ann", "guess")
+    assert attempt(client, "ann", PASSWORD).status_code == 302
+    client.post("/logout/")
+    for _ in range(9):
+        assert attempt(client, "ann", "guess").status_code == 200
+    assert attempt(client, "ann", PASSWORD).status_code == 302
+
+
+def test_the_admin_login_is_throttled_too(users):
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    for _ in range(10):
+        client.post("/admin/login/", {"username": "ann", "password": "guess"})
+    response = client.post("/admin/login/", {"username": "ann", "password": PASSWORD})
+    assert response.status_code == 429
+    assert "Too many failed logins" in response.text
