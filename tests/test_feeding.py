@@ -187,10 +187,12 @@ def test_spin_event_after_more_than_three_dispatches_in_an_hour(routes):
 
 
 def test_landing_notifies_owner_notify_and_subscribers_once(routes, settings, closing):
-    from django.contrib.auth.models import User
+    from django.contrib.auth.models import Permission, User
 
-    User.objects.create(username="owner", email="owner@example.com")
+    viewing = Permission.objects.get(codename="view_convoy")  # the report goes to viewers only
+    User.objects.create(username="owner", email="owner@example.com").user_permissions.add(viewing)
     fan = User.objects.create(username="fan", email="fan@example.com")
+    fan.user_permissions.add(viewing)
     Subscription.objects.create(user=fan, email=True)
     bead("gt-l1", "Land me")
     convoy = convoys.create("Landing", ["gt-l1"], owner="owner", notify="ops@example.com")

@@ -42,13 +42,14 @@ def landing_message(convoy, pairs):
 
 
 def recipients(convoy):
-    """[(user or None, address, wants e-mail)], de-duplicated."""
+    """[(user or None, address, wants e-mail)], de-duplicated; a user who may not view
+    convoys (or is inactive) is told nothing: the report lists bead ids and titles."""
     User = get_user_model()
     result, seen_users = [], set()
     for sub in Subscription.objects.filter(
         Q(convoy=convoy) | Q(convoy__isnull=True)
     ).select_related("user"):
-        if sub.user_id not in seen_users:
+        if sub.user_id not in seen_users and sub.user.has_perm("convoys.view_convoy"):
             seen_users.add(sub.user_id)
             result.append((sub.user, "", sub.email))
     addresses = convoy.notify_addresses()
@@ -60,7 +61,7 @@ def recipients(convoy):
     for address in addresses:
         user = users.get(address)
         if user is not None:
-            if user.pk not in seen_users:
+            if user.pk not in seen_users and user.has_perm("convoys.view_convoy"):
                 seen_users.add(user.pk)
                 result.append((user, address, False))
         else:
