@@ -46,7 +46,7 @@
     const d = ev.data || {};
     if (ev.kind === "notification") { notifyUser(ev); return; }
     if (ev.kind === "bead.dispatched") toast(`▶ ${ev.bead_id} dispatched to ${d.assignee}`);
-    if (ev.kind === "convoy.landed") toast(`🚚 Convoy landed: ${d.title || ev.convoy_id}`, "good");
+    if (ev.kind === "convoy.landed") toast(`Convoy landed: ${d.title || ev.convoy_id}`, "good");
     if (ev.kind === "dispatch.failed") toast(`✗ dispatch of ${ev.bead_id} failed: ${d.error}`, "bad");
     if (ev.bead_id && d.status) {
       document.querySelectorAll(`[data-bead="${CSS.escape(ev.bead_id)}"] .b-status`).forEach((el) => { el.textContent = d.status; });
@@ -107,12 +107,19 @@
     document.title = (state.unread ? `(${state.unread}) ` : "") + document.title.replace(/^\(\d+\) /, "");
     const link = document.getElementById("favicon");
     if (!link) return;
-    const canvas = document.createElement("canvas");
-    canvas.width = canvas.height = 32;
-    const ctx = canvas.getContext("2d");
-    ctx.font = "26px sans-serif"; ctx.fillText("🚚", 0, 26);
-    if (state.unread) { ctx.fillStyle = "#d33"; ctx.beginPath(); ctx.arc(24, 8, 8, 0, 7); ctx.fill(); }
-    link.href = canvas.toDataURL("image/png");
+    link.dataset.logo = link.dataset.logo || link.href;
+    if (!state.unread) { link.href = link.dataset.logo; return; }
+    // The logo (an SVG, no emoji font needed) with a red dot for unread notifications.
+    const logo = new Image();
+    logo.onload = () => {
+      const canvas = document.createElement("canvas");
+      canvas.width = canvas.height = 32;
+      const ctx = canvas.getContext("2d");
+      ctx.drawImage(logo, 0, 0, 32, 32);
+      ctx.fillStyle = "#d33"; ctx.beginPath(); ctx.arc(24, 8, 8, 0, 7); ctx.fill();
+      link.href = canvas.toDataURL("image/png");
+    };
+    logo.src = link.dataset.logo;
   }
 
   const enable = document.getElementById("enable-notifications");
