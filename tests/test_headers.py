@@ -1,0 +1,226 @@
+"""Security headers and CSP-safe markup on every page, through the test client with the demo
+data loaded: a Content Security Policy without 'unsafe-inline', nosniff, a Referrer-Policy;
+no inline scripts, styles or event handler attributes; no character that needs an emoji font;
+API docs behind login with local assets; production refuses a missing SECRET_KEY."""
+
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from io import StringIO
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+
+from convoys.api import create_token
+from convoys.models import Bead, Convoy
+
+from .conftest import ROOT
+
+# Characters whose default presentation is an emoji (Unicode Emoji_Presentation, BMP part):
+# without an emoji font they are blank boxes. Everything at U+1F000 and above is refused too.
+EMOJI_BMP = set(
+    "⌚⌛⏩⏪⏫⏬⏰⏳◽◾☔☕♈♉♊♋♌♍♎♏♐♑♒♓♿⚓⚡⚪⚫⚽⚾⛄⛅⛎⛔⛪⛲⛳⛵⛺⛽✅✊✋✨❌❎❓❔❕❗➕➖➗➰➿⬛⬜⭐⭕"
+)
+
+
+def needs_emoji_font(text):
+    return sorted({c for c in text if c in EMOJI_BMP or ord(c) >= 0x1F000})
+
+
+def page_urls():
+    """Every page a signed-in staff user sees, on whatever data is loaded (the demo)."""
+    convoy = Convoy.objects.order_by("created_at").first()
+    bead = Bead.objects.exclude(issue_type="epic").order_by("id").first()
+    epic = Bead.objects.filter(issue_type="epic").order_by("id").first()
+    return [
+        "/",
+        reverse("convoy", args=[convoy.pk]),
+        reverse("bead", args=[bead.pk]),
+        "/stranded/",
+        "/inbox/",
+        "/stage/",
+        f"/stage/?epic={epic.pk}",
+        "/subscriptions/",
+        "/admin/",
+        "/admin/convoys/convoy/",
+        reverse("admin:convoys_convoy_change", args=[quote(convoy.pk)]),
+        reverse("admin:convoys_bead_change", args=[quote(bead.pk)]),
+        "/api/docs",
+    ]
+
+
+@pytest.fixture
+def demo(db):
+    call_command("demo", stdout=StringIO())
+    return User.objects.create_superuser("root", password="pw-pw-pw-123")
+
+
+def signed_in(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def assert_security_headers(response, url):
+    policy = dict(
+        (part.split(" ", 1) + [""])[:2] for part in response["Content-Security-Policy"].split("; ")
+    )
+    assert "'unsafe-inline'" not in response["Content-Security-Policy"], url
+    assert "'unsafe-eval'" not in response["Content-Security-Policy"], url
+    assert policy["default-src"] == "'self'", url
+    assert policy["script-src"] == "'self'", url
+    assert policy["style-src"] == "'self'", url
+    assert policy["object-src"] == "'none'", url
+    assert policy["frame-ancestors"] == "'none'", url
+    assert response["X-Content-Type-Options"] == "nosniff", url
+    assert response["Referrer-Policy"] == "same-origin", url
+    assert response["X-Frame-Options"] == "DENY", url
+
+
+class InlineCode(HTMLParser):
+    """Collects what a CSP without 'unsafe-inline' blocks: <script> without src (data blocks
+    such as type="application/json" are not scripts), <style>, style= and on*= attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = []
+        self.script_src = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script":
+            if attrs.get("src"):
+                self.script_src.append(attrs["src"])
+            elif attrs.get("type", "text/javascript") in ("text/javascript", "module"):
+                self.found.append("<script> without src")
+        if tag == "style":
+            self.found.append("<style>")
+        for name in attrs:
+            if name == "style" or name.startswith("on"):
+                self.found.append(f"<{tag} {name}=…>")
+
+
+def inline_code(html):
+    parser = InlineCode()
+    parser.feed(html)
+    return parser
+
+
+def test_every_page_sends_the_security_headers(demo):
+    client = signed_in(demo)
+    for url in page_urls():
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert_security_headers(response, url)
+    anonymous = Client()
+    for url in ["/login/", "/api/openapi.json", "/"]:
+        assert_security_headers(anonymous.get(url), url)
+    assert_security_headers(signed_in(User.objects.create_user("nobody")).get("/"), "403")
+
+
+def test_pages_have_no_inline_code(demo):
+    client = signed_in(demo)
+    for url in [*page_urls(), "/login/"]:
+        assert inline_code(client.get(url).text).found == [], url
+
+
+def test_pages_and_icons_need_no_emoji_font(demo):
+    client = signed_in(demo)
+    for url in [*page_urls(), "/login/"]:
+        assert needs_emoji_font(client.get(url).text) == [], url
+    for path in ("convoys/live.js", "convoys/logo.svg", "convoys/favicon.svg"):
+        assert needs_emoji_font((ROOT / "static" / path).read_text()) == [], path
+
+
+def test_progress_bars_are_svg_rects_that_add_up(demo):
+    html = signed_in(demo).get("/").text
+    bars = re.findall(r'<svg class="bar".*?</svg>', html)
+    assert len(bars) == Convoy.objects.count()
+    for bar in bars:
+        rects = re.findall(r'<rect class="seg (\w+)" x="([\d.]+)" width="([\d.]+)"', bar)
+        assert rects, bar
+        x = 0.0
+        for _name, start, width in rects:
+            assert float(start) == pytest.approx(x, abs=0.02)
+            x += float(width)
+        assert x == pytest.approx(100, abs=0.05)
+
+
+def test_api_docs_and_schema_need_login(demo):
+    anonymous = Client()
+    docs = anonymous.get("/api/docs")
+    assert docs.status_code == 302 and docs["Location"].startswith("/login/?next=/api/docs")
+    schema = anonymous.get("/api/openapi.json")
+    assert schema.status_code == 401 and schema.json() == {"detail": "Unauthorized"}
+    bogus = anonymous.get("/api/openapi.json", headers={"Authorization": "Bearer cvw_nope"})
+    assert bogus.status_code == 401
+
+    token = create_token(demo, "docs")
+    with_token = anonymous.get("/api/openapi.json", headers={"Authorization": f"Bearer {token}"})
+    assert with_token.status_code == 200 and "/api/convoys" in with_token.json()["paths"]
+
+
+def test_api_docs_assets_are_local_and_served(demo):
+    client = signed_in(demo)
+    page = client.get("/api/docs")
+    assert page.status_code == 200
+    sources = inline_code(page.text).script_src
+    links = re.findall(r'<link[^>]+href="([^"]+)"', page.text)
+    assert any("swagger-ui-bundle" in src for src in sources)
+    for url in [*sources, *links]:
+        assert url.startswith("/static/"), url
+        asset = client.get(url)
+        assert asset.status_code == 200, url
+        body = b"".join(asset.streaming_content) if asset.streaming else asset.content
+        assert len(body) > 1000, url
+
+
+def test_the_ui_links_to_the_api_docs(demo):
+    html = signed_in(demo).get("/").text
+    assert 'href="/api/docs"' in html
+
+
+def manage_check(*args, **env):
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", *args],
+        cwd=ROOT,
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_production_refuses_a_missing_secret_key_whatever_debug_says(debug):
+    result = manage_check(CONVOY_PRODUCTION="1", DEBUG=debug)
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set when CONVOY_PRODUCTION=1" in result.stderr
+
+
+def test_production_environment_passes_the_deploy_checks():
+    """The environment .ci/run uses: `check --deploy --fail-level WARNING` finds nothing."""
+    result = manage_check(
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        CONVOY_PRODUCTION="1",
+        DEBUG="0",
+        SECRET_KEY="test-" + "k8Qz3vRt" * 8,
+        ALLOWED_HOSTS="convoy.example.com",
+        SECURE_SSL_REDIRECT="1",
+        SESSION_COOKIE_SECURE="1",
+        CSRF_COOKIE_SECURE="1",
+        SECURE_HSTS_SECONDS="31536000",
+        SECURE_HSTS_INCLUDE_SUBDOMAINS="1",
+        SECURE_HSTS_PRELOAD="1",
+        SECURE_PROXY_SSL_HEADER="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
