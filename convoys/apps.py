@@ -16,5 +16,8 @@ class ConvoysConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from .services import guard
+
+        guard.connect()
         gc.set_threshold(*GC_THRESHOLDS)
         gc.freeze()

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import orjson
 
 from . import convoy_fields, ids
+from .ids import unwrap_external
 
 BEAD_COLUMNS = (
     "title",
@@ -96,7 +97,6 @@ def _kind(value):
     }.get(type(value), type(value).__name__)
 
 
-RAW_TARGET_MAX = 300  # `external:<x>:<id>` as written; the id alone is at most 255
 CONVOY_STATUSES = ("open", "closed", "staged_ready", "staged_warnings")
 KNOWN_DEP_KEYS = frozenset(
     ("issue_id", "depends_on_id", "type", "created_at", "created_by", "metadata")
@@ -199,9 +199,7 @@ def _dependencies(record, name, deps):
             raise ValueError(
                 f"field 'dependencies[{index}].depends_on_id': expected a non-empty string"
             )
-        problem = ids.target_problem(unwrap_external(target.strip()))
-        if problem is None and len(target) > RAW_TARGET_MAX:
-            problem = f"is {len(target)} characters long (at most {RAW_TARGET_MAX})"
+        problem = ids.target_problem(target)
         if problem:
             raise ValueError(f"field 'dependencies[{index}].depends_on_id': {problem}")
         kind = dep.get("type")
@@ -372,15 +370,6 @@ def dependency_values(record):
     return values
 
 
-def unwrap_external(target):
-    """`external:<x>:<id>` -> `<id>`; anything else unchanged."""
-    if target.startswith("external:"):
-        parts = target.split(":", 2)
-        if len(parts) == 3 and parts[2]:
-            return parts[2]
-    return target
-
-
 def read_routes(stream, name):
     for number, raw in enumerate(stream, start=1):
         try:
@@ -398,16 +387,10 @@ def read_routes(stream, name):
         for key in ("prefix", "path"):
             if not isinstance(record.get(key), str) or not record[key].strip():
                 raise BadLine(f"{name}:{number}: field '{key}': expected a non-empty string")
-        problem = ids.route_prefix_problem(record["prefix"])
-        if problem is None:
-            rig = ids.rig_name_from_path(record["path"])
-            problem = rig and ids.rig_name_problem(rig)
-            problem = problem and f"rig name {rig[:40]!r} {problem}"
-            key = "path"
-        else:
-            key = "prefix"
-        if problem:
-            raise BadLine(f"{name}:{number}: field '{key}': {problem}")
+        for key, check in (("prefix", ids.route_prefix_problem), ("path", ids.route_path_problem)):
+            problem = check(record[key])
+            if problem:
+                raise BadLine(f"{name}:{number}: field '{key}': {problem}")
         yield number, record
 
 

@@ -2,10 +2,13 @@
 
 `builtin` (default): the assignment is the dispatch; no external process.
 `command`: run CONVOY_DISPATCH_COMMAND without a shell; `{bead}` (or `{}`), `{rig}`,
-`{convoy}` and `{worker}` are replaced in each argument; exit 0 is success.
+`{convoy}` and `{worker}` are replaced in each argument, each exactly once (a value holding
+`{rig}` stays literal); an argument that only starts with '-' because of a value (a bead id
+or rig like `--output=FILE`) is refused, never passed as an option; exit 0 is success.
 A dotted path names any class with the same `dispatch` method.
 """
 
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -28,6 +31,9 @@ class BuiltinDispatcher:
         return Outcome(ok=True, output=f"assigned {bead_id} to {worker}")
 
 
+PLACEHOLDER = re.compile(r"\{(bead|rig|convoy|worker|)\}")
+
+
 class CommandDispatcher:
     name = "command"
     max_output = 10_000
@@ -39,22 +45,29 @@ class CommandDispatcher:
             raise ValueError("CONVOY_DISPATCHER=command needs CONVOY_DISPATCH_COMMAND")
 
     def argv(self, bead_id, rig, convoy_id, worker):
+        """The command's arguments; ValueError when a value would turn one into an option."""
         values = {
-            "{bead}": bead_id,
-            "{}": bead_id,
-            "{rig}": rig or "",
-            "{convoy}": convoy_id or "",
-            "{worker}": worker or "",
+            "bead": bead_id,
+            "": bead_id,
+            "rig": rig or "",
+            "convoy": convoy_id or "",
+            "worker": worker or "",
         }
         args = []
         for token in shlex.split(self.template):
-            for key, value in values.items():
-                token = token.replace(key, value)
-            args.append(token)
+            arg = PLACEHOLDER.sub(lambda match: values[match[1]], token)  # one pass
+            if arg.startswith("-") and not token.startswith("-"):
+                raise ValueError(
+                    f"refusing to pass {arg[:80]!r} to the command: it starts with '-'"
+                )
+            args.append(arg)
         return args
 
     def dispatch(self, bead_id, rig, convoy_id, worker):
-        args = self.argv(bead_id, rig, convoy_id, worker)
+        try:
+            args = self.argv(bead_id, rig, convoy_id, worker)
+        except ValueError as exc:
+            return Outcome(False, str(exc))
         try:
             done = subprocess.run(
                 args, capture_output=True, text=True, timeout=self.timeout, check=False

@@ -28,7 +28,9 @@ BEAD_ID_MAX = 255
 CONVOY_ID_MAX = 64
 RIG_NAME_MAX = 100
 ROUTE_PREFIX_MAX = 100
+ROUTE_PATH_MAX = 500
 NAME_MAX = 255
+RAW_TARGET_MAX = 300  # `external:<x>:<id>` as written
 ID_PUNCTUATION = "-._"
 # Categories never accepted in a name: control, format (bidi overrides, zero-width), surrogate,
 # private use, unassigned, line and paragraph separators.
@@ -53,9 +55,10 @@ def text_problem(value):
     """Why a stored string is refused: a NUL or a lone surrogate."""
     if "\x00" in value:
         return "contains a NUL character (U+0000)"
-    for char in value:
-        if "\ud800" <= char <= "\udfff":
-            return f"contains a lone surrogate {_describe(char)}"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains a lone surrogate {_describe(value[exc.start])}"
     return None
 
 
@@ -118,6 +121,16 @@ def rig_name_problem(value):
     return None
 
 
+def route_path_problem(path):
+    """A routes.jsonl path: its first component is the rig's name ('.' is the town)."""
+    problem = name_problem(path, ROUTE_PATH_MAX)
+    if problem:
+        return problem
+    rig = rig_name_from_path(path)
+    problem = rig and rig_name_problem(rig)
+    return problem and f"rig name {rig[:40]!r} {problem}"
+
+
 def route_prefix_problem(value):
     problem = id_problem(value, ROUTE_PREFIX_MAX)
     if problem:
@@ -127,15 +140,29 @@ def route_prefix_problem(value):
     return None
 
 
-def target_problem(value):
-    """A dependency or tracking target: any bead id, known or not, or `external:<x>:<id>`."""
-    if not isinstance(value, str):
+def unwrap_external(target):
+    """`external:<x>:<id>` -> `<id>`; anything else unchanged."""
+    if target.startswith("external:"):
+        parts = target.split(":", 2)
+        if len(parts) == 3 and parts[2]:
+            return parts[2]
+    return target
+
+
+def target_problem(raw):
+    """A dependency or tracking target as written: a bead id, known or not (another rig's, a
+    deleted one), or `external:<x>:<id>`. Kept as it is, so only what breaks a line or a
+    column is refused; pages link it only when it names a bead in the database."""
+    if not isinstance(raw, str):
         return "expected a string"
-    if not value.strip():
+    target = unwrap_external(raw.strip())
+    if not target.strip():
         return "must not be empty"
-    if len(value) > BEAD_ID_MAX:
-        return f"is {len(value)} characters long (at most {BEAD_ID_MAX})"
-    return _control_problem(value)
+    if len(target) > BEAD_ID_MAX:
+        return f"is {len(target)} characters long (at most {BEAD_ID_MAX})"
+    if len(raw) > RAW_TARGET_MAX:
+        return f"is {len(raw)} characters long (at most {RAW_TARGET_MAX})"
+    return _control_problem(raw)
 
 
 def rig_name_from_path(path):

@@ -9,6 +9,7 @@ import string
 from django.db import transaction
 from django.utils import timezone
 
+from .. import ids
 from ..beadfile import unwrap_external
 from ..events import record
 from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, Worker
@@ -48,7 +49,22 @@ def _event_data(bead, **more):
     }
 
 
+def refuse(problem, what):
+    """Raise the one-line refusal for a value an ids.*_problem check found wrong."""
+    if problem:
+        raise ServiceError(f"{what} {problem}")
+
+
+def check_bead_id(bead_id, what="bead id"):
+    refuse(ids.id_problem(bead_id), f"{what} {ascii(bead_id)[:80]}")
+
+
+def check_assignee(assignee, what="assignee"):
+    refuse(ids.name_problem(assignee), what)
+
+
 def new_bead_id(prefix):
+    refuse(ids.route_prefix_problem(prefix), "id prefix")
     for _ in range(20):
         candidate = prefix + "".join(secrets.choice(BASE36) for _ in range(5))
         if not Bead.objects.filter(pk=candidate).exists():
@@ -76,7 +92,11 @@ def create_bead(
         raise ServiceError("title must not be empty")
     if not isinstance(priority, int) or not 0 <= priority <= 4:
         raise ServiceError(f"priority must be 0..4, got {priority!r}")
-    bead_id = bead_id or new_bead_id(prefix)
+    if bead_id:
+        check_bead_id(bead_id)
+    else:
+        bead_id = new_bead_id(prefix)
+    check_assignee(assignee)
     if Bead.objects.filter(pk=bead_id).exists():
         raise ServiceError(f"bead '{bead_id}' already exists")
     now = timezone.now()
@@ -120,6 +140,8 @@ def update_bead(bead_id, *, actor="", reason=None, **fields):
         raise ServiceError(f"priority must be 0..4, got {fields['priority']!r}")
     if "title" in fields and not (fields["title"] or "").strip():
         raise ServiceError("title must not be empty")
+    if fields.get("assignee") is not None:
+        check_assignee(fields["assignee"])
     old_status = bead.status
     changes = {}
     for name, value in fields.items():
@@ -193,9 +215,8 @@ def add_dependency(issue_id, target, dep_type="blocks", actor=""):
     dep_type = (dep_type or "blocks").strip()
     if not dep_type or len(dep_type) > 50:
         raise ServiceError("dependency type must be 1..50 characters")
+    refuse(ids.target_problem(target), "dependency target")
     resolved = unwrap_external(target.strip())
-    if not resolved:
-        raise ServiceError("dependency target must not be empty")
     if resolved == bead.id and dep_type in BLOCKING_DEP_TYPES:
         raise ServiceError(f"bead '{bead.id}' cannot block itself")
     if Dependency.objects.filter(issue=bead, depends_on_id=resolved).exists():
@@ -238,6 +259,7 @@ def heartbeat(worker_name):
     worker_name = (worker_name or "").strip()
     if not worker_name:
         raise ServiceError("worker name must not be empty")
+    check_assignee(worker_name, "worker name")
     now = timezone.now()
     rig = worker_name.split("/")[0] if "/" in worker_name else ""
     Worker.objects.update_or_create(name=worker_name, defaults={"last_seen": now, "rig": rig})

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ..beadfile import unwrap_external
 from ..events import record
+from ..ids import target_problem
 from ..models import (
     CONVOY_CLOSED,
     CONVOY_OPEN,
@@ -240,6 +241,9 @@ def _track(convoy, bead_ids, actor):
     start = (TrackedBead.objects.filter(convoy=convoy).aggregate(m=Max("position"))["m"] or 0) + 1
     added = []
     for offset, raw in enumerate(bead_ids):
+        problem = target_problem(raw)
+        if problem:
+            raise ServiceError(f"bead id {ascii(raw)[:80]} {problem}")
         bead_id = unwrap_external(raw.strip())
         try:
             with transaction.atomic():

@@ -3,7 +3,12 @@
 from django.db import transaction
 
 from ..events import record, record_many
-from ..ids import rig_name_from_path, rig_name_problem, route_prefix_problem
+from ..ids import (
+    rig_name_from_path,
+    rig_name_problem,
+    route_path_problem,
+    route_prefix_problem,
+)
 from ..models import Bead, Rig, Route, bead_prefix
 from .errors import NotFound, ServiceError
 
@@ -25,10 +30,10 @@ def upsert_route(prefix, path, actor=""):
     problem = route_prefix_problem(prefix)
     if problem:
         raise ServiceError(f"route prefix {prefix!r} {problem}")
-    rig_name = rig_name_from_path(path)
-    problem = rig_name and rig_name_problem(rig_name)
+    problem = route_path_problem(path)
     if problem:
-        raise ServiceError(f"route path {path!r}: rig name {rig_name!r} {problem}")
+        raise ServiceError(f"route path {ascii(path)[:80]} {problem}")
+    rig_name = rig_name_from_path(path)
     if rig_name and not Rig.objects.filter(name=rig_name).exists():
         create_rig(rig_name, actor=actor)
     route, created = Route.objects.get_or_create(

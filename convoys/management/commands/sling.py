@@ -2,6 +2,7 @@
 
 from ...models import Rig
 from ...services import sling
+from ...services.beads import check_bead_id
 from ..base import ServiceCommand
 
 
@@ -24,6 +25,8 @@ class Command(ServiceCommand):
                 self.stderr.write(
                     "tip: the rig can be auto-resolved from bead prefixes. You can omit <rig>."
                 )
+        for bead_id in ids:
+            check_bead_id(bead_id)
         convoy, rig, results = sling.sling(
             ids, rig, no_convoy=no_convoy, owned=owned, merge=merge, force=force
         )
