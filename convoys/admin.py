@@ -1,11 +1,30 @@
-"""Django admin: every save and action goes through the services, so it writes events."""
+"""Django admin: every save goes through convoys/services, so it obeys their rules and writes
+their events.
+
+A save runs in one transaction (ModelAdmin.changeform_view), the object and its inlines
+together. When a service refuses (ServiceError), the exception leaves that transaction, which
+rolls back everything the save wrote; the same POST is then rendered again with the refusal as
+a form error. Services know nothing about forms; the admin never writes model rows itself.
+"""
+
+import json
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import ValidationError
+from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
+from .api import create_token, digest
+from .ids import id_problem
 from .models import (
+    CONVOY_CLOSED,
+    CONVOY_OPEN,
+    CONVOY_STATUSES,
+    DONE_STATUSES,
+    KNOWN_STATUSES,
+    STAGED_STATUSES,
     ApiToken,
     Bead,
     Convoy,
@@ -24,6 +43,41 @@ from .services import convoys as convoy_service
 from .services import rigs as rig_service
 from .services.errors import ServiceError
 
+# bd's built-in issue types and Gas Town's custom ones (reference/beads-model.md §1.4).
+KNOWN_TYPES = (
+    "task",
+    "bug",
+    "feature",
+    "chore",
+    "epic",
+    "decision",
+    "message",
+    "molecule",
+    "gate",
+    "spike",
+    "story",
+    "milestone",
+    "convoy",
+    "merge-request",
+)
+PRIORITIES = ((0, "0 (most urgent)"), (1, "1"), (2, "2"), (3, "3"), (4, "4 (least urgent)"))
+DEPENDENTS_SHOWN = 100
+
+
+def actor_of(request):
+    return f"admin:{request.user.username}"
+
+
+def choices_keeping(known, current, blank_label=None):
+    """Choices for a free-string field: the known values, plus the current one when an import
+    brought a value we do not know (kept and shown, never silently replaced)."""
+    values = list(known)
+    if blank_label is not None:
+        values.insert(0, "")
+    if current is not None and current not in values:
+        values.append(current)
+    return [(v, blank_label if v == "" else v if v in known else f"{v} (imported)") for v in values]
+
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
@@ -36,7 +90,84 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class DependencyInline(admin.TabularInline):
+class ServiceForm(forms.ModelForm):
+    """A form whose save was refused by a service shows the reason as a non-field error."""
+
+    refusal = None
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.refusal:
+            raise ValidationError(self.refusal)
+        return cleaned
+
+
+class ServiceAdmin(admin.ModelAdmin):
+    """Saves through services; rows are never deleted behind the services' back."""
+
+    form = ServiceForm
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        form.refusal = getattr(request, "service_refusal", None)
+        return form
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ServiceError as exc:
+            # The refusal left the admin's transaction: nothing of this save was kept.
+            request.service_refusal = str(exc)
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def inline_changes(formset):
+    """A valid inline formset as (deleted, changed, added) forms; unchanged rows are left out.
+
+    The formset's new/changed/deleted_objects (read by the admin's change message) start empty
+    and are filled by the caller as its services write."""
+    formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+    deleted, changed, added = [], [], []
+    for form in formset.initial_forms:
+        if form.cleaned_data.get("DELETE"):
+            deleted.append(form)
+        elif form.has_changed():
+            changed.append(form)
+    for form in formset.extra_forms:
+        if form.has_changed() and not form.cleaned_data.get("DELETE"):
+            added.append(form)
+    return deleted, changed, added
+
+
+class ServiceInline(admin.TabularInline):
+    """Inline rows are written by the parent's services, so the parent's permissions apply."""
+
+    def _parent_may(self, request, action):
+        opts = self.parent_model._meta
+        return request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
+
+    def _may_edit(self, request, obj):
+        return self._parent_may(request, "change") or (
+            obj is None and self._parent_may(request, "add")
+        )
+
+    def has_add_permission(self, request, obj):
+        return self._may_edit(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        return self._may_edit(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._may_edit(request, obj)
+
+    def has_view_permission(self, request, obj=None):
+        return self._may_edit(request, obj) or self._parent_may(request, "view")
+
+
+class DependencyInline(ServiceInline):
     model = Dependency
     fk_name = "issue"
     extra = 1
@@ -46,8 +177,99 @@ class DependencyInline(admin.TabularInline):
     verbose_name_plural = "depends on (outgoing)"
 
 
+class LabelsField(forms.Field):
+    """A bead's labels (a JSON list of strings) as text, one label per line."""
+
+    widget = forms.Textarea(attrs={"rows": 3})
+
+    def prepare_value(self, value):
+        if isinstance(value, list):
+            return "\n".join(str(label) for label in value)
+        return value
+
+    def to_python(self, value):
+        labels = []
+        for line in (value or "").splitlines():
+            label = line.strip()
+            if label and label not in labels:
+                labels.append(label)
+        return labels
+
+
+BEAD_FORM_FIELDS = (
+    "id",
+    "title",
+    "description",
+    "status",
+    "issue_type",
+    "priority",
+    "assignee",
+    "owner",
+    "labels",
+    "close_reason",
+)
+
+
+class BeadAdminForm(ServiceForm):
+    status = forms.ChoiceField()
+    issue_type = forms.ChoiceField(required=False)
+    priority = forms.TypedChoiceField(coerce=int)
+    labels = LabelsField(required=False, help_text="One label per line.")
+
+    class Meta:
+        model = Bead
+        fields = BEAD_FORM_FIELDS
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        bead = self.instance  # a new one has the model's defaults
+        for name in ("status", "issue_type", "priority"):
+            self.fields[name].initial = getattr(bead, name)
+        self.fields["status"].choices = choices_keeping(KNOWN_STATUSES, bead.status)
+        self.fields["issue_type"].choices = choices_keeping(
+            KNOWN_TYPES, bead.issue_type, blank_label="(none: slingable)"
+        )
+        priorities = dict(PRIORITIES)
+        priorities.setdefault(bead.priority, f"{bead.priority} (imported)")
+        self.fields["priority"].choices = sorted(priorities.items())
+
+    def clean_id(self):
+        """The one id rule (convoys/ids.py) as a field error, before any service runs."""
+        bead_id = self.cleaned_data["id"]
+        problem = id_problem(bead_id)
+        if problem:
+            raise ValidationError(f"bead id {bead_id!r} {problem}")
+        return bead_id
+
+
+def save_bead(bead_id, form, actor):
+    """A changed bead through the services: a close is close_bead (its event feeds the next
+    bead), leaving closed is reopen_bead, anything else update_bead."""
+    fields = {
+        name: form.cleaned_data[name]
+        for name in form.changed_data
+        if name in bead_service.UPDATABLE
+    }
+    target = fields.pop("status", None)
+    if target == "closed":
+        fields.pop("close_reason", None)
+        if fields:
+            bead_service.update_bead(bead_id, actor=actor, **fields)
+        bead_service.close_bead(bead_id, reason=form.cleaned_data["close_reason"], actor=actor)
+        return
+    reopening = form.initial["status"] in DONE_STATUSES and target not in (None, *DONE_STATUSES)
+    if reopening:
+        bead_service.reopen_bead(bead_id, actor=actor)
+        target = None if target == "open" else target
+    if target is not None:
+        fields["status"] = target
+    if fields:
+        bead_service.update_bead(bead_id, actor=actor, **fields)
+
+
 @admin.register(Bead)
-class BeadAdmin(admin.ModelAdmin):
+class BeadAdmin(ServiceAdmin):
+    form = BeadAdminForm
     list_display = (
         "id",
         "title",
@@ -61,24 +283,22 @@ class BeadAdmin(admin.ModelAdmin):
     list_filter = ("status", "issue_type", "rig", "priority")
     search_fields = ("id", "title")
     inlines = [DependencyInline]
-    readonly_fields = ("dependents", "created_at", "updated_at", "closed_at", "rig")
+    readonly_fields = (
+        "dependents",
+        "created_at",
+        "updated_at",
+        "closed_at",
+        "rig",
+        "imported_fields",
+    )
     fields = (
-        "id",
-        "title",
-        "description",
-        "status",
-        "issue_type",
-        "priority",
-        "assignee",
-        "owner",
-        "labels",
-        "close_reason",
+        *BEAD_FORM_FIELDS,
         "rig",
         "dependents",
         "created_at",
         "updated_at",
         "closed_at",
-        "extra",
+        "imported_fields",
     )
     actions = ["close_selected", "reopen_selected"]
     list_per_page = 100
@@ -90,69 +310,73 @@ class BeadAdmin(admin.ModelAdmin):
     @admin.display(description="dependents (incoming)")
     def dependents(self, obj):
         rows = Dependency.objects.filter(depends_on_id=obj.pk).order_by("issue_id")
-        if not rows:
+        total = rows.count()
+        if not total:
             return "—"
-        return format_html(
+        shown = format_html(
             "<ul>{}</ul>",
             format_html_join(
-                "", "<li>{} <code>{}</code></li>", ((d.issue_id, d.type) for d in rows)
+                "",
+                "<li>{} <code>{}</code></li>",
+                ((d.issue_id, d.type) for d in rows[:DEPENDENTS_SHOWN]),
             ),
         )
+        if total <= DEPENDENTS_SHOWN:
+            return shown
+        return format_html("{}<p>… and {} more</p>", shown, total - DEPENDENTS_SHOWN)
+
+    @admin.display(description="extra (imported fields, read-only)")
+    def imported_fields(self, obj):
+        if not obj.extra:
+            return "—"
+        text = json.dumps(obj.extra, indent=2, sort_keys=True, ensure_ascii=False)
+        return format_html("<pre>{}</pre>", text)
 
     def save_model(self, request, obj, form, change):
-        actor = f"admin:{request.user.username}"
-        try:
-            if not change:
-                bead_service.create_bead(
-                    obj.title,
-                    bead_id=obj.id,
-                    description=obj.description,
-                    issue_type=obj.issue_type,
-                    priority=obj.priority,
-                    status=obj.status,
-                    assignee=obj.assignee,
-                    labels=obj.labels,
-                    actor=actor,
-                )
-                return
-            fields = {
-                name: form.cleaned_data[name]
-                for name in form.changed_data
-                if name in bead_service.UPDATABLE
-            }
-            if fields:
-                bead_service.update_bead(obj.pk, actor=actor, **fields)
-        except ServiceError as exc:
-            raise ValidationError(str(exc))
+        actor = actor_of(request)
+        if change:
+            save_bead(obj.pk, form, actor)
+            return
+        data = form.cleaned_data
+        created = bead_service.create_bead(
+            data["title"],
+            bead_id=data["id"],
+            description=data["description"],
+            issue_type=data["issue_type"],
+            priority=data["priority"],
+            status=data["status"],
+            assignee=data["assignee"],
+            labels=data["labels"],
+            actor=actor,
+        )
+        obj.id = created.id
+        rest = {name: data[name] for name in ("owner", "close_reason") if data[name]}
+        if rest:
+            bead_service.update_bead(created.id, actor=actor, **rest)
 
     def save_formset(self, request, form, formset, change):
-        actor = f"admin:{request.user.username}"
-        for inline_form in formset.forms:
-            if not inline_form.has_changed() and not inline_form.cleaned_data.get("DELETE"):
-                continue
-            data = inline_form.cleaned_data
-            if not data:
-                continue
-            instance = inline_form.instance
-            if data.get("DELETE") and instance.pk:
-                bead_service.remove_dependency(form.instance.pk, instance.depends_on_id, actor)
-            elif not instance.pk:
-                bead_service.add_dependency(
-                    form.instance.pk, data["depends_on_id"], data.get("type") or "blocks", actor
-                )
-            else:
-                bead_service.remove_dependency(
-                    form.instance.pk, inline_form.initial["depends_on_id"], actor
-                )
-                bead_service.add_dependency(
-                    form.instance.pk, data["depends_on_id"], data.get("type") or "blocks", actor
-                )
+        actor, bead_id = actor_of(request), form.instance.pk
+        deleted, changed, added = inline_changes(formset)
+        for row in deleted:
+            bead_service.remove_dependency(bead_id, row.initial["depends_on_id"], actor=actor)
+            formset.deleted_objects.append(row.instance)
+        for row in changed:
+            bead_service.remove_dependency(bead_id, row.initial["depends_on_id"], actor=actor)
+            dep = bead_service.add_dependency(
+                bead_id, row.cleaned_data["depends_on_id"], row.cleaned_data["type"], actor=actor
+            )
+            formset.changed_objects.append((dep, row.changed_data))
+        for row in added:
+            dep = bead_service.add_dependency(
+                bead_id, row.cleaned_data["depends_on_id"], row.cleaned_data["type"], actor=actor
+            )
+            formset.new_objects.append(dep)
 
     def _bulk(self, request, queryset, action, verb):
         done, failed = 0, []
         for bead in queryset:
             try:
-                action(bead.pk, actor=f"admin:{request.user.username}")
+                action(bead.pk, actor=actor_of(request))
                 done += 1
             except ServiceError as exc:
                 failed.append(str(exc))
@@ -168,52 +392,64 @@ class BeadAdmin(admin.ModelAdmin):
     def reopen_selected(self, request, queryset):
         self._bulk(
             request,
-            queryset.filter(status__in=("closed", "tombstone")),
+            queryset.filter(status__in=DONE_STATUSES),
             bead_service.reopen_bead,
             "Reopened",
         )
 
 
-class TrackedInline(admin.TabularInline):
+class TrackedInline(ServiceInline):
     model = TrackedBead
     extra = 1
     fields = ("bead_id", "position", "raw_target")
-    readonly_fields = ("raw_target",)
+    readonly_fields = ("position", "raw_target")
+    verbose_name = "tracked bead"
 
 
-CONVOY_EDITABLE = (
-    "title",
-    "status",
-    "owner",
-    "notify",
-    "owned",
-    "merge_strategy",
-    "base_branch",
-    "molecule",
-    "max_in_flight",
-    "description",
-    "close_reason",
-)
+CONVOY_FORM_FIELDS = ("title", "status", *(f for f in convoy_service.EDITABLE if f != "title"))
 
 
-class ConvoyAdminForm(forms.ModelForm):
+class ConvoyAdminForm(ServiceForm):
+    status = forms.ChoiceField()
+    merge_strategy = forms.ChoiceField(required=False)
+    max_in_flight = forms.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="Dispatches a close may top up to; empty: one per close.",
+    )
+
     class Meta:
         model = Convoy
-        fields = CONVOY_EDITABLE
+        fields = CONVOY_FORM_FIELDS
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        convoy = self.instance
+        self.fields["status"].choices = choices_keeping(CONVOY_STATUSES, convoy.status)
+        self.fields["merge_strategy"].choices = choices_keeping(
+            Convoy.MERGE_STRATEGIES, convoy.merge_strategy, blank_label="(none)"
+        )
 
     def clean_status(self):
-        """Status changes in admin obey the same transition table as everywhere else."""
-        target = self.cleaned_data["status"]
-        if self.instance.pk:
-            try:
-                return convoy_service.check_transition(self.instance.status, target)
-            except ServiceError as exc:
-                raise ValidationError(str(exc))
+        """The one transition table; launch and re-stage have their own pages and commands."""
+        target, current = self.cleaned_data["status"], self.instance.status
+        if target == current:
+            return target
+        try:
+            convoy_service.check_transition(current, target)
+        except ServiceError as exc:
+            raise ValidationError(str(exc))
+        if current in STAGED_STATUSES and target != CONVOY_CLOSED:
+            raise ValidationError(
+                f"a staged convoy is launched or re-staged from its page (/convoys/"
+                f"{self.instance.pk}/) or with `convoy launch` / `convoy stage`; here it can "
+                "only be cancelled (closed)"
+            )
         return target
 
 
 @admin.register(Convoy)
-class ConvoyAdmin(admin.ModelAdmin):
+class ConvoyAdmin(ServiceAdmin):
     form = ConvoyAdminForm
     list_display = ("id", "title", "status", "owner", "created_at", "closed_at")
     list_filter = ("status", "owned")
@@ -222,7 +458,7 @@ class ConvoyAdmin(admin.ModelAdmin):
     readonly_fields = ("id", "created_at", "updated_at", "closed_at", "completion_notified_at")
     fields = (
         "id",
-        *CONVOY_EDITABLE,
+        *CONVOY_FORM_FIELDS,
         "created_at",
         "updated_at",
         "closed_at",
@@ -233,58 +469,73 @@ class ConvoyAdmin(admin.ModelAdmin):
         return False  # convoys are created by staging, sling or `convoy create`
 
     def save_model(self, request, obj, form, change):
-        actor = f"admin:{request.user.username}"
-        original = Convoy.objects.get(pk=obj.pk)
-        try:
-            if "status" in form.changed_data:
-                target = obj.status
-                convoy_service.check_transition(original.status, target)
-                if target == "closed":
-                    convoy_service.close(
-                        obj.pk,
-                        reason=obj.close_reason or "Closed in admin",
-                        force=True,
-                        actor=actor,
-                    )
-                else:
-                    convoy_service.set_status(original, target, actor=actor)
-            others = [f for f in form.changed_data if f != "status"]
-            if others:
-                Convoy.objects.filter(pk=obj.pk).update(**{f: getattr(obj, f) for f in others})
-        except ServiceError as exc:
-            raise ValidationError(str(exc))
+        actor, data = actor_of(request), form.cleaned_data
+        fields = {name: data[name] for name in form.changed_data if name != "status"}
+        target = data["status"] if "status" in form.changed_data else None
+        if target == CONVOY_CLOSED:
+            fields.pop("close_reason", None)
+        if fields:
+            convoy_service.update_fields(obj.pk, actor=actor, **fields)
+        if target == CONVOY_CLOSED:
+            reason = data["close_reason"] or "Closed in admin"
+            convoy_service.close(obj.pk, reason=reason, force=True, actor=actor)
+        elif target == CONVOY_OPEN:
+            convoy_service.reopen(obj.pk, actor=actor)
 
     def save_formset(self, request, form, formset, change):
-        added = []
-        for inline_form in formset.forms:
-            data = inline_form.cleaned_data
-            if data and not inline_form.instance.pk and not data.get("DELETE"):
-                added.append(data["bead_id"])
-            elif data and data.get("DELETE") and inline_form.instance.pk:
-                inline_form.instance.delete()
-        if added:
-            convoy_service.add(form.instance.pk, added, actor=f"admin:{request.user.username}")
+        actor, convoy_id = actor_of(request), form.instance.pk
+        deleted, changed, added = inline_changes(formset)
+        gone = [row.initial["bead_id"] for row in deleted + changed]
+        if gone:
+            convoy_service.untrack(convoy_id, gone, actor=actor)
+            formset.deleted_objects.extend(row.instance for row in deleted)
+        new = [row.cleaned_data["bead_id"] for row in changed + added]
+        if new:
+            convoy_service.add(convoy_id, new, actor=actor)
+            formset.changed_objects.extend((row.instance, row.changed_data) for row in changed)
+            formset.new_objects.extend(row.instance for row in added)
+
+
+class RigAdminForm(ServiceForm):
+    class Meta:
+        model = Rig
+        fields = ("name", "state")
 
 
 @admin.register(Rig)
-class RigAdmin(admin.ModelAdmin):
+class RigAdmin(ServiceAdmin):
+    form = RigAdminForm
     list_display = ("name", "state")
     list_filter = ("state",)
 
+    def get_readonly_fields(self, request, obj=None):
+        return ("name",) if obj else ()
+
     def save_model(self, request, obj, form, change):
-        if change and "state" in form.changed_data:
-            rig_service.set_rig_state(obj.name, obj.state, actor=f"admin:{request.user.username}")
-        else:
-            super().save_model(request, obj, form, change)
+        if not change:
+            rig_service.create_rig(obj.name, obj.state, actor=actor_of(request))
+        elif "state" in form.changed_data:
+            rig_service.set_rig_state(obj.name, obj.state, actor=actor_of(request))
+
+
+class RouteAdminForm(ServiceForm):
+    class Meta:
+        model = Route
+        fields = ("prefix", "path")
 
 
 @admin.register(Route)
-class RouteAdmin(admin.ModelAdmin):
+class RouteAdmin(ServiceAdmin):
+    form = RouteAdminForm
     list_display = ("prefix", "path", "rig")
-    fields = ("prefix", "path")
+    fields = ("prefix", "path", "rig")
+    readonly_fields = ("rig",)
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("prefix", "rig") if obj else ("rig",)
 
     def save_model(self, request, obj, form, change):
-        rig_service.upsert_route(obj.prefix, obj.path)
+        obj.rig_id = rig_service.upsert_route(obj.prefix, obj.path, actor=actor_of(request))
 
 
 @admin.register(Event)
@@ -327,5 +578,37 @@ class NotificationAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
+    """A token's user is chosen once, at creation (non-superusers: only themselves), and never
+    changed: rebinding a token would let its holder act as someone else. The raw token is
+    shown once, on the page after creation; only its SHA-256 is stored."""
+
     list_display = ("name", "user", "created_at")
-    readonly_fields = ("digest",)
+    fields = ("user", "name", "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("user", "created_at") if obj else ("created_at",)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user" and not request.user.is_superuser:
+            kwargs["queryset"] = get_user_model().objects.filter(pk=request.user.pk)
+            kwargs["initial"] = request.user.pk
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            obj.save(update_fields=["name"])
+            return
+        token = create_token(obj.user, obj.name)
+        saved = ApiToken.objects.get(digest=digest(token))
+        obj.pk, obj.digest, obj.created_at = saved.pk, saved.digest, saved.created_at
+        request.new_api_token = token
+
+    def response_add(self, request, obj, post_url_continue=None):
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "API token created",
+            "token": request.new_api_token,
+            "token_row": obj,
+        }
+        return TemplateResponse(request, "admin/convoys/apitoken/created.html", context)
