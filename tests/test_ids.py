@@ -242,3 +242,19 @@ def test_pages_survive_ids_with_slashes_from_older_databases(admin_client, route
     assert 'href="/beads/x~2Fy/"' in page
     assert admin_client.get("/beads/x~2Fy/").status_code == 404
     assert reverse("convoy", args=["hq-cv-a/b"]) == "/convoys/hq-cv-a~2Fb/"
+
+
+def test_landing_mail_has_a_one_line_subject_for_a_multi_line_title(
+    routes, django_capture_on_commit_callbacks
+):
+    """Real data has titles with newlines (hq-cv-e43wk): e-mail refuses them in a header."""
+    from django.core import mail
+
+    from convoys.services import notify
+
+    bead("gt-a")
+    convoy = convoys.create("Work:\nline two\r\n<b>&", ["gt-a"], notify="ops@example.com")
+    with django_capture_on_commit_callbacks(execute=True):
+        notify.notify_landing(convoy)
+    assert [m.subject for m in mail.outbox] == ["🚚 Convoy landed: Work: line two <b>&"]
+    assert "gt-a" in mail.outbox[0].body

@@ -29,7 +29,8 @@ def format_duration(delta):
 
 
 def landing_message(convoy, pairs):
-    subject = f"🚚 Convoy landed: {convoy.title}"
+    # One header line (titles may hold newlines, which e-mail refuses), within the column.
+    subject = f"🚚 Convoy landed: {' '.join(convoy.title.split())}"[:600]
     lines = [f"Convoy {convoy.id} has landed.", "", f"Issues ({len(pairs)}):"]
     for bead_id, bead in pairs:
         status = bead.status if bead else "unknown"
