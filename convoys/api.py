@@ -28,7 +28,7 @@ from .readiness import blocked_by, ready_beads
 from .services import beads as bead_service
 from .services import feeding, launch, staging
 from .services.errors import NotFound, ServiceError
-from .views import convoy_graph
+from .selectors import convoy_graph
 
 
 def digest(token):

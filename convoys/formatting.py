@@ -158,3 +158,88 @@ def render_launch(result):
         "Subsequent waves will be dispatched automatically by the feeder as tasks complete.",
     ]
     return "\n".join(lines) + "\n"
+
+
+# --- words and times for people (web pages) -----------------------------------------------------
+STATUS_WORDS = {
+    "staged_ready": "staged, ready to launch",
+    "staged_warnings": "staged with warnings",
+    "in_progress": "in progress",
+    "hooked": "hooked (dispatched)",
+    "tombstone": "deleted",
+    "unknown": "not in database",
+}
+EVENT_WORDS = {
+    "bead.created": "bead created",
+    "bead.updated": "bead updated",
+    "bead.closed": "bead closed",
+    "bead.reopened": "bead reopened",
+    "bead.dispatched": "dispatched",
+    "dispatch.failed": "dispatch failed",
+    "convoy.created": "convoy created",
+    "convoy.staged": "convoy staged",
+    "convoy.restaged": "convoy re-staged",
+    "convoy.launched": "convoy launched",
+    "convoy.tracked": "beads added",
+    "convoy.landed": "convoy landed",
+    "convoy.closed": "convoy closed",
+    "convoy.reopened": "convoy reopened",
+    "convoy.imported": "convoy imported",
+    "rig.state": "rig state changed",
+    "stranded.found": "found stranded",
+    "notification": "subscribers told",
+    "spin": "spin warning",
+}
+ACTOR_CHANNELS = ("web:", "api:", "cli:")
+CONVOY_TITLE_PREFIX = "Convoy: "
+
+
+def status_words(status):
+    """`staged_warnings` -> "staged with warnings"; plain words pass through."""
+    status = status or "unknown"
+    return STATUS_WORDS.get(status, status.replace("_", " "))
+
+
+def event_words(kind):
+    return EVENT_WORDS.get(kind, kind.replace(".", " ").replace("_", " "))
+
+
+def person(actor):
+    """One name per person: `api:demo`, `web:demo` and `demo` are all "demo"."""
+    for channel in ACTOR_CHANNELS:
+        if actor.startswith(channel):
+            return actor[len(channel) :]
+    return actor
+
+
+def convoy_title(title):
+    """A convoy's title without the "Convoy: " that staging puts in front of an epic's title
+    (pages already say "convoy"; "Convoy landed: Convoy: …" reads twice)."""
+    if title.startswith(CONVOY_TITLE_PREFIX):
+        return title[len(CONVOY_TITLE_PREFIX) :]
+    return title
+
+
+def relative(moment, now):
+    """ "3m ago", "in 2h 5m", "just now"."""
+    seconds = (moment - now).total_seconds()
+    if abs(seconds) < 60:
+        return "just now"
+    text = duration(abs(seconds))
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def duration(seconds):
+    minutes = int(seconds // 60)
+    if minutes < 1:
+        return "<1m"
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h" if hours else f"{days}d"
+
+
+EXACT_FORMAT = "%Y-%m-%d %H:%M:%S %Z"

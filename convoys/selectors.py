@@ -11,9 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from . import dag as dagmod
-from . import layout
-
-from . import stranding
+from . import layout, stranding
 from .formatting import ACTOR_CHANNELS, duration, person
 from .models import (
     ACTIVE_WORK_STATUSES,
@@ -488,6 +486,7 @@ class ConvoyPage:
     gated: list
     critical: list  # [(id, href)]
     eta: dict
+    no_estimate: str  # why there is no ETA; None when closed (no landing ahead)
     timeline: list
     collapsed: list
     focus: str
@@ -576,9 +575,9 @@ def convoy_page(convoy, params, user, now):
             geometry, key = _geometry(convoy, sub, sub_waves, sub_gated, frozenset())
         else:
             geometry, key = _geometry(convoy, graph, waves, gated, frozenset(collapsed))
+        stranded = set(summary["state"].ready)
         marks = {
-            i: (["gated"] if i in gated_ids else [])
-            + (["stranded"] if summary["stranded"] and i in ready_ids else [])
+            i: (["gated"] if i in gated_ids else []) + (["stranded"] if i in stranded else [])
             for i in tracked
         }
         dag = Dag(
@@ -592,6 +591,7 @@ def convoy_page(convoy, params, user, now):
             href=href,
         )
     size, at = dagmod.max_parallelism(waves)
+    no_estimate = stranding.estimate_blocker(convoy, summary["state"])
     timeline = list(
         Event.objects.filter(Q(convoy_id=convoy.pk) | Q(bead_id__in=tracked_q)).order_by("-seq")[
             :TIMELINE
@@ -606,7 +606,10 @@ def convoy_page(convoy, params, user, now):
         frontier=frontier,
         gated=gated,
         critical=[(i, href(i)) for i in critical],
-        eta=estimate(list(beads.values()), len(critical), now) if critical else None,
+        eta=estimate(list(beads.values()), len(critical), now)
+        if critical and no_estimate == ""
+        else None,
+        no_estimate=no_estimate,
         timeline=timeline,
         collapsed=sorted(collapsed),
         focus=focus,

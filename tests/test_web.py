@@ -1,6 +1,7 @@
 """Pages and the JSON API through the test client: login, permissions, CSRF, actions, queries."""
 
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -152,7 +153,8 @@ def test_inbox_marks_read(world, admin_user):
     note = Notification.objects.get(user=admin_user)
     assert note.subject == "🚚 Convoy landed: Convoy: Root"
     client = logged_in(admin_user)
-    assert "🚚 Convoy landed" in client.get("/inbox/").content.decode()
+    inbox = client.get("/inbox/").content.decode()
+    assert "Convoy landed: Root" in inbox and "Convoy: Root" not in inbox
     client.post("/inbox/")
     assert Notification.objects.get(pk=note.pk).read_at is not None
 
@@ -298,3 +300,133 @@ def test_admin_convoy_status_obeys_transition_table(world, db):
     response = client.post(f"/admin/convoys/convoy/{world}/change/", form)
     assert response.status_code == 200 and b"illegal convoy status transition" in response.content
     assert Convoy.objects.get(pk=world).status == "closed"
+
+
+# --- pages made of fragments: live answers are the page's own parts ---------------------------
+CSRF = re.compile(r'name="csrfmiddlewaretoken" value="[^"]*"')
+TIME = re.compile(r"<time [^>]*>[^<]*</time>")
+
+
+def live(client, url, since=None, **headers):
+    extra = {"HTTP_X_LIVE": "1"}
+    if since is not None:
+        extra["HTTP_X_LIVE_SINCE"] = str(since)
+    extra.update({f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()})
+    response = client.get(url, **extra)
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    assert "X-Live" in response["Vary"]
+    return response.json()
+
+
+def as_of(page):
+    return int(re.search(r'data-as-of="(\d+)"', page).group(1))
+
+
+def same_markup(html):
+    """Markup without what differs between two renders of the same state: CSRF tokens (masked
+    afresh each time) and times (relative to the moment of rendering)."""
+    return TIME.sub("<time>", CSRF.sub("", html))
+
+
+def assert_parts_of(page, fragments):
+    """Every fragment is, character for character, the element with its id in the page."""
+    for fragment_id, html in fragments.items():
+        assert f'id="{fragment_id}"' in html, fragment_id
+        assert same_markup(html) in same_markup(page), fragment_id
+
+
+def test_every_page_is_its_fragments_and_says_when_it_was_drawn(world, admin_user):
+    client = logged_in(admin_user)
+    client.post(f"/convoys/{world}/launch/", {"force": "1"})
+    client.post("/subscriptions/", {"do": "add"})
+    for url in [
+        "/",
+        f"/convoys/{world}/",
+        "/beads/gt-a/",
+        "/stranded/",
+        "/inbox/",
+        "/stage/?epic=gt-root",
+        "/subscriptions/",
+    ]:
+        page = client.get(url).content.decode()
+        assert as_of(page) == Event.objects.order_by("-seq").first().seq, url
+        data = live(client, url)
+        assert data["seq"] == as_of(page), url
+        assert "unread" in data["fragments"] and len(data["fragments"]) >= 2, url
+        assert_parts_of(page, data["fragments"])
+    named = live(client, f"/convoys/{world}/?fragments=convoy-head,timeline")
+    assert set(named["fragments"]) == {"convoy-head", "timeline"}
+
+
+def test_dashboard_answers_only_the_rows_that_changed(world, admin_user):
+    bead("gt-other")
+    other = convoys.create("Other", ["gt-other"])
+    client = logged_in(admin_user)
+    client.post(f"/convoys/{world}/launch/", {"force": "1"})
+    seq = as_of(client.get("/").content.decode())
+    assert set(live(client, "/", since=seq)["fragments"]) == {"unread"}
+    beads.close_bead("gt-a")
+    data = live(client, "/", since=seq)
+    assert set(data["fragments"]) == {f"convoy-{world}", "unread"}
+    assert data["seq"] > seq and other.pk not in "".join(data["fragments"])
+    assert_parts_of(client.get("/").content.decode(), data["fragments"])
+    # a convoy landing or a new convoy changes the list itself: the whole table
+    convoys.create("Third", ["gt-other"])
+    assert "convoy-table" in live(client, "/", since=data["seq"])["fragments"]
+
+
+def test_convoy_page_answers_changed_nodes_rows_and_state(world, admin_user):
+    client = logged_in(admin_user)
+    client.post(f"/convoys/{world}/launch/", {"force": "1"})
+    page = client.get(f"/convoys/{world}/").content.decode()
+    layout_key = re.search(r'data-layout="([0-9a-f]+)"', page).group(1)
+    beads.close_bead("gt-a")
+    data = live(client, f"/convoys/{world}/", since=as_of(page), x_live_layout=layout_key)
+    fragments = data["fragments"]
+    # gt-a closed and gt-b, which it blocks, became ready: their nodes and rows; gt-c untouched
+    assert {"n-gt-a", "n-gt-b", "bead-row-gt-a", "bead-row-gt-b"} <= set(fragments)
+    assert "n-gt-c" not in fragments and "dag-card" not in fragments
+    assert {"convoy-head", "convoy-actions", "critical", "dag-overlay", "timeline"} <= set(
+        fragments
+    )
+    assert "st-done" in fragments["n-gt-a"] and "✓" in fragments["n-gt-a"]
+    fresh = client.get(f"/convoys/{world}/").content.decode()
+    assert_parts_of(fresh, fragments)
+    # a page drawn with another layout gets the whole drawing
+    other = live(client, f"/convoys/{world}/", since=as_of(page), x_live_layout="stale")
+    assert "dag-card" in other["fragments"]
+
+
+def test_closed_convoy_and_bead_pages_drop_their_actions(world, admin_user):
+    client = logged_in(admin_user)
+    client.post(f"/convoys/{world}/launch/", {"force": "1"})
+    for bead_id in ("gt-a", "gt-c", "gt-b"):
+        beads.close_bead(bead_id)
+    convoys.close_if_complete(Convoy.objects.get(pk=world))
+    fragments = live(client, f"/convoys/{world}/")["fragments"]
+    assert (
+        ">Check<" not in fragments["convoy-actions"]
+        and ">Close<" not in fragments["convoy-actions"]
+    )
+    assert "Estimated landing" not in fragments["critical"]
+    icons = re.findall(r'<text class="icon"[^>]*>(.)</text>', fragments["dag-card"])
+    assert icons == ["✓", "✓", "✓"]
+    bead_parts = live(client, "/beads/gt-a/")["fragments"]
+    assert "Reopen" in bead_parts["bead-actions"] and "close-bead" not in bead_parts["bead-actions"]
+
+
+def test_words_and_times_for_people(world, admin_user):
+    convoy = Convoy.objects.get(pk=world)
+    Convoy.objects.filter(pk=world).update(owner="api:boss")
+    client = logged_in(admin_user)
+    page = client.get("/").content.decode()
+    assert '<span class="status staged_warnings">staged with warnings</span>' in page
+    assert ">boss<" in page and "api:boss" not in page
+    assert "Convoy: Root" not in page and convoy.title == "Convoy: Root"
+    detail = client.get(f"/convoys/{world}/").content.decode()
+    stamp = re.search(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', detail)
+    assert stamp and stamp.group(2).endswith(" UTC") and stamp.group(3) == "just now"
+    assert "convoy staged" in detail and "by test" in detail
+    beads.close_bead("gt-a")
+    bead_page = client.get("/beads/gt-a/").content.decode()
+    assert "bead closed" in bead_page and "bead.closed" not in bead_page

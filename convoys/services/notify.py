@@ -10,22 +10,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..events import record_many
+from ..formatting import duration
 from ..models import Convoy, Notification, Subscription, status_symbol
 
 log = logging.getLogger("convoys.notify")
 
 
 def format_duration(delta):
-    minutes = int(delta.total_seconds() // 60)
-    if minutes < 1:
-        return "<1m"
-    if minutes < 60:
-        return f"{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours}h" if hours else f"{days}d"
+    return duration(delta.total_seconds())
 
 
 def landing_message(convoy, pairs):

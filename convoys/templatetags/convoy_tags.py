@@ -1,6 +1,10 @@
 from urllib.parse import urlencode
 
 from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+
+from .. import formatting
 
 register = template.Library()
 
@@ -14,12 +18,34 @@ def qs(context, **changes):
 
 
 @register.filter
-def symbol(status):
-    from ..models import status_symbol
+def symbol(state):
+    """The icon of a bead state, the same as on its DAG node."""
+    from ..selectors import status_class
 
-    return status_symbol(status)
+    return status_class(state)[1]
 
 
 @register.filter
 def get(mapping, key):
     return mapping.get(key) if mapping else None
+
+
+@register.simple_tag(takes_context=True)
+def when(context, moment, style="relative"):
+    """A time for people: relative words ("3m ago") or the exact time, and the exact time with
+    its time zone on hover; one format on every page."""
+    if not moment:
+        return "—"
+    exact = timezone.localtime(moment).strftime(formatting.EXACT_FORMAT)
+    if style == "exact":
+        text = exact
+    else:
+        now = context.get("now") or timezone.now()
+        text = formatting.relative(moment, now)
+    return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, text)
+
+
+register.filter("words", formatting.status_words)
+register.filter("event_words", formatting.event_words)
+register.filter("person", formatting.person)
+register.filter("convoy_title", formatting.convoy_title)

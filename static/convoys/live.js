@@ -1,15 +1,26 @@
-/* convoyweb live updates: one websocket per page, replay by sequence number, in-place updates.
- * The page remembers the last sequence number it applied; on reconnect (jittered backoff) it
- * asks for everything after it; "resync" (gap older than the log) reloads the page. */
+/* convoyweb live updates.
+ *
+ * One websocket per page tells which events happened (replayed from the sequence number the
+ * page was drawn at, `data-as-of`). The page then asks the server for its fragments with the
+ * same URL (`X-Live: 1`, `X-Live-Since: <seq the page shows>`) and replaces each element by id:
+ * the server renders the same templates as for a reload, so the page equals a reload.
+ * One request in flight, at most one a second; a response older than what the page shows is
+ * dropped. "resync" (the log no longer reaches back) refreshes every fragment.
+ * Toasts: only for what the page shows, one per landing, at most three; the browser
+ * notification once per landing across tabs. */
 (function () {
   "use strict";
   const body = document.body;
   const topics = body.dataset.topics || "dashboard,inbox";
-  const state = { last: parseInt(body.dataset.asOf || "0", 10) || 0, applied: new Set(), count: 0, log: [],
-                  unread: parseInt(body.dataset.unread || "0", 10) || 0, socket: null, attempt: 0 };
+  const asOf = parseInt(body.dataset.asOf || "0", 10) || 0;
+  const state = { last: asOf, rendered: asOf, applied: new Set(), count: 0, log: [], fetches: 0,
+                  socket: null, attempt: 0 };
   window.convoyLive = state;
   const liveEl = document.getElementById("live-state");
-  let refreshTimer = null, ackPending = false;
+  const pending = new Map();  // fragments held back while the user is typing in them
+  const toasted = new Map();  // toast key -> time shown (one toast per landing)
+  const MIN_GAP = 1000, TOAST_KEEP = 8000, MAX_TOASTS = 3, SAME_LANDING = 10 * 60 * 1000;
+  let ackPending = false, inflight = false, timer = null, wanted = false, lastFetch = 0;
 
   function setLive(text, ok) { if (liveEl) { liveEl.textContent = "● " + text; liveEl.classList.toggle("on", ok); } }
 
@@ -29,7 +40,7 @@
   }
 
   function handle(msg) {
-    if (msg.type === "resync") { location.reload(); return; }
+    if (msg.type === "resync") { resync(); return; }
     if (msg.type !== "event") return;
     if (state.applied.has(msg.seq)) return;
     state.applied.add(msg.seq);
@@ -39,76 +50,179 @@
     state.log.push(msg.seq);
     if (state.log.length > 5000) state.log.splice(0, 1000);
     ackPending = true;
-    apply(msg);
+    if (msg.seq > asOf) tell(msg);
+    if (msg.seq > state.rendered) refresh();
   }
 
-  function apply(ev) {
-    const d = ev.data || {};
-    if (ev.kind === "notification") { notifyUser(ev); return; }
-    if (ev.kind === "bead.dispatched") toast(`▶ ${ev.bead_id} dispatched to ${d.assignee}`);
-    if (ev.kind === "convoy.landed") toast(`Convoy landed: ${d.title || ev.convoy_id}`, "good");
-    if (ev.kind === "dispatch.failed") toast(`✗ dispatch of ${ev.bead_id} failed: ${d.error}`, "bad");
-    if (ev.bead_id && d.status) {
-      document.querySelectorAll(`[data-bead="${CSS.escape(ev.bead_id)}"] .b-status`).forEach((el) => { el.textContent = d.status; });
-      document.querySelectorAll(`[data-bead="${CSS.escape(ev.bead_id)}"] .b-assignee`).forEach((el) => { el.textContent = d.assignee || "—"; });
+  /* The log no longer reaches back to what the page shows: draw every fragment afresh, then
+   * follow the log from there. No reload. */
+  async function resync() {
+    const data = await fetchFragments(true);
+    if (data && state.socket && state.socket.readyState === 1) {
+      state.last = Math.max(state.last, data.seq);
+      state.socket.send(JSON.stringify({ type: "replay", since: data.seq }));
     }
-    scheduleRefresh();
   }
 
-  /* Re-read the page's live parts (never the DAG geometry: only its node classes). */
-  function scheduleRefresh() {
-    if (refreshTimer) return;
-    refreshTimer = setTimeout(async () => {
-      refreshTimer = null;
-      try {
-        const html = await (await fetch(location.href, { headers: { "X-Live": "1" } })).text();
-        const doc = new DOMParser().parseFromString(html, "text/html");
-        for (const sel of ["#convoy-table tbody", "#convoy-head", "#wave-table tbody", "#bead-table tbody",
-                           "#timeline", "#critical", "#bead-fields", "#inbox-list"]) {
-          const mine = document.querySelector(sel), fresh = doc.querySelector(sel);
-          if (mine && fresh) mine.replaceWith(fresh);
-        }
-        doc.querySelectorAll(".dag .node[data-id]").forEach((fresh) => {
-          const mine = document.querySelector(`.dag .node[data-id="${CSS.escape(fresh.dataset.id)}"]`);
-          if (mine) mine.setAttribute("class", fresh.getAttribute("class"));
-        });
-        body.dataset.refreshed = String(state.last);
-      } catch (e) { /* the next event refreshes again */ }
-    }, 150);
+  // --- fragments ----------------------------------------------------------------------------
+  function refresh() { wanted = true; pump(); }
+
+  function pump() {
+    if (inflight || timer || !wanted) return;
+    timer = setTimeout(() => { timer = null; wanted = false; fetchFragments(false); },
+                       Math.max(0, lastFetch + MIN_GAP - Date.now()));
   }
 
-  function toast(text, kind) {
+  async function fetchFragments(all) {
+    inflight = true;
+    lastFetch = Date.now();
+    state.fetches += 1;
+    const headers = { "X-Live": "1" };
+    if (!all) headers["X-Live-Since"] = String(state.rendered);
+    const dag = document.getElementById("dag");
+    if (dag && dag.dataset.layout) headers["X-Live-Layout"] = dag.dataset.layout;
+    const url = new URL(location.href);
+    if (body.dataset.fragments) url.searchParams.set("fragments", body.dataset.fragments);
+    let data = null;
+    try {
+      const response = await fetch(url, { headers, credentials: "same-origin", cache: "no-store" });
+      const type = response.headers.get("Content-Type") || "";
+      if (response.ok && type.startsWith("application/json")) {
+        data = await response.json();
+        apply(data);
+      }
+    } catch (e) { /* offline: the next event or reconnect asks again */ }
+    inflight = false;
+    if (state.last > state.rendered) wanted = true;
+    pump();
+    return data;
+  }
+
+  function apply(data) {
+    if (data.seq < state.rendered) return;  // older than what the page already shows
+    for (const [id, html] of Object.entries(data.fragments)) replace(id, html);
+    state.rendered = data.seq;
+    body.dataset.rendered = String(data.seq);
+    updateBadge();
+    document.dispatchEvent(new CustomEvent("convoy:fragments"));
+  }
+
+  function replace(id, html) {
+    const el = document.getElementById(id);
+    if (!el) return;
+    const focus = document.activeElement;
+    if (focus && focus !== body && el.contains(focus) && focus.matches("input, textarea, select")) {
+      pending.set(id, html);  // never pull a form from under the user's fingers
+      return;
+    }
+    pending.delete(id);
+    const typed = typedValues(el);
+    el.outerHTML = html;
+    const fresh = document.getElementById(id);
+    if (fresh && typed.length) restoreValues(fresh, typed);
+  }
+
+  document.addEventListener("focusout", () => setTimeout(() => {
+    for (const [id, html] of [...pending]) replace(id, html);
+  }, 0));
+
+  /* Values the user changed in a fragment's form controls, to carry into its new version. */
+  function typedValues(el) {
+    const out = [];
+    el.querySelectorAll("input[name], textarea[name], select[name]").forEach((c) => {
+      if (c.type === "hidden") return;
+      if (c.type === "checkbox" || c.type === "radio") {
+        if (c.checked !== c.defaultChecked) out.push([c.name, c.value, c.checked]);
+      } else if (c.tagName === "SELECT") {
+        const chosen = c.selectedOptions[0];
+        if (chosen && !chosen.defaultSelected) out.push([c.name, c.value, null]);
+      } else if (c.value !== c.defaultValue) out.push([c.name, c.value, null]);
+    });
+    return out;
+  }
+
+  function restoreValues(el, typed) {
+    for (const [name, value, checked] of typed) {
+      el.querySelectorAll(`[name="${CSS.escape(name)}"]`).forEach((c) => {
+        if (checked === null) c.value = value;
+        else if (c.value === value) c.checked = checked;
+      });
+    }
+  }
+
+  // --- toasts and notifications ---------------------------------------------------------------
+  function convoysOf(ev) {
+    const ids = new Set((ev.data && ev.data.convoys) || []);
+    if (ev.convoy_id) ids.add(ev.convoy_id);
+    return [...ids];
+  }
+
+  /* Does this page show the event's convoy? Convoy page: its convoy; dashboard: the listed
+   * convoys; elsewhere: the user's subscriptions. */
+  function shows(ev) {
+    const ids = convoysOf(ev);
+    if (body.dataset.convoy) return ids.includes(body.dataset.convoy);
+    if (document.getElementById("convoy-table")) return ids.some((id) => document.getElementById("convoy-" + id));
+    const subscribed = (body.dataset.subscribed || "").split(",").filter(Boolean);
+    return ids.length > 0 && (subscribed.includes("*") || ids.some((id) => subscribed.includes(id)));
+  }
+
+  function convoyName(ev) {
+    const title = ((ev.data && ev.data.title) || ev.convoy_id || "").replace(/^Convoy: /, "");
+    return title || ev.convoy_id;
+  }
+
+  function tell(ev) {
+    const d = ev.data || {};
+    if (ev.kind === "notification") {
+      if (d.user_id !== undefined && shows(ev)) toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+      notifyBrowser(ev);
+      return;
+    }
+    if (!shows(ev)) return;
+    if (ev.kind === "convoy.landed") toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+    else if (ev.kind === "bead.dispatched") toast(`seq:${ev.seq}`, `${ev.bead_id} dispatched to ${d.assignee}`);
+    else if (ev.kind === "dispatch.failed") toast(`seq:${ev.seq}`, `Dispatch of ${ev.bead_id} failed: ${d.error}`, "bad");
+  }
+
+  function toast(key, text, kind) {
+    const now = Date.now();
+    if (now - (toasted.get(key) || -Infinity) < SAME_LANDING) return;
+    toasted.set(key, now);
     const box = document.getElementById("toasts");
     if (!box) return;
     const el = document.createElement("div");
     el.className = "toast " + (kind || "");
     el.setAttribute("role", kind === "bad" ? "alert" : "status");
+    el.dataset.key = key;
     el.textContent = text;
     box.appendChild(el);
-    setTimeout(() => el.remove(), 8000);
-    while (box.children.length > 5) box.firstChild.remove();
+    setTimeout(() => el.remove(), TOAST_KEEP);
+    while (box.children.length > MAX_TOASTS) box.firstChild.remove();
   }
 
-  function notifyUser(ev) {
+  /* Once per landing per user across tabs: the first tab to claim the notification's id in
+   * localStorage shows it; the tag makes the browser replace rather than stack a duplicate. */
+  function notifyBrowser(ev) {
     const d = ev.data || {};
-    state.unread += 1;
-    updateBadge();
-    toast(d.subject || "Notification", "good");
-    if ("Notification" in window && Notification.permission === "granted") {
-      const n = new Notification(d.subject || "convoyweb", { tag: ev.convoy_id || "convoyweb", body: d.title || "" });
-      n.onclick = () => { window.focus(); location.href = `/convoys/${ev.convoy_id}/`; };
-    }
-    scheduleRefresh();
+    if (!("Notification" in window) || Notification.permission !== "granted") return;
+    const key = `convoyweb:notified:${d.notification_id || ev.seq}`;
+    try {
+      if (localStorage.getItem(key)) return;
+      localStorage.setItem(key, String(Date.now()));
+    } catch (e) { /* storage refused: the tag still folds duplicates */ }
+    const n = new Notification(`Convoy landed: ${convoyName(ev)}`, { tag: `landed:${ev.convoy_id}`, body: ev.convoy_id });
+    n.onclick = () => { window.focus(); location.href = `/convoys/${encodeURIComponent(ev.convoy_id)}/`; };
   }
 
   function updateBadge() {
     const badge = document.getElementById("unread");
-    if (badge) badge.textContent = String(state.unread);
-    document.title = (state.unread ? `(${state.unread}) ` : "") + document.title.replace(/^\(\d+\) /, "");
+    const unread = badge ? parseInt(badge.textContent, 10) || 0 : 0;
+    document.title = (unread ? `(${unread}) ` : "") + document.title.replace(/^\(\d+\) /, "");
     const link = document.getElementById("favicon");
     if (!link) return;
     link.dataset.logo = link.dataset.logo || link.href;
-    if (!state.unread) { link.href = link.dataset.logo; return; }
+    if (!unread) { link.href = link.dataset.logo; return; }
     // The logo (an SVG, no emoji font needed) with a red dot for unread notifications.
     const logo = new Image();
     logo.onload = () => {
@@ -127,7 +241,6 @@
     if (!("Notification" in window) || Notification.permission !== "default") enable.hidden = true;
     enable.addEventListener("click", () => Notification.requestPermission().then(() => { enable.hidden = true; }));
   }
-  if (location.pathname.startsWith("/inbox")) { state.unread = 0; }
   updateBadge();
 
   setInterval(() => {
@@ -135,37 +248,6 @@
     if (ws && ws.readyState === 1 && ackPending) { ws.send(JSON.stringify({ type: "ack", seq: state.last })); ackPending = false; }
   }, 1000);
   setInterval(() => { const ws = state.socket; if (ws && ws.readyState === 1) ws.send(JSON.stringify({ type: "ping" })); }, 25000);
-
-  /* DAG pan and zoom on the SVG viewBox. */
-  const viewport = document.getElementById("dag");
-  const svg = viewport && viewport.querySelector("svg");
-  if (svg) {
-    const full = svg.viewBox.baseVal;
-    const home = { x: full.x, y: full.y, w: full.width, h: full.height };
-    let view = { ...home };
-    const fit = Math.min(1, (viewport.clientWidth || 900) / home.w);
-    svg.setAttribute("width", Math.max(home.w * fit, 300));
-    svg.setAttribute("height", Math.max(home.h * fit, 120));
-    const set = () => svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
-    const zoom = (f) => { const cx = view.x + view.w / 2, cy = view.y + view.h / 2; view.w /= f; view.h /= f; view.x = cx - view.w / 2; view.y = cy - view.h / 2; set(); };
-    document.querySelectorAll("[data-zoom]").forEach((b) => b.addEventListener("click", () => {
-      const f = parseFloat(b.dataset.zoom); if (f === 0) { view = { ...home }; set(); } else zoom(f); }));
-    viewport.addEventListener("wheel", (e) => { e.preventDefault(); zoom(e.deltaY < 0 ? 1.15 : 1 / 1.15); }, { passive: false });
-    viewport.addEventListener("keydown", (e) => {
-      const step = view.w / 10;
-      if (e.key === "+" || e.key === "=") zoom(1.25); else if (e.key === "-") zoom(0.8);
-      else if (e.key === "ArrowLeft") { view.x -= step; set(); } else if (e.key === "ArrowRight") { view.x += step; set(); }
-      else if (e.key === "ArrowUp") { view.y -= step; set(); } else if (e.key === "ArrowDown") { view.y += step; set(); }
-    });
-    let drag = null;
-    svg.addEventListener("pointerdown", (e) => { if (e.target.closest("a")) return; drag = { x: e.clientX, y: e.clientY, v: { ...view } }; });
-    window.addEventListener("pointerup", () => { drag = null; });
-    window.addEventListener("pointermove", (e) => {
-      if (!drag) return;
-      const scale = view.w / svg.clientWidth;
-      view.x = drag.v.x - (e.clientX - drag.x) * scale; view.y = drag.v.y - (e.clientY - drag.y) * scale; set();
-    });
-  }
 
   connect();
 })();

@@ -1,0 +1,81 @@
+"""Pages made of named fragments, so that a live page equals a reload by construction.
+
+A page's template includes one small template per part that changes (`convoys/_*.html`); each
+part's root element carries the fragment's id. A live request for the same URL (`X-Live: 1`
+or `?fragments=a,b`) renders those same templates from the same read model and answers JSON
+`{"seq": n, "fragments": {id: html}}`: the page replaces each element by id. `X-Live-Since:
+<seq>` (the sequence number the page shows) lets a view answer only what changed after it.
+"""
+
+from dataclasses import dataclass, field
+
+from django.http import JsonResponse
+from django.shortcuts import render
+from django.template import RequestContext
+from django.template.loader import get_template
+from django.utils.cache import patch_vary_headers
+
+UNREAD = "unread"
+
+
+@dataclass
+class Fragment:
+    """A part of a page: its element id and the template that draws it (with extra context),
+    or `html` already drawn by Python (the DAG's nodes and overlay)."""
+
+    id: str
+    template: str = ""
+    context: dict = field(default_factory=dict)
+    html: str = None
+
+
+def unread():
+    """The inbox badge in the navigation bar: part of every page."""
+    return Fragment(UNREAD, "convoys/_unread.html")
+
+
+def is_live(request):
+    return request.headers.get("X-Live") == "1" or "fragments" in request.GET
+
+
+def since(request):
+    """The sequence number a live request's page shows, or None (answer every fragment)."""
+    value = request.headers.get("X-Live-Since", "")
+    return int(value) if value.isdigit() else None
+
+
+def respond(request, template, context, fragments):
+    """The full page, or for a live request the fragments (a list, or a callable returning
+    one, called only for live requests) rendered with the page's context."""
+    if not is_live(request):
+        response = render(request, template, context)
+    else:
+        if callable(fragments):
+            fragments = fragments()
+        names = request.GET.get("fragments", "")
+        if names:
+            wanted = set(names.split(","))
+            fragments = [f for f in fragments if f.id in wanted]
+        response = JsonResponse(
+            {"seq": context["as_of"], "fragments": render_fragments(request, context, fragments)}
+        )
+        response["Cache-Control"] = "no-store"
+    patch_vary_headers(response, ["X-Live", "X-Live-Since"])
+    return response
+
+
+def render_fragments(request, context, fragments):
+    """{id: html}; context processors run once for all of them."""
+    if not fragments:
+        return {}
+    out = {f.id: f.html for f in fragments if f.html is not None}
+    drawn = [f for f in fragments if f.html is None]
+    if not drawn:
+        return out
+    templates = {f.template: get_template(f.template).template for f in drawn}
+    bound = RequestContext(request, context)
+    with bound.bind_template(templates[drawn[0].template]):
+        for fragment in drawn:
+            with bound.push(fragment.context):
+                out[fragment.id] = templates[fragment.template].render(bound)
+    return out
