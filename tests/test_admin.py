@@ -72,9 +72,8 @@ def saved(response):
 
 def form_errors(response):
     assert response.status_code == 200
-    adminform = response.context["adminform"]
-    errors = [str(e) for e in adminform.form.non_field_errors()]
-    for field_errors in adminform.form.errors.values():
+    errors = []
+    for field_errors in response.context["adminform"].form.errors.values():  # __all__ included
         errors += [str(e) for e in field_errors]
     for inline in response.context["inline_admin_formsets"]:
         errors += [str(e) for e in inline.formset.non_form_errors()]
@@ -208,6 +207,24 @@ def test_a_refused_save_is_a_form_error_and_nothing_is_written(editor, routes):
     assert Event.objects.count() == before
     # the page keeps what was typed, inline row included
     assert 'value="gt-self"' in response.content.decode()
+
+
+def test_a_refused_change_keeps_nothing_of_the_save(editor, routes):
+    bead("gt-r1")
+    before = Event.objects.count()
+    data = page_data(editor, bead_url("gt-r1"))
+    data.update(
+        {
+            "title": "Renamed, then refused",
+            "assignee": "--output=/tmp/x",  # a worker name that would be an option in argv
+            "dependencies-0-depends_on_id": "gt-r1",
+        }
+    )
+    errors = form_errors(editor.post(bead_url("gt-r1"), data))
+    assert len(errors) == 1 and "must not start with '-'" in errors[0]
+    kept = Bead.objects.get(pk="gt-r1")
+    assert (kept.title, kept.assignee) == ("Bead gt-r1", "")
+    assert not Dependency.objects.exists() and Event.objects.count() == before
 
 
 @pytest.mark.parametrize("bad_id", ["-rf", "gt-$(id)", "gt-a/b", "gt a", "gt-x:y", "x" * 256])
