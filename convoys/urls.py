@@ -3,7 +3,7 @@ import re
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from . import views
+from . import edit_views, views
 from .api import api
 
 
@@ -33,6 +33,14 @@ urlpatterns = [
     path("convoys/<id:convoy_id>/", views.convoy_detail, name="convoy"),
     path("convoys/<id:convoy_id>/<str:action>/", views.convoy_action, name="convoy-action"),
     path("stage/", views.stage, name="stage"),
+    path("create/", edit_views.create, name="create-bead"),
+    path(
+        "beads/<id:bead_id>/dependencies/add/",
+        edit_views.add_dependency,
+        name="bead-dependency-add",
+    ),
+    path("convoys/<id:convoy_id>/staging/recheck/", edit_views.recheck, name="convoy-recheck"),
+    path("rigs/<str:name>/restore/", edit_views.restore_rig, name="rig-restore"),
     path("stranded/", views.stranded, name="stranded"),
     path("beads/<id:bead_id>/", views.bead_detail, name="bead"),
     path("beads/<id:bead_id>/<str:action>/", views.bead_action, name="bead-action"),

@@ -167,8 +167,9 @@ def test_launch_parked_rig_needs_force_and_changes_nothing(routes):
     run("convoy", "stage", "gt-a")
     convoy = Convoy.objects.get()
     rigs.set_rig_state("gastown", "parked")
+    assert Convoy.objects.get().status == "staged_warnings"  # parking re-checked it
     fails("convoy", "launch", convoy.pk, match="parked or docked")
-    assert Convoy.objects.get().status == "staged_ready"
+    assert Convoy.objects.get().status == "staged_warnings"
 
 
 def test_failed_dispatch_does_not_stop_the_others(routes, settings, tmp_path):

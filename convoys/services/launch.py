@@ -68,10 +68,10 @@ def launch(ids, *, force=False, actor="cli", title=None):
 
 
 def _preflight(status, dag, force, convoy_id):
-    if status == CONVOY_STAGED_WARNINGS and not force:
-        raise ServiceError(f"convoy {convoy_id} has warnings, use --force to launch")
     if status not in (CONVOY_STAGED_WARNINGS, "staged_ready"):
         raise ServiceError(f'convoy {convoy_id} has unexpected status "{status}"')
+    # Parked rigs first: parking re-checks a staged convoy into staged_warnings, and the rig
+    # is what the user must act on.
     states = dict(Rig.objects.values_list("name", "state"))
     blocked = {}
     for node_id in dag.slingable_ids():
@@ -85,6 +85,8 @@ def _preflight(status, dag, force, convoy_id):
             "Use `python manage.py rigs unpark` or `rigs undock` to restore, or --force to "
             "proceed anyway"
         )
+    if status == CONVOY_STAGED_WARNINGS and not force:
+        raise ServiceError(f"convoy {convoy_id} has warnings, use --force to launch")
     return blocked
 
 
@@ -92,6 +94,7 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
     convoy = get_convoy(convoy_id)
     nodes, edges = staging.collect(dagmod.CONVOY, [convoy.id], convoy)
     dag = dagmod.build_dag(nodes, edges)
+    staging.refuse_all_closed(dag)
     blocked_rigs = _preflight(convoy.status, dag, force, convoy.id)
     try:
         waves, _ = dagmod.compute_waves(dag)

@@ -11,6 +11,7 @@ from ..ids import (
 )
 from ..models import Bead, Rig, Route, bead_prefix
 from .errors import NotFound, ServiceError
+from .staging import recheck_rig
 
 
 def route_map():
@@ -97,4 +98,5 @@ def set_rig_state(name, state, actor=""):
         raise NotFound(f"rig '{name}' not found")
     if updated:
         record("rig.state", actor=actor, data={"rig": name, "state": state})
+        recheck_rig(name, actor=actor)  # staged convoys waiting on the rig are re-checked
     return Rig.objects.get(name=name)

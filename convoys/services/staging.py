@@ -5,9 +5,11 @@ Collecting an epic uses one recursive query, so the number of queries does not g
 the size of the epic.
 """
 
+import logging
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from .. import bulk, formatting
@@ -15,6 +17,8 @@ from .. import dag as dagmod
 from ..events import record
 from ..models import (
     CONVOY_OPEN,
+    DONE_STATUSES,
+    SLINGABLE_TYPES,
     STAGED_STATUSES,
     Bead,
     Convoy,
@@ -24,6 +28,8 @@ from ..models import (
 )
 from .convoys import get_convoy, new_convoy_id, set_status
 from .errors import ServiceError
+
+log = logging.getLogger("convoys.staging")
 
 
 @dataclass
@@ -137,12 +143,20 @@ def collect(kind, ids, convoy=None):
     """-> (nodes, deps) with a constant number of queries."""
     if kind == dagmod.EPIC:
         return _collect_epic(ids[0])
-    if kind == dagmod.CONVOY:
-        ids = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-        if not ids.exists():
-            raise ServiceError(f"convoy {convoy.id} tracks no beads")
-    beads = Bead.objects.filter(id__in=ids)
     deps = Dependency.objects.filter(issue_id__in=ids)
+    if kind == dagmod.CONVOY:
+        tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+        if not tracked.exists():
+            raise ServiceError(f"convoy {convoy.id} tracks no beads")
+        deps = Dependency.objects.filter(issue_id__in=tracked)
+        # The gates of tracked beads (a decision, say) are not tracked: read them too, so a
+        # re-staged or launched convoy still knows what gates its tasks.
+        gates = Bead.objects.filter(id__in=deps.values("depends_on_id")).exclude(
+            issue_type__in=SLINGABLE_TYPES
+        )
+        beads = Bead.objects.filter(Q(id__in=tracked) | Q(id__in=gates.values("id")))
+    else:
+        beads = Bead.objects.filter(id__in=ids)
     nodes = [
         dagmod.Node(id=b[0], title=b[1], type=b[2] or "", status=b[3], rig=b[4] or "")
         for b in beads.values_list("id", "title", "issue_type", "status", "rig_id")
@@ -192,6 +206,13 @@ def _overlapping(kind, ids, slingable):
     return counts
 
 
+def refuse_all_closed(dag):
+    """Every way in (page, API, CLI, launch) refuses a DAG whose tasks are all done."""
+    slingable = dag.slingable_ids()
+    if slingable and all(dag.nodes[i].status in DONE_STATUSES for i in slingable):
+        raise ServiceError(f"nothing to stage: all {len(slingable)} tasks are closed")
+
+
 def analyze(ids, title=None):
     """Everything staging decides, without writing."""
     kind, ids, restage = classify(ids)
@@ -199,6 +220,7 @@ def analyze(ids, title=None):
     nodes, edges = collect(kind, ids, restage)
     plan.dag = dagmod.build_dag(nodes, edges)
     slingable = plan.dag.slingable_ids()
+    refuse_all_closed(plan.dag)
     if restage is None:
         overlap = _overlapping(kind, ids, slingable)
         open_ = sorted((cid, n) for (cid, status), n in overlap.items() if status == CONVOY_OPEN)
@@ -225,7 +247,9 @@ def analyze(ids, title=None):
     if plan.errors:
         return plan
     rig_states = dict(Rig.objects.values_list("name", "state"))
-    plan.warnings = dagmod.detect_warnings(plan.dag, kind, rig_states)
+    # A re-staged convoy is checked as what it was staged from (an epic's orphans, say).
+    staged_from = (restage.extra or {}).get("plan", {}).get("input") if restage else None
+    plan.warnings = dagmod.detect_warnings(plan.dag, staged_from or kind, rig_states)
     try:
         plan.waves, plan.gated = dagmod.compute_waves(plan.dag)
     except dagmod.NoSlingableTasks as exc:
@@ -265,6 +289,9 @@ def stage(ids, title=None, actor="cli"):
         "gated": [[g.id, g.gated_by] for g in plan.gated],
         "input": plan.input_kind,
         "root": plan.root,
+        # What the convoy page shows until the next re-check.
+        "warnings": [f.as_dict() for f in plan.warnings],
+        "checked_at": stamp.isoformat(),
     }
     with transaction.atomic():
         if plan.restaged:
@@ -282,6 +309,10 @@ def stage(ids, title=None, actor="cli"):
             )
             convoy.title = plan.title or convoy.title
             convoy.description = f"{summary} Re-staged at {stamp.isoformat()}"
+            if plan.input_kind == dagmod.CONVOY:  # re-staged by id: keep what it came from
+                previous = convoy.extra.get("plan", {})
+                extra_plan["input"] = previous.get("input", extra_plan["input"])
+                extra_plan["root"] = previous.get("root", extra_plan["root"])
             convoy.extra = {**convoy.extra, "plan": extra_plan}
             convoy.save(update_fields=["title", "description", "extra"])
             wanted = set(slingable)
@@ -329,3 +360,34 @@ def stage(ids, title=None, actor="cli"):
             )
             plan.convoy_id = convoy.id
     return plan
+
+
+def recheck(convoy_id, actor="cli"):
+    """Re-stage a staged convoy in place: its warnings are computed again (staged_warnings
+    becomes staged_ready once they are gone), with a convoy.restaged event."""
+    convoy = get_convoy(convoy_id)
+    if convoy.status not in STAGED_STATUSES:
+        raise ServiceError(
+            f"cannot re-check convoy {convoy.id}: it is {convoy.status} "
+            "(only a staged convoy is re-checked)"
+        )
+    return stage([convoy.id], actor=actor)
+
+
+def recheck_rig(rig_name, actor=""):
+    """Re-check the staged convoys with a task on this rig (it was parked or un-parked).
+    A convoy that can no longer be staged keeps its status; its reason is logged."""
+    on_rig = Bead.objects.filter(rig_id=rig_name).values("id")
+    convoy_ids = list(
+        Convoy.objects.filter(status__in=STAGED_STATUSES, tracked__bead_id__in=on_rig)
+        .distinct()
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    plans = []
+    for convoy_id in convoy_ids:
+        try:
+            plans.append(stage([convoy_id], actor=actor))
+        except ServiceError as exc:
+            log.info("re-check of %s after rig %s changed: %s", convoy_id, rig_name, exc)
+    return plans

@@ -1,0 +1,192 @@
+"""Pages that create and fix work: a bead or an epic with children, a dependency from a bead's
+page, and on a staged convoy's page its re-check and the un-parking of a rig it waits on.
+
+Forms validate shapes; every rule is the services' and a refusal is shown as a form error
+(HTTP 400), with nothing written.
+"""
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from .models import SLINGABLE_TYPES, Bead, Convoy, Rig
+from .services import authoring, rigs, staging
+from .services import beads as bead_service
+from .services.errors import NotFound, ServiceError
+
+BEAD_TYPES = [t for t in SLINGABLE_TYPES if t] + ["decision"]
+PRIORITIES = [(p, f"P{p}") for p in range(5)]
+DEPENDENCY_TYPES = ("blocks", "waits-for", "conditional-blocks", "merge-blocks", "related")
+
+
+def needs(perm):
+    """Login, then the model permission (403 without it)."""
+
+    def wrap(view):
+        def checked(request, *args, **kwargs):
+            if not request.user.has_perm(perm):
+                raise PermissionDenied(f"You need the {perm.split('.')[1]} permission.")
+            return view(request, *args, **kwargs)
+
+        checked.__name__ = view.__name__
+        checked.__doc__ = view.__doc__
+        return login_required(checked)
+
+    return wrap
+
+
+def actor(request):
+    return f"web:{request.user.username}"
+
+
+def back(request, fallback):
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return redirect(target)
+    return redirect(fallback)
+
+
+class CreateForm(forms.Form):
+    kind = forms.ChoiceField(
+        choices=[("bead", "A bead"), ("epic", "An epic with children")],
+        initial="bead",
+        widget=forms.RadioSelect,
+    )
+    prefix = forms.ChoiceField(label="Rig (the id's prefix)")
+    title = forms.CharField(max_length=500)
+    issue_type = forms.ChoiceField(
+        label="Type", choices=[(t, t) for t in BEAD_TYPES], initial="task"
+    )
+    priority = forms.TypedChoiceField(choices=PRIORITIES, coerce=int, initial=2)
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    children = forms.CharField(
+        label="Children (epic), one per line",
+        widget=forms.Textarea(attrs={"rows": 6, "placeholder": "Design\nBuild | after 1\n"}),
+        required=False,
+        help_text="End a line with “| after 1, 2” to make it wait for earlier lines "
+        "(or for existing beads by id). Children are created as tasks.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["prefix"].choices = [
+            (prefix, f"{rig} ({prefix}…)") for prefix, rig in authoring.rig_prefixes()
+        ]
+
+
+@needs("convoys.add_bead")
+def create(request):
+    """Create a bead, or an epic with children and dependencies; ids come from the prefix."""
+    form = CreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            if data["kind"] == "epic":
+                created, children = authoring.create_epic(
+                    data["title"],
+                    prefix=data["prefix"],
+                    children_text=data["children"],
+                    description=data["description"],
+                    priority=data["priority"],
+                    actor=actor(request),
+                )
+                note = f" with {len(children)} children" if children else ""
+            else:
+                if data["children"].strip():
+                    raise ServiceError("children belong to an epic: choose “An epic”")
+                authoring.check_prefix(data["prefix"])
+                created = bead_service.create_bead(
+                    data["title"],
+                    prefix=data["prefix"],
+                    issue_type=data["issue_type"],
+                    priority=data["priority"],
+                    description=data["description"],
+                    actor=actor(request),
+                )
+                note = ""
+        except ServiceError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Created {created.id}{note}.")
+            return redirect("bead", created.id)
+    status = 400 if form.errors else 200
+    return render(request, "convoys/create.html", {"form": form}, status=status)
+
+
+class DependencyForm(forms.Form):
+    target = forms.CharField(label="Depends on (bead id)", max_length=300)
+    type = forms.ChoiceField(choices=[(t, t) for t in DEPENDENCY_TYPES], initial="blocks")
+
+
+@needs("convoys.change_bead")
+def add_dependency(request, bead_id):
+    """`bead_id` depends on a target (blocks by default); GET shows the form alone."""
+    bead = Bead.objects.filter(pk=bead_id).first()
+    if bead is None:
+        raise Http404(f"bead '{bead_id}' not found")
+    form = DependencyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dep = bead_service.add_dependency(
+                bead.pk, form.cleaned_data["target"], form.cleaned_data["type"], actor(request)
+            )
+        except ServiceError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"{bead.pk} now depends on {dep.depends_on_id} ({dep.type}).")
+            return redirect("bead", bead.pk)
+    status = 400 if form.errors else 200
+    return render(
+        request, "convoys/dependency_form.html", {"bead": bead, "form": form}, status=status
+    )
+
+
+@require_POST
+@needs("convoys.change_convoy")
+def recheck(request, convoy_id):
+    """Re-stage a staged convoy in place and say what changed."""
+    convoy = Convoy.objects.filter(pk=convoy_id).first()
+    if convoy is None:
+        raise Http404(f"convoy '{convoy_id}' not found")
+    try:
+        plan = staging.recheck(convoy.pk, actor=actor(request))
+    except ServiceError as exc:
+        messages.error(request, str(exc))
+    else:
+        if plan.errors:
+            messages.error(
+                request,
+                "Re-check found errors; nothing changed: "
+                + "; ".join(f.message for f in plan.errors),
+            )
+        elif plan.warnings:
+            messages.warning(
+                request, f"Re-checked {convoy.pk}: {len(plan.warnings)} warning(s) remain."
+            )
+        else:
+            messages.success(request, f"Re-checked {convoy.pk}: no warnings, ready to launch.")
+    return redirect("convoy", convoy.pk)
+
+
+@require_POST
+@needs("convoys.change_rig")
+def restore_rig(request, name):
+    """Un-park (or undock) a rig; the staged convoys waiting on it are re-checked."""
+    try:
+        before = set(Convoy.objects.filter(status="staged_ready").values_list("pk", flat=True))
+        rig = rigs.set_rig_state(name, Rig.ACTIVE, actor=actor(request))
+    except NotFound as exc:
+        raise Http404(str(exc))
+    except ServiceError as exc:
+        messages.error(request, str(exc))
+    else:
+        ready = Convoy.objects.filter(status="staged_ready").exclude(pk__in=before).count()
+        note = f"; {ready} staged convoy(s) now ready to launch" if ready else ""
+        messages.success(request, f"Rig {rig.name} is active{note}.")
+    return back(request, reverse("dashboard"))
