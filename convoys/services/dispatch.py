@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from ..dispatchers import get_dispatcher
+from ..dispatchers import Outcome, get_dispatcher
 from ..events import record
 from ..models import ACTIVE_WORK_STATUSES, Bead, Dispatch, Worker
 from ..readiness import dead_worker_cutoff
@@ -141,9 +141,14 @@ def run(claim_, dispatcher=None):
         outcome = dispatcher.dispatch(claim_.bead_id, claim_.rig, claim_.convoy_id, claim_.worker)
     except Exception as exc:  # a broken dispatcher must not stop the others
         log.exception("dispatcher failed for %s", claim_.bead_id)
-        from ..dispatchers import Outcome
-
         outcome = Outcome(False, f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:  # the task timeout (SystemExit) or an interrupt: release, stop
+        _record(claim_, Outcome(False, f"interrupted: {type(exc).__name__}: {exc}"), started)
+        raise
+    return _record(claim_, outcome, started)
+
+
+def _record(claim_, outcome, started):
     duration = (time.monotonic() - started) * 1000
     with transaction.atomic():
         Dispatch.objects.filter(pk=claim_.dispatch_id).update(
