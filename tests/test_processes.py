@@ -9,6 +9,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,18 +42,48 @@ def _real_cluster(monkeypatch):
 
 
 def start_cluster(**env):
-    # Output goes to a file: an undrained pipe fills up and blocks the cluster.
-    out = tempfile.NamedTemporaryFile("w+", prefix="cluster-", suffix=".log", delete=False)  # noqa: SIM115
+    return start("cluster", env={**FAST, **env})
+
+
+def start(*command, env):
+    """`manage.py COMMAND` in a session of its own. Its output goes to a file (an undrained
+    pipe fills up and blocks it) that `log` prints, so a failing test shows it. Every process
+    it starts inherits a marker in its environment, for `survivors`."""
+    out = tempfile.NamedTemporaryFile("w+", prefix=f"{command[0]}-", suffix=".log", delete=False)  # noqa: SIM115
+    mark = uuid.uuid4().hex
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "cluster"],
-        env=child_env(**{**FAST, **env}),
+        [sys.executable, str(ROOT / "manage.py"), *command],
+        env=child_env(CONVOY_TEST_PROCESS=mark, **env),
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
         text=True,
     )
-    proc.log_path = out.name
+    proc.log_path, proc.mark = out.name, mark
     return proc
+
+
+def output(proc):
+    return Path(proc.log_path).read_text()
+
+
+def log(proc):
+    text = output(proc)
+    print(f"--- {proc.log_path}\n{text}")  # pytest shows it when the test fails
+    return text
+
+
+def survivors(proc):
+    """Processes still alive that `proc` or any of its descendants started."""
+    marker = f"CONVOY_TEST_PROCESS={proc.mark}".encode()
+    alive = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                alive.append(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours
+            continue
+    return alive
 
 
 def stop(proc, sig=signal.SIGTERM, group=False):
@@ -66,7 +97,7 @@ def stop(proc, sig=signal.SIGTERM, group=False):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    return Path(proc.log_path).read_text()
+    return log(proc)
 
 
 def wait_for(predicate, timeout=30, step=0.05):
@@ -98,6 +129,7 @@ def test_cluster_feeds_the_next_wave_after_a_close(routes):
     launch_staged(plan.convoy_id, force=True)
     cluster = start_cluster()
     try:
+        assert wait_for(lambda: "ticker started" in output(cluster), timeout=60)
         latencies = []
         for current, following in zip(ids, ids[1:], strict=False):
             from convoys.services import beads
@@ -275,32 +307,165 @@ def test_event_sequence_is_gap_free_under_concurrent_writers(routes):
     assert seen == seqs  # the tailing reader skipped nothing
 
 
-def test_sigterm_mid_task_finishes_it_once(routes, tmp_path):
-    """SIGTERM to the cluster's main process (KillMode=mixed): the in-flight dispatch finishes,
-    is acknowledged, and is not run again after a restart."""
+STOP_TIMEOUT = 20  # CONVOY_TASK_TIMEOUT in the stop tests: the bound on a clean stop
+SIGNALS = [
+    pytest.param(signal.SIGTERM, False, id="SIGTERM-main"),
+    pytest.param(signal.SIGTERM, True, id="SIGTERM-group"),
+    pytest.param(signal.SIGINT, False, id="SIGINT-main"),
+    pytest.param(signal.SIGINT, True, id="SIGINT-group"),
+]
+
+
+def send(proc, sig, group):
+    if group:  # systemd KillMode=control-group, supervisord stopasgroup, Ctrl-C in a terminal
+        os.killpg(proc.pid, sig)
+    else:  # KillMode=mixed, kill PID
+        proc.send_signal(sig)
+
+
+def assert_stops(proc, sig, group):
+    send(proc, sig, group)
+    try:
+        proc.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        log(proc)
+        for pid in [proc.pid, *survivors(proc)]:
+            os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"still running {STOP_TIMEOUT}s after {sig!r}") from None
+    text = log(proc)
+    # the parent has exited; its children go with it (reparented ones may need a moment)
+    assert wait_for(lambda: not survivors(proc), timeout=10), survivors(proc)
+    assert proc.returncode == 0, proc.returncode
+    return text
+
+
+def waiting_tasks():
+    """The functions of the tasks in the broker that no cluster has pulled."""
+    from django.utils import timezone
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+    from django_q.models import OrmQ
+    from django_q.signing import SignedPackage
+
+    broker = get_broker()
+    if Conf.ORM:
+        rows = OrmQ.objects.filter(key=broker.list_key, lock__lte=timezone.now())
+        return [row.task["func"] for row in rows]
+    return [
+        SignedPackage.loads(p)["func"] for p in broker.connection.lrange(broker.list_key, 0, -1)
+    ]
+
+
+def slow_dispatch(tmp_path, seconds):
     script = tmp_path / "slow.py"
-    script.write_text("import time\ntime.sleep(3)\n")
-    env = {
+    script.write_text(f"import time\ntime.sleep({seconds})\n")
+    return {
         "CONVOY_DISPATCHER": "command",
         "CONVOY_DISPATCH_COMMAND": f"{sys.executable} {script} {{bead}}",
-        "CONVOY_TASK_TIMEOUT": "20",
-        "CONVOY_TASK_RETRY": "25",
-        "CONVOY_STRANDED_INTERVAL": "3600",
+        "CONVOY_DISPATCH_TIMEOUT": str(STOP_TIMEOUT),
     }
-    bead("gt-root")
-    bead("gt-next")
-    blocks("gt-root", "gt-next")
-    convoys.create("Graceful", ["gt-root", "gt-next"])
-    cluster = start_cluster(**env)
+
+
+@pytest.mark.parametrize(("sig", "group"), SIGNALS)
+def test_cluster_stops_cleanly_with_work_in_flight(routes, tmp_path, sig, group):
+    """One worker: A's close-handling task is dispatching when the signal comes, B's has been
+    pulled from the broker and waits behind it. The cluster exits within the task timeout,
+    leaves no process behind, finishes A's dispatch exactly once, hands B's task back to the
+    broker unstarted, and a restarted cluster runs it once."""
     from convoys.services import beads as bead_service
 
-    time.sleep(3)
-    bead_service.close_bead("gt-root")
-    assert wait_for(lambda: Dispatch.objects.filter(bead_id="gt-next").exists(), timeout=20)
-    output = stop(cluster)  # SIGTERM to the main process only, mid-dispatch
-    assert cluster.returncode is not None and "has stopped" in output
-    assert list(Dispatch.objects.filter(bead_id="gt-next").values_list("ok", flat=True)) == [True]
+    env = {
+        **slow_dispatch(tmp_path, 3),
+        "CONVOY_WORKERS": "1",
+        "CONVOY_TASK_TIMEOUT": str(STOP_TIMEOUT),
+        "CONVOY_TASK_RETRY": str(STOP_TIMEOUT + 5),
+        "CONVOY_FEED_INTERVAL": "3600",  # only the close events dispatch here
+        "CONVOY_STRANDED_INTERVAL": "3600",
+    }
+    for lane in "ab":
+        bead(f"gt-{lane}root")
+        bead(f"gt-{lane}next")
+        blocks(f"gt-{lane}root", f"gt-{lane}next")
+        convoys.create(f"Stop {lane}", [f"gt-{lane}root", f"gt-{lane}next"])
+    cluster = start_cluster(**env)
+    from django_q.models import Success
+
+    ticked = lambda: Success.objects.filter(group="ticker").count() == 2  # noqa: E731
+    assert wait_for(ticked, timeout=60), "the cluster did not start"  # its first two ticks ran
+    bead_service.close_bead("gt-aroot")
+    assert wait_for(lambda: Dispatch.objects.filter(bead_id="gt-anext").exists(), timeout=30)
+    bead_service.close_bead("gt-broot")
+    assert wait_for(lambda: not waiting_tasks(), timeout=30), "B's task was not pulled"
+    assert Dispatch.objects.get(bead_id="gt-anext").ok is None  # still running
+
+    text = assert_stops(cluster, sig, group)
+
+    assert "has stopped" in text and "handed 1 queued task(s) back" in text
+    assert list(Dispatch.objects.filter(bead_id="gt-anext").values_list("ok", flat=True)) == [True]
+    assert not Dispatch.objects.filter(bead_id="gt-bnext").exists()
+    assert waiting_tasks() == ["convoys.tasks.handle_close"]
     again = start_cluster(**env)
-    time.sleep(6)
-    stop(again)
-    assert Dispatch.objects.filter(bead_id="gt-next").count() == 1
+    try:
+        assert wait_for(
+            lambda: Dispatch.objects.filter(bead_id="gt-bnext", ok=True).exists(), timeout=60
+        )
+    finally:
+        stop(again)
+    per_bead = Dispatch.objects.filter(bead_id__endswith="next").values("bead_id")
+    per_bead = per_bead.annotate(n=Count("id"))
+    assert {row["bead_id"]: row["n"] for row in per_bead} == {"gt-anext": 1, "gt-bnext": 1}
+    assert set(Bead.objects.filter(id__endswith="next").values_list("status", flat=True)) == {
+        "hooked"
+    }
+
+
+@pytest.mark.parametrize(("sig", "group"), SIGNALS)
+def test_serve_stops_cleanly(routes, sig, group):
+    """`serve` (daphne + cluster + swarm) stops on every signal, leaving no process behind."""
+    import urllib.request
+
+    from django.contrib.auth import get_user_model
+
+    from .conftest import free_port
+
+    get_user_model().objects.create_user("demo")  # the swarm's account
+    port = free_port()
+    serve = start(
+        "serve",
+        "--port",
+        str(port),
+        "--swarm",
+        env={**FAST, "CONVOY_TASK_TIMEOUT": str(STOP_TIMEOUT)},
+    )
+
+    def ready():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=2):
+                pass
+        except OSError:
+            return False
+        text = output(serve)
+        return "ticker started" in text and "swarm: working" in text
+
+    assert wait_for(ready, timeout=60, step=0.2), "serve did not start"
+    text = assert_stops(serve, sig, group)
+    assert "stopped (web: 0, tasks: 0" in text
+
+
+def test_an_interrupted_dispatch_releases_its_claim(routes):
+    """The task timeout raises SystemExit inside the dispatcher: the bead goes back to open
+    (nothing stranded on a worker that never got it) and the interruption propagates."""
+    from convoys.services import dispatch
+
+    class Interrupted:
+        def dispatch(self, bead_id, rig, convoy_id, worker):
+            raise SystemExit("Task exceeded maximum timeout value (60 seconds)")
+
+    claimed = dispatch.claim(bead("gt-slow"), path="event")
+    with pytest.raises(SystemExit):
+        dispatch.run(claimed, Interrupted())
+    released = Bead.objects.get(pk="gt-slow")
+    assert (released.status, released.assignee) == ("open", "")
+    attempt = Dispatch.objects.get(bead_id="gt-slow")
+    assert attempt.ok is False and attempt.error.startswith("interrupted: SystemExit")
+    assert Event.objects.filter(kind="dispatch.failed", bead_id="gt-slow").exists()

@@ -1,6 +1,10 @@
 """`manage.py serve [--port 8000] [--host 127.0.0.1] [--swarm]`: the web server (daphne) and
-the task cluster together, logs interleaved and labelled; Ctrl-C or SIGTERM stops both
-cleanly (SIGTERM to each main process only, so in-flight tasks finish and are not re-run)."""
+the task cluster together, logs interleaved and labelled.
+
+Ctrl-C, or SIGTERM/SIGINT to this process or to its whole process group, stops everything
+within the task timeout (CONVOY_TASK_TIMEOUT): each child runs in a session of its own and gets
+one SIGTERM from here (the cluster lets running tasks finish and hands queued ones back), and
+on Linux a child also gets SIGTERM if this process is killed outright."""
 
 import os
 import signal
@@ -10,9 +14,9 @@ import threading
 import time
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-STOP_TIMEOUT = 90
+from ... import processes
 
 
 class Command(BaseCommand):
@@ -47,46 +51,55 @@ class Command(BaseCommand):
         if swarm:
             commands.append(("swarm", [*manage, "swarm", "--url", f"http://{host}:{port}"]))
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        children, lock = [], threading.Lock()
-        for label, argv in commands:
-            proc = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                text=True,
-                bufsize=1,
-                start_new_session=True,
+        me = os.getpid()
+        children = [
+            (
+                label,
+                subprocess.Popen(
+                    argv,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    text=True,
+                    bufsize=1,
+                    start_new_session=True,
+                    # no other thread runs yet, so this is safe before exec
+                    preexec_fn=lambda: processes.die_with_parent(me, signal.SIGTERM),
+                ),
             )
-            children.append((label, proc))
+            for label, argv in commands
+        ]
+        lock = threading.Lock()
+        for label, proc in children:
             threading.Thread(target=self._pump, args=(label, proc, lock), daemon=True).start()
         self.stdout.write(
             self.style.SUCCESS(f"convoyweb is running at http://{host}:{port}/  (Ctrl-C to stop)")
         )
         stopping = threading.Event()
-
-        def stop(signum, frame):
-            stopping.set()
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        while not stopping.is_set():
-            if any(proc.poll() is not None for _, proc in children):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: stopping.set())
+        died = None
+        while not stopping.wait(0.5):
+            died = next((label for label, proc in children if proc.poll() is not None), None)
+            if died:
                 break
-            stopping.wait(0.5)
-        self.stdout.write("stopping: waiting for in-flight work to finish…")
-        for _label, proc in reversed(children):
+        timeout = settings.Q_CLUSTER["timeout"]
+        deadline = time.monotonic() + timeout - 1
+        self.stdout.write("stopping: running tasks finish, queued ones go back to the queue")
+        for _label, proc in children:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # the main process only: KillMode=mixed
-        deadline = time.monotonic() + STOP_TIMEOUT
+                proc.send_signal(signal.SIGTERM)
         for label, proc in children:
             try:
                 proc.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                self.stderr.write(f"[{label}] did not stop in {STOP_TIMEOUT}s; killing it")
+                self.stderr.write(f"[{label}] did not stop within {timeout}s; killing it")
                 os.killpg(proc.pid, signal.SIGKILL)
-        codes = {label: proc.returncode for label, proc in children}
-        self.stdout.write(f"stopped ({', '.join(f'{k}: {v}' for k, v in codes.items())})")
+                proc.wait()
+        codes = ", ".join(f"{label}: {proc.returncode}" for label, proc in children)
+        if died:
+            raise CommandError(f"{died} exited unexpectedly; stopped the others ({codes})")
+        self.stdout.write(f"stopped ({codes})")
 
     def _pump(self, label, proc, lock):
         for line in proc.stdout:
