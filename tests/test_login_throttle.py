@@ -102,3 +102,16 @@ def test_the_admin_login_is_throttled_too(users):
     response = client.post("/admin/login/", {"username": "ann", "password": PASSWORD})
     assert response.status_code == 429
     assert "Too many failed logins" in response.text
+
+
+@pytest.mark.parametrize(
+    "username",
+    ["a" * 300, "ann%00", "ann%ED%A0%80", "ann%FF", "ann%27%20OR%201%3D1%20--", "%E2%80%AE" * 60],
+)
+def test_hostile_usernames_are_a_failed_login_not_an_error(users, username):
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    body = f"username={username}&password=guess"
+    for _ in range(11):
+        response = client.post("/login/", body, content_type="application/x-www-form-urlencoded")
+        assert response.status_code in (200, 429)
+    assert attempt(client, "ann", PASSWORD).status_code == 302

@@ -1,0 +1,100 @@
+"""Every page in Chromium with the demo data loaded, under the real Content Security Policy:
+no violation reported (console or `securitypolicyviolation` events), the API docs render their
+operations from local assets, and at a 390 px phone width no page scrolls sideways."""
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from .test_browser import browser, server  # noqa: F401  (fixtures)
+from .test_headers import page_urls
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+PASSWORD = "pw-pw-pw-123"
+# Registered before any page script runs; Playwright's init scripts are exempt from the CSP.
+COLLECT_VIOLATIONS = """
+window.__csp = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__csp.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`);
+});
+"""
+
+
+@pytest.fixture
+def demo_site(server):  # noqa: F811
+    call_command("demo", stdout=StringIO())
+    User.objects.create_superuser("root", password=PASSWORD)
+    return server, page_urls()
+
+
+def signed_in(browser, base, **context_options):  # noqa: F811
+    context = browser.new_context(**context_options)
+    context.add_init_script(COLLECT_VIOLATIONS)
+    page = context.new_page()
+    console = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    page.goto(base + "/login/")
+    page.fill("#id_username", "root")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(base + "/")
+    return context, page, console
+
+
+def open_page(page, url):
+    response = page.goto(url)
+    assert response.status == 200, url
+    page.wait_for_load_state("load")
+    if url.endswith("/api/docs"):
+        page.wait_for_selector(".opblock", timeout=20000)
+
+
+def test_no_page_violates_the_content_security_policy(browser, demo_site):  # noqa: F811
+    base, urls = demo_site
+    context, page, console = signed_in(browser, base, viewport={"width": 1400, "height": 900})
+    for url in urls:
+        console.clear()
+        open_page(page, base + url)
+        violations = page.evaluate("window.__csp")
+        assert violations == [], (url, violations)
+        reported = [m for m in console if "Content Security Policy" in m or "pageerror" in m]
+        assert reported == [], (url, reported)
+    context.close()
+
+
+def test_api_docs_render_their_operations_from_local_assets(browser, demo_site):  # noqa: F811
+    base, _urls = demo_site
+    context, page, _console = signed_in(browser, base, viewport={"width": 1400, "height": 900})
+    requested = []
+    page.on("request", lambda r: requested.append(r.url))
+    open_page(page, base + "/api/docs")
+    operations = page.locator(".opblock-summary-path").all_inner_texts()
+    assert "/api/convoys" in operations and "/api/beads/{bead_id}/close" in operations
+    assert requested and all(url.startswith(base) for url in requested), requested
+    context.close()
+
+
+def test_the_ui_links_to_the_api_docs(browser, demo_site):  # noqa: F811
+    base, _urls = demo_site
+    context, page, _console = signed_in(browser, base, viewport={"width": 1400, "height": 900})
+    page.click("nav a:text('API docs')")
+    page.wait_for_selector(".opblock", timeout=20000)
+    assert page.url == base + "/api/docs"
+    context.close()
+
+
+def test_no_page_scrolls_sideways_on_a_phone(browser, demo_site):  # noqa: F811
+    base, urls = demo_site
+    context, page, _console = signed_in(browser, base, viewport={"width": 390, "height": 844})
+    for url in [*urls, "/login/"]:
+        open_page(page, base + url)
+        widths = page.evaluate(
+            "[document.scrollingElement.scrollWidth, Math.min(window.innerWidth, 390),"
+            " [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right"
+            " > window.innerWidth + 1).slice(0, 5).map((e) => e.tagName + '.' + e.className)]"
+        )
+        assert widths[0] <= widths[1], (url, widths)
+    context.close()
