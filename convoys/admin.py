@@ -43,7 +43,7 @@ from .services import convoys as convoy_service
 from .services import rigs as rig_service
 from .services.errors import ServiceError
 
-# bd's built-in issue types and Gas Town's custom ones (reference/beads-model.md §1.4).
+# bd's built-in issue types and Gas Town's orchestrator ones (reference/beads-model.md §1.4).
 KNOWN_TYPES = (
     "task",
     "bug",
@@ -59,6 +59,11 @@ KNOWN_TYPES = (
     "milestone",
     "convoy",
     "merge-request",
+    "agent",
+    "role",
+    "rig",
+    "slot",
+    "event",
 )
 PRIORITIES = ((0, "0 (most urgent)"), (1, "1"), (2, "2"), (3, "3"), (4, "4 (least urgent)"))
 DEPENDENTS_SHOWN = 100
