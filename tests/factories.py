@@ -24,3 +24,44 @@ def blocks(blocker, blocked, dep_type="blocks"):
 
 def child(parent, kid):
     return beads.add_dependency(kid, parent, "parent-child", actor="test")
+
+
+def epic_of(epic_id, kids, title="Epic"):
+    """An epic with task children."""
+    bead(epic_id, title, type="epic")
+    for kid in kids:
+        bead(kid)
+        child(epic_id, kid)
+
+
+def staged_on_parked_rig():
+    """gt-epic (gt-x blocks gt-y) staged while gastown is parked: a staged_warnings plan."""
+    from convoys.services import rigs, staging
+
+    epic_of("gt-epic", ["gt-x", "gt-y"])
+    blocks("gt-x", "gt-y")
+    rigs.set_rig_state("gastown", "parked", actor="test")
+    return staging.stage(["gt-epic"], actor="test")
+
+
+def command(*args):
+    """A management command's stdout (call_command)."""
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def signed_in(username, *codenames):
+    """A test client logged in as a new user with these convoys permissions."""
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    user = User.objects.create_user(username, password="pw-pw-pw-123")
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client

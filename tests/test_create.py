@@ -12,7 +12,7 @@ from django.test import Client
 from convoys.models import Bead, Convoy, Dependency, Event
 from convoys.services import rigs, staging
 
-from .factories import bead, blocks, child
+from .factories import bead, blocks, epic_of, staged_on_parked_rig
 
 
 def user_with(username, *codenames):
@@ -200,13 +200,7 @@ def test_forms_need_the_csrf_token(routes):
 
 @pytest.fixture
 def parked_epic(routes):
-    bead("gt-epic", "Polish", type="epic")
-    for bead_id in ("gt-x", "gt-y"):
-        bead(bead_id)
-        child("gt-epic", bead_id)
-    blocks("gt-x", "gt-y")
-    rigs.set_rig_state("gastown", "parked", actor="test")
-    return staging.stage(["gt-epic"], actor="test").convoy_id
+    return staged_on_parked_rig().convoy_id
 
 
 def test_convoy_page_shows_warnings_and_unparking_the_rig_makes_it_ready(manager, parked_epic):
@@ -234,10 +228,7 @@ def test_unsafe_next_after_restoring_a_rig_goes_to_the_dashboard(manager, parked
 
 
 def test_recheck_button_restages_in_place(manager, routes):
-    bead("gt-epic", "Epic", type="epic")
-    for bead_id in ("gt-x", "gt-y", "gt-lone"):
-        bead(bead_id)
-        child("gt-epic", bead_id)
+    epic_of("gt-epic", ["gt-x", "gt-y", "gt-lone"])
     blocks("gt-x", "gt-y")
     convoy_id = staging.stage(["gt-epic"], actor="test").convoy_id
     page = manager.get(f"/convoys/{convoy_id}/").content.decode()

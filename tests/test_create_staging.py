@@ -1,26 +1,18 @@
 """Staging refusals everywhere (page, API, CLI) and re-staging in place after a rig changes."""
 
-import io
-
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
 from convoys.api import create_token
 from convoys.models import Convoy, Event
-from convoys.services import rigs, staging
+from convoys.services import staging
 
-from .factories import bead, blocks, child
+from .factories import bead, blocks, child, epic_of, staged_on_parked_rig
+from .factories import command as cli
 
 ALL_CLOSED = "nothing to stage: all 2 tasks are closed"
-
-
-def cli(*args):
-    out = io.StringIO()
-    call_command(*args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
 
 
 @pytest.fixture
@@ -106,14 +98,7 @@ def test_a_staged_convoy_whose_tasks_all_closed_is_refused_on_launch(routes):
 
 @pytest.fixture
 def parked_plan(routes):
-    """An epic of two chained tasks staged while their rig is parked: staged_warnings."""
-    bead("gt-epic", "Epic", type="epic")
-    for bead_id in ("gt-x", "gt-y"):
-        bead(bead_id)
-        child("gt-epic", bead_id)
-    blocks("gt-x", "gt-y")
-    rigs.set_rig_state("gastown", "parked", actor="test")
-    plan = staging.stage(["gt-epic"], actor="test")
+    plan = staged_on_parked_rig()
     assert plan.status == "staged_warnings"
     assert [w.category for w in plan.warnings] == ["blocked-rig"]
     return plan
@@ -132,11 +117,8 @@ def test_unparking_the_rig_rechecks_its_staged_convoys(parked_plan):
 
 
 def test_recheck_keeps_the_epic_warnings_and_the_gates(routes):
-    bead("gt-epic", "Epic", type="epic")
+    epic_of("gt-epic", ["gt-x", "gt-y", "gt-lone"])
     bead("gt-go", "Go?", type="decision")
-    for bead_id in ("gt-x", "gt-y", "gt-lone"):
-        bead(bead_id)
-        child("gt-epic", bead_id)
     child("gt-epic", "gt-go")
     blocks("gt-x", "gt-y")
     blocks("gt-go", "gt-y")

@@ -7,33 +7,20 @@ import json
 import re
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
-from django.test import Client
 
 from convoys import stranding
 from convoys.models import Bead, Convoy, Dispatch, Event
 from convoys.services import beads, convoys, feeding, rigs, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks
-
-
-def cli(*args):
-    out = io.StringIO()
-    call_command(*args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
+from .factories import bead, blocks, signed_in
+from .factories import command as cli
 
 
 @pytest.fixture
 def client(db):
-    user = User.objects.create_user("watcher", password="pw-pw-pw-123")
-    user.user_permissions.add(
-        *Permission.objects.filter(codename__in=("view_convoy", "view_bead", "change_convoy"))
-    )
-    web = Client()
-    web.force_login(user)
-    return web
+    return signed_in("watcher", "view_convoy", "view_bead", "change_convoy")
 
 
 def text_of(fragment):
