@@ -246,7 +246,7 @@ def test_an_imported_unknown_status_and_type_are_kept_and_shown(editor, routes, 
         "priority": 2,
         "created_at": "2026-01-05T10:00:00Z",
         "updated_at": "2026-01-05T10:00:00Z",
-        "extra_key": {"nested": [1, 2]},
+        "extra_key": {"nested": [1, 2], "note": "<script>alert(1)</script>"},
     }
     path = tmp_path / "odd.jsonl"
     path.write_text(json.dumps(record) + "\n")
@@ -256,12 +256,13 @@ def test_an_imported_unknown_status_and_type_are_kept_and_shown(editor, routes, 
     assert '<option value="review" selected>review (imported)</option>' in page
     assert '<option value="spell" selected>spell (imported)</option>' in page
     assert "&quot;nested&quot;" in page  # the unknown field, read-only
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
     data = page_data(editor, bead_url("gt-odd1"))
     data["title"] = "Renamed"
     saved(editor.post(bead_url("gt-odd1"), data))
     kept = Bead.objects.get(pk="gt-odd1")
     assert (kept.title, kept.status, kept.issue_type) == ("Renamed", "review", "spell")
-    assert kept.extra == {"extra_key": {"nested": [1, 2]}}
+    assert kept.extra == {"extra_key": record["extra_key"]}
     [event] = events(bead_id="gt-odd1", actor="admin:ada")
     assert event.data["changes"] == {"title": ["From a newer bd", "Renamed"]}
 
