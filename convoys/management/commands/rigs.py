@@ -43,7 +43,7 @@ class Command(ServiceCommand):
                     f"{' '.join(row['prefixes'])}"
                 )
         elif action == "route":
-            rig = rigs.upsert_route(options["prefix"], options["path"])
+            rig = rigs.upsert_route(options["prefix"], options["path"], actor="cli")
             self.stdout.write(f"Route {options['prefix']} -> {rig or '(town level)'}")
         else:
             rig = rigs.set_rig_state(options["name"], STATE_FOR[action], actor="cli")
