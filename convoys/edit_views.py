@@ -16,7 +16,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from .models import SLINGABLE_TYPES, Bead, Convoy, Rig
-from .services import authoring, rigs, staging
+from .services import authoring, feeding, rigs
 from .services import beads as bead_service
 from .services.errors import NotFound, ServiceError
 
@@ -150,27 +150,17 @@ def add_dependency(request, bead_id):
 @require_POST
 @needs("convoys.change_convoy")
 def recheck(request, convoy_id):
-    """Re-stage a staged convoy in place and say what changed."""
+    """Re-stage a staged convoy in place and say what changed (an open one is checked: it
+    lands if complete, else the page says what it waits for)."""
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
         raise Http404(f"convoy '{convoy_id}' not found")
     try:
-        plan = staging.recheck(convoy.pk, actor=actor(request))
+        ok, line = feeding.check_report(convoy.pk, actor=actor(request))
     except ServiceError as exc:
         messages.error(request, str(exc))
     else:
-        if plan.errors:
-            messages.error(
-                request,
-                "Re-check found errors; nothing changed: "
-                + "; ".join(f.message for f in plan.errors),
-            )
-        elif plan.warnings:
-            messages.warning(
-                request, f"Re-checked {convoy.pk}: {len(plan.warnings)} warning(s) remain."
-            )
-        else:
-            messages.success(request, f"Re-checked {convoy.pk}: no warnings, ready to launch.")
+        (messages.success if ok else messages.warning)(request, line)
     return redirect("convoy", convoy.pk)
 
 

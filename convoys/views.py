@@ -189,12 +189,9 @@ def convoy_action(request, convoy_id, action):
             messages.success(
                 request, f"Launched {convoy_id}: {ok} dispatched, {len(result.skipped)} skipped."
             )
-        elif action == "check":
-            _, closed, info = convoy_service.check(convoy_id, actor=actor)[0]
-            messages.info(
-                request,
-                "Landed." if closed else f"{info['done']}/{info['total']} done — not complete yet.",
-            )
+        elif action == "check":  # staged: re-stage in place; open: land, or say why not
+            ok, line = feeding.check_report(convoy_id, actor=actor)
+            (messages.success if ok else messages.warning)(request, line)
         elif action == "close":
             convoy_service.close(
                 convoy_id,

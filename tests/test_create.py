@@ -245,8 +245,17 @@ def test_recheck_button_restages_in_place(manager, routes):
     assert (event.actor, event.data["old_status"]) == ("web:manager", "staged_warnings")
     page = manager.get(response.url).content.decode()
     assert f"Re-checked {convoy_id}: no warnings, ready to launch." in page
-    # a launched convoy is not re-checked
-    staging_launch = manager.post(f"/convoys/{convoy_id}/launch/")
-    assert staging_launch.status_code == 302
+    # on a launched convoy the same button checks it and says what it waits for
+    assert manager.post(f"/convoys/{convoy_id}/launch/").status_code == 302
     response = manager.post(f"/convoys/{convoy_id}/staging/recheck/", follow=True)
-    assert "only a staged convoy is re-checked" in response.content.decode()
+    assert "0/3 done, not complete: 1 in progress." in text(response)
+
+
+def test_check_button_on_a_staged_convoy_rechecks_it(manager):
+    epic_of("gt-epic", ["gt-x", "gt-lone"])
+    convoy_id = staging.stage(["gt-epic"], actor="test").convoy_id
+    assert Convoy.objects.get(pk=convoy_id).status == "staged_warnings"  # two orphans
+    manager.post("/beads/gt-lone/dependencies/add/", {"target": "gt-x", "type": "blocks"})
+    response = manager.post(f"/convoys/{convoy_id}/check/", follow=True)
+    assert f"Re-checked {convoy_id}: no warnings, ready to launch." in text(response)
+    assert Convoy.objects.get(pk=convoy_id).status == "staged_ready"

@@ -152,6 +152,8 @@ def test_gated_convoy_is_stuck_naming_its_gate_and_has_no_eta(one, client):
     assert (found.kind, found.code, found.reason) == ("stuck", "gated", "gt-roll gated by gt-go")
     page = client.get(f"/convoys/{convoy.pk}/").content.decode()
     assert "Estimated landing" not in page and "No estimate: gt-roll gated by gt-go." in page
+    checked = client.post(f"/convoys/{convoy.pk}/check/", follow=True).content.decode()
+    assert "1/2 done, not complete: stuck: gated — gt-roll gated by gt-go." in checked
     assert_surfaces_agree(client)
 
 

@@ -19,6 +19,7 @@ from .. import stranding
 from ..events import last_seq, record
 from ..models import (
     ACTIVE_WORK_STATUSES,
+    CONVOY_CLOSED,
     CONVOY_OPEN,
     Bead,
     Convoy,
@@ -28,8 +29,8 @@ from ..models import (
     TrackedBead,
 )
 from ..readiness import ready_beads
-from . import dispatch, leases
-from .convoys import EMPTY_REASON, close_if_complete, set_status
+from . import dispatch, leases, staging
+from .convoys import EMPTY_REASON, check, close_if_complete, get_convoy, set_status
 
 log = logging.getLogger("convoys.feeding")
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
@@ -227,3 +228,29 @@ def stranded_scan(now=None):
         return summary
     finally:
         leases.release("stranded-scan", me)
+
+
+def check_report(convoy_id, actor="web"):
+    """The convoy page's Check: a staged convoy is re-checked (re-staged in place); an open
+    one lands if complete, else says what it waits for (the one stranded rule).
+    Returns (ok, one line for the user)."""
+    convoy = get_convoy(convoy_id)
+    if convoy.is_staged:
+        plan = staging.recheck(convoy.pk, actor=actor)
+        if plan.errors:
+            return False, "Re-check found errors; nothing changed: " + "; ".join(
+                f.message for f in plan.errors
+            )
+        if plan.warnings:
+            return False, f"Re-checked {convoy.pk}: {len(plan.warnings)} warning(s) remain."
+        return True, f"Re-checked {convoy.pk}: no warnings, ready to launch."
+    convoy, closed, info = check(convoy.pk, actor=actor)[0]
+    if closed:
+        return True, f"Landed: all {info['total']} tracked beads are done."
+    if convoy.status == CONVOY_CLOSED:
+        return True, f"{convoy.pk} is closed ({convoy.close_reason or 'no reason given'})."
+    verdict = stranding.classify_one(convoy)
+    state = verdict.reason if verdict.kind == stranding.MOVING else verdict.label
+    if verdict.kind != stranding.MOVING:
+        state += f" — {verdict.reason}"
+    return False, f"{info['done']}/{info['total']} done, not complete: {state}."
