@@ -2,11 +2,15 @@
 
 A real client of the JSON API (Bearer token, HTTP): it finds beads dispatched to workers,
 heartbeats those workers, marks some in progress, and closes each after a while, so the
-feeder dispatches the next wave and convoys land. Stop it with Ctrl-C, or leave it out
+feeder dispatches the next wave and convoys land. As they land it keeps the demo going:
+every --replenish-every seconds it stages and launches a fresh small epic from the demo
+templates while fewer than --keep-open convoys are open (convoys/services/demo.py; a direct
+service call, since the API has no bulk epic builder). Stop it with Ctrl-C, or leave it out
 (`serve` without --swarm).
 """
 
 import json
+import logging
 import random
 import time
 import urllib.error
@@ -14,8 +18,12 @@ import urllib.request
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.db import close_old_connections
 
 from ...api import create_token
+from ...services import demo
+
+log = logging.getLogger("convoys.swarm")
 
 
 class Command(BaseCommand):
@@ -24,11 +32,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--url", default="http://127.0.0.1:8000")
         parser.add_argument("--user", default="demo")
-        parser.add_argument("--min-work", type=float, default=4.0)
-        parser.add_argument("--max-work", type=float, default=15.0)
+        parser.add_argument("--min-work", type=float, default=8.0)
+        parser.add_argument("--max-work", type=float, default=24.0)
         parser.add_argument("--token", default="")
+        parser.add_argument("--keep-open", type=int, default=demo.KEEP_OPEN)
+        parser.add_argument("--replenish-every", type=float, default=10.0)
 
     def handle(self, *args, url, user, min_work, max_work, token, **options):
+        try:
+            self.work(url, user, min_work, max_work, token, **options)
+        except KeyboardInterrupt:  # Ctrl-C when run on its own
+            self.stdout.write("swarm: stopped")
+
+    def work(self, url, user, min_work, max_work, token, keep_open, replenish_every, **options):
         if not token:
             account = get_user_model().objects.filter(username=user).first()
             if account is None:
@@ -38,8 +54,12 @@ class Command(BaseCommand):
         self.base, self.token = url.rstrip("/") + "/api", token
         rng = random.Random()
         due = {}
+        replenish_at = time.monotonic()
         self.stdout.write(f"swarm: working against {self.base}")
         while True:
+            if keep_open and time.monotonic() >= replenish_at:
+                replenish_at = time.monotonic() + replenish_every
+                self.replenish(keep_open, rng)
             try:
                 hooked = self.call("GET", "/beads?status=hooked&limit=500")
                 working = self.call("GET", "/beads?status=in_progress&limit=500")
@@ -60,6 +80,15 @@ class Command(BaseCommand):
                     self.stdout.write(f"swarm: {bead['assignee']} closed {bead['id']}")
                     due.pop(bead["id"], None)
             time.sleep(1)
+
+    def replenish(self, keep_open, rng):
+        try:
+            for convoy_id, title in demo.replenish(keep_open, rng):
+                self.stdout.write(f"swarm: launched {convoy_id}: {title}")
+        except Exception:  # the demo goes on with what is open
+            log.exception("swarm: could not launch a fresh demo epic")
+        finally:
+            close_old_connections()
 
     def call(self, method, path, payload=None):
         data = json.dumps(payload).encode() if payload is not None else None
