@@ -51,6 +51,7 @@ def page_urls():
         "/admin/convoys/convoy/",
         reverse("admin:convoys_convoy_change", args=[quote(convoy.pk)]),
         reverse("admin:convoys_bead_change", args=[quote(bead.pk)]),
+        reverse("admin:convoys_bead_add"),
         "/api/docs",
     ]
 

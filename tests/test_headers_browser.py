@@ -74,6 +74,14 @@ def test_api_docs_render_their_operations_from_local_assets(browser, demo_site):
     operations = page.locator(".opblock-summary-path").all_inner_texts()
     assert "/api/convoys" in operations and "/api/beads/{bead_id}/close" in operations
     assert requested and all(url.startswith(base) for url in requested), requested
+    # "Try it out" works from the page: same-origin fetch with the session (CSP connect-src).
+    operation = page.locator(".opblock-get", has=page.locator("[data-path='/api/convoys']"))
+    operation.locator(".opblock-summary").first.click()
+    operation.locator("button.try-out__btn").click()
+    operation.locator("button.execute").click()
+    status = operation.locator(".live-responses-table tr.response .response-col_status").first
+    status.wait_for(timeout=20000)
+    assert status.inner_text().strip() == "200"
     context.close()
 
 
