@@ -13,6 +13,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import ValidationError
+from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
@@ -65,6 +66,9 @@ KNOWN_TYPES = (
     "slot",
     "event",
 )
+# Inline rows shown: a 1,000-bead convoy (or an imported bead with 140,000 dependencies) stays a
+# page that renders in well under a second; the parent form says how many there are.
+INLINE_ROWS = 100
 PRIORITIES = ((0, "0 (most urgent)"), (1, "1"), (2, "2"), (3, "3"), (4, "4 (least urgent)"))
 DEPENDENTS_SHOWN = 100
 
@@ -147,8 +151,24 @@ def inline_changes(formset):
     return deleted, changed, added
 
 
+class FirstRowsFormSet(BaseInlineFormSet):
+    def get_queryset(self):
+        if not hasattr(self, "_queryset"):
+            self._queryset = super().get_queryset()[:INLINE_ROWS]
+        return self._queryset
+
+
+def rows_note(total, noun, where):
+    if total <= INLINE_ROWS:
+        return f"{total} {noun}"
+    return f"{total} {noun}; the first {INLINE_ROWS} are editable below, all of them on {where}"
+
+
 class ServiceInline(admin.TabularInline):
-    """Inline rows are written by the parent's services, so the parent's permissions apply."""
+    """Inline rows are written by the parent's services, so the parent's permissions apply.
+    Only the first INLINE_ROWS rows are shown."""
+
+    formset = FirstRowsFormSet
 
     def _parent_may(self, request, action):
         opts = self.parent_model._meta
@@ -289,6 +309,7 @@ class BeadAdmin(ServiceAdmin):
     search_fields = ("id", "title")
     inlines = [DependencyInline]
     readonly_fields = (
+        "dependency_count",
         "dependents",
         "created_at",
         "updated_at",
@@ -299,6 +320,7 @@ class BeadAdmin(ServiceAdmin):
     fields = (
         *BEAD_FORM_FIELDS,
         "rig",
+        "dependency_count",
         "dependents",
         "created_at",
         "updated_at",
@@ -311,6 +333,11 @@ class BeadAdmin(ServiceAdmin):
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         return fields + ["id"] if obj else fields
+
+    @admin.display(description="depends on")
+    def dependency_count(self, obj):
+        total = Dependency.objects.filter(issue_id=obj.pk).count() if obj.pk else 0
+        return rows_note(total, "dependencies", "the bead's page")
 
     @admin.display(description="dependents (incoming)")
     def dependents(self, obj):
@@ -460,10 +487,18 @@ class ConvoyAdmin(ServiceAdmin):
     list_filter = ("status", "owned")
     search_fields = ("id", "title")
     inlines = [TrackedInline]
-    readonly_fields = ("id", "created_at", "updated_at", "closed_at", "completion_notified_at")
+    readonly_fields = (
+        "id",
+        "tracked_count",
+        "created_at",
+        "updated_at",
+        "closed_at",
+        "completion_notified_at",
+    )
     fields = (
         "id",
         *CONVOY_FORM_FIELDS,
+        "tracked_count",
         "created_at",
         "updated_at",
         "closed_at",
@@ -472,6 +507,10 @@ class ConvoyAdmin(ServiceAdmin):
 
     def has_add_permission(self, request):
         return False  # convoys are created by staging, sling or `convoy create`
+
+    @admin.display(description="tracks")
+    def tracked_count(self, obj):
+        return rows_note(obj.tracked.count(), "beads", "the convoy's page")
 
     def save_model(self, request, obj, form, change):
         actor, data = actor_of(request), form.cleaned_data

@@ -11,6 +11,7 @@ from django import forms
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 
+from convoys.admin import INLINE_ROWS
 from convoys.models import ApiToken, Bead, Convoy, Dependency, Event, Rig, TrackedBead
 from convoys.services import convoys as convoy_service
 from convoys.services import jsonl, staging
@@ -309,6 +310,20 @@ def test_convoy_tracked_bead_added_and_removed(editor, convoy):
         ("convoy.untracked", ["gt-t1"], None),
         ("convoy.tracked", None, ["gt-t3"]),
     ]
+
+
+def test_a_large_convoy_shows_its_first_rows_and_still_saves(editor, routes):
+    ids = [f"gt-big{i:03d}" for i in range(INLINE_ROWS + 5)]  # unknown beads: tracked anyway
+    big = convoy_service.create("Big", ids, actor="test")
+    page = editor.get(convoy_url(big.pk)).content.decode()
+    assert f"{INLINE_ROWS + 5} beads; the first {INLINE_ROWS} are editable below" in page
+    data = page_data(editor, convoy_url(big.pk))
+    assert data["tracked-INITIAL_FORMS"] == INLINE_ROWS
+    data[f"tracked-{INLINE_ROWS}-bead_id"] = "gt-one-more"
+    saved(editor.post(convoy_url(big.pk), data))
+    assert big.tracked.count() == INLINE_ROWS + 6
+    [event] = events(convoy_id=big.pk, actor="admin:ada")
+    assert (event.kind, event.data["added"]) == ("convoy.tracked", ["gt-one-more"])
 
 
 def test_convoy_close_and_reopen_through_the_transition_table(editor, convoy):
