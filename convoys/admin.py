@@ -480,6 +480,9 @@ class ConvoyAdminForm(ServiceForm):
         return target
 
 
+CONVOY_SHOWN = ("tracked_count", "created_at", "updated_at", "closed_at", "completion_notified_at")
+
+
 @admin.register(Convoy)
 class ConvoyAdmin(ServiceAdmin):
     form = ConvoyAdminForm
@@ -487,23 +490,8 @@ class ConvoyAdmin(ServiceAdmin):
     list_filter = ("status", "owned")
     search_fields = ("id", "title")
     inlines = [TrackedInline]
-    readonly_fields = (
-        "id",
-        "tracked_count",
-        "created_at",
-        "updated_at",
-        "closed_at",
-        "completion_notified_at",
-    )
-    fields = (
-        "id",
-        *CONVOY_FORM_FIELDS,
-        "tracked_count",
-        "created_at",
-        "updated_at",
-        "closed_at",
-        "completion_notified_at",
-    )
+    readonly_fields = ("id", *CONVOY_SHOWN)
+    fields = ("id", *CONVOY_FORM_FIELDS, *CONVOY_SHOWN)
 
     def has_add_permission(self, request):
         return False  # convoys are created by staging, sling or `convoy create`
