@@ -106,3 +106,28 @@ def test_no_page_scrolls_sideways_on_a_phone(browser, demo_site):  # noqa: F811
         )
         assert widths[0] <= widths[1], (url, widths)
     context.close()
+
+
+def test_long_unbroken_ids_and_titles_do_not_widen_a_phone_page(browser, demo_site):  # noqa: F811
+    from convoys.services import convoys
+
+    from .factories import bead, blocks
+
+    base, _urls = demo_site
+    long_id = "gt-" + "x" * 240
+    bead(long_id, "W" * 300, assignee="worker-" + "y" * 200)
+    bead("gt-" + "z" * 240, "V" * 300)
+    blocks(long_id, "gt-" + "z" * 240)
+    convoy_id = convoys.create("T" * 200, [long_id, "gt-" + "z" * 240]).pk
+    context, page, _console = signed_in(browser, base, viewport={"width": 390, "height": 844})
+    for url in [
+        "/",
+        f"/convoys/{convoy_id}/",
+        f"/beads/{long_id}/",
+        "/stranded/",
+        "/subscriptions/",
+    ]:
+        open_page(page, base + url)
+        widths = page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+        assert widths[0] <= widths[1], (url, widths)
+    context.close()
