@@ -2,9 +2,10 @@
 the task cluster together, logs interleaved and labelled.
 
 Ctrl-C, or SIGTERM/SIGINT to this process or to its whole process group, stops everything
-within the task timeout (CONVOY_TASK_TIMEOUT): each child runs in a session of its own and gets
-one SIGTERM from here (the cluster lets running tasks finish and hands queued ones back), and
-on Linux a child also gets SIGTERM if this process is killed outright."""
+within the task timeout (CONVOY_TASK_TIMEOUT). Each child runs in a session of its own and
+gets one SIGTERM from here, the swarm first and the web server last; the cluster lets running
+tasks finish and hands queued ones back. On Linux a child also gets SIGTERM if this process is
+killed outright."""
 
 import os
 import signal
@@ -86,10 +87,10 @@ class Command(BaseCommand):
         timeout = settings.Q_CLUSTER["timeout"]
         deadline = time.monotonic() + timeout - 1
         self.stdout.write("stopping: running tasks finish, queued ones go back to the queue")
-        for _label, proc in children:
+        # one at a time, clients first: the swarm, then the cluster, then the web server
+        for label, proc in reversed(children):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for label, proc in children:
             try:
                 proc.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
