@@ -41,6 +41,7 @@ from .models import (
 )
 from .services import beads as bead_service
 from .services import convoys as convoy_service
+from .services import notify
 from .services import rigs as rig_service
 from .services.errors import ServiceError
 
@@ -598,9 +599,33 @@ class WorkerAdmin(ReadOnlyAdmin):
     list_display = ("name", "rig", "last_seen")
 
 
+class SubscriptionAdminForm(forms.ModelForm):
+    class Meta:
+        model = Subscription
+        fields = ("user", "convoy", "email")
+
+    def clean(self):
+        """Landing reports reach only users who may view convoys: say so instead of saving a
+        subscription that would never deliver."""
+        cleaned = super().clean()
+        user = cleaned.get("user")
+        if user is not None and not (user.is_active and user.has_perm("convoys.view_convoy")):
+            raise ValidationError(
+                f"{user} may not view convoys, so no landing report would reach them"
+            )
+        return cleaned
+
+
 @admin.register(Subscription)
 class SubscriptionAdmin(admin.ModelAdmin):
+    form = SubscriptionAdminForm
     list_display = ("user", "convoy", "email")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("user", "convoy") if obj else ()
+
+    def save_model(self, request, obj, form, change):
+        obj.pk = notify.subscribe(obj.user, obj.convoy, email=obj.email).pk
 
 
 @admin.register(Notification)

@@ -12,7 +12,16 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 
 from convoys.admin import INLINE_ROWS
-from convoys.models import ApiToken, Bead, Convoy, Dependency, Event, Rig, TrackedBead
+from convoys.models import (
+    ApiToken,
+    Bead,
+    Convoy,
+    Dependency,
+    Event,
+    Rig,
+    Subscription,
+    TrackedBead,
+)
 from convoys.services import convoys as convoy_service
 from convoys.services import jsonl, staging
 from convoys.services.launch import launch_staged
@@ -485,3 +494,19 @@ def test_closing_beads_from_the_list_goes_through_the_close_service(editor, rout
     assert response.status_code == 302
     assert Bead.objects.get(pk="gt-l1").status == "closed"
     assert kinds(actor="admin:ada") == ["bead.closed"]  # the closed one is left alone
+
+
+def test_subscribing_someone_who_may_not_view_convoys_is_a_form_error(client, convoy):
+    client.force_login(staff_user("sam", ["add_subscription", "view_subscription"]))
+    outsider = User.objects.create_user("outsider")
+    viewer = staff_user("viewer", ["view_convoy"])
+    url = "/admin/convoys/subscription/add/"
+    response = client.post(url, {"user": outsider.pk, "convoy": convoy.pk, "_save": "Save"})
+    assert response.status_code == 200
+    assert "outsider may not view convoys" in response.content.decode()
+    assert not Subscription.objects.exists()
+    response = client.post(url, {"user": viewer.pk, "convoy": convoy.pk, "_save": "Save"})
+    assert response.status_code == 302
+    assert list(Subscription.objects.values_list("user__username", "convoy_id", "email")) == [
+        ("viewer", convoy.pk, False)
+    ]
