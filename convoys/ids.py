@@ -23,6 +23,7 @@ Every `*_problem` function returns why a value is refused, in a few words, or No
 
 import re
 import unicodedata
+from urllib.parse import quote
 
 BEAD_ID_MAX = 255
 CONVOY_ID_MAX = 64
@@ -171,3 +172,28 @@ def rig_name_from_path(path):
     if path in ("", "."):
         return None
     return path.strip("/").split("/")[0] or None
+
+
+# URLs: an id is one path segment. '~', '/' and an all-dots id (which a row from an older
+# database or a dependency target may hold) are escaped as '~XX', so every id reverses and
+# resolves to itself; ids the rule accepts contain none of them, so their URLs are plain.
+URL_UNESCAPE = re.compile("~(7E|2F|2E)")
+URL_SAFE = "!$&'()*+,;=~:@"  # what Django's reverse() leaves unquoted in a segment
+
+
+def to_url_segment(value):
+    if value and not value.strip("."):
+        return "~2E" * len(value)
+    return value.replace("~", "~7E").replace("/", "~2F")
+
+
+def from_url_segment(segment):
+    return URL_UNESCAPE.sub(lambda match: chr(int(match[1], 16)), segment)
+
+
+def quoted_url_segment(value):
+    """The id as reverse() writes it in a path, for code that fills one reversed URL with
+    thousands of ids."""
+    if PLAIN_ID.fullmatch(value):
+        return value
+    return quote(to_url_segment(value), safe=URL_SAFE)

@@ -13,6 +13,7 @@ from django.utils import timezone
 from . import dag as dagmod
 from . import layout, stranding
 from .formatting import ACTOR_CHANNELS, duration, person
+from .ids import quoted_url_segment
 from .models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_CLOSED,
@@ -363,7 +364,7 @@ def status_class(status):
 def bead_url_maker():
     """reverse() once, then string substitution: a 5,000-node graph needs 5,000 links."""
     template = reverse("bead", args=["__ID__"])
-    return lambda bead_id: template.replace("__ID__", bead_id)
+    return lambda bead_id: template.replace("__ID__", quoted_url_segment(bead_id))
 
 
 def convoy_graph(convoy):

@@ -1,28 +1,21 @@
-import re
-
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
 from . import edit_views, views
 from .api import api
+from .ids import from_url_segment, to_url_segment
 
 
 class IdConverter:
-    """A bead or convoy id as one path segment, for any id a row may hold: ids the rule
-    refuses today ('/', a lone '.' or '..') can be in an older database or be a dependency
-    target. '~', '/' and an all-dots id are escaped as '~XX', so every id reverses and
-    resolves to itself; the ids convoys/ids.py accepts contain none, so their URLs are plain."""
+    """A bead or convoy id as one path segment, any id a row may hold (convoys/ids.py)."""
 
     regex = "[^/]+"
-    UNESCAPE = re.compile("~(7E|2F|2E)")
 
     def to_python(self, value):
-        return self.UNESCAPE.sub(lambda match: chr(int(match[1], 16)), value)
+        return from_url_segment(value)
 
     def to_url(self, value):
-        if value and not value.strip("."):
-            return "~2E" * len(value)
-        return value.replace("~", "~7E").replace("/", "~2F")
+        return to_url_segment(value)
 
 
 register_converter(IdConverter, "id")

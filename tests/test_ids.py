@@ -242,6 +242,9 @@ def test_pages_survive_ids_with_slashes_from_older_databases(admin_client, route
     assert 'href="/beads/x~2Fy/"' in page
     assert admin_client.get("/beads/x~2Fy/").status_code == 404
     assert reverse("convoy", args=["hq-cv-a/b"]) == "/convoys/hq-cv-a~2Fb/"
+    graph = convoys.create("Graph", ["gt-a", "gt-b/../c", "external:other:x/y"])
+    page = admin_client.get(reverse("convoy", args=[graph.pk])).content.decode()
+    assert 'href="/beads/gt-b~2F..~2Fc/"' in page
 
 
 def test_landing_mail_has_a_one_line_subject_for_a_multi_line_title(
