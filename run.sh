@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # One command: install into .venv, migrate, load demo data, start web + task cluster + swarm.
+# Arguments go to `manage.py demo`: `./run.sh --reset` wipes the demo data and loads it afresh.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -9,8 +10,8 @@ PY=${PYTHON:-python3}
 export DEBUG=${DEBUG:-1}
 .venv/bin/python manage.py migrate --noinput -v0
 .venv/bin/python manage.py collectstatic --noinput -v0
-.venv/bin/python manage.py demo
+.venv/bin/python manage.py demo "$@"
 SWARM=--swarm
 [ "${CONVOY_SWARM:-1}" = "0" ] && SWARM=""
-echo "Log in as demo / convoy-demo"
+echo "Log in as demo / convoy-demo  (./run.sh --reset starts the demo afresh)"
 exec .venv/bin/python manage.py serve --port "${PORT:-8000}" $SWARM

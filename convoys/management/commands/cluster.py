@@ -112,7 +112,7 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"cluster {name} running"))
         ticker_stop = threading.Event()
         thread = None
-        if not no_ticker:
+        if not (no_ticker or stopping.is_set()):
             holder = f"{socket.gethostname()}:{os.getpid()}"
             thread = threading.Thread(
                 target=ticker.run, args=(ticker_stop, holder), name="ticker", daemon=True
