@@ -77,5 +77,6 @@ def render_fragments(request, context, fragments):
     with bound.bind_template(templates[drawn[0].template]):
         for fragment in drawn:
             with bound.push(fragment.context):
-                out[fragment.id] = templates[fragment.template].render(bound)
+                # Only the element: the whitespace around it stays in the page as it was.
+                out[fragment.id] = templates[fragment.template].render(bound).strip()
     return out

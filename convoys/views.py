@@ -140,6 +140,7 @@ def _convoy_fragments(request, page):
     fragments = [
         Fragment("convoy-head", "convoys/_convoy_head.html"),
         Fragment("convoy-actions", "convoys/_convoy_actions.html"),
+        Fragment("convoy-staging", "convoys/_convoy_staging.html"),
         Fragment("critical", "convoys/_convoy_critical.html"),
         Fragment("wave-card", "convoys/_convoy_waves.html"),
         Fragment("timeline", "convoys/_timeline.html", {"events": page.timeline}),
@@ -326,6 +327,13 @@ def bead_detail(request, bead_id):
         "dispatches": list(Dispatch.objects.filter(bead_id=bead.pk)[:20]),
         "can_change": request.user.has_perm("convoys.change_bead"),
     }
+    # The page shows its neighbours' states, its convoys' statuses and its rig's state.
+    related = [d.depends_on_id for d in outgoing] + [d.issue_id for d in incoming]
+    context["watch"] = ",".join(
+        [f"bead:{bead.pk}", "kind:rig.state"]
+        + [f"bead:{i}" for i in sorted(set(related))]
+        + [f"convoy:{c.pk}" for c in context["convoys"]]
+    )
     fragments = [
         Fragment("bead-head", "convoys/_bead_head.html"),
         Fragment("bead-actions", "convoys/_bead_actions.html"),

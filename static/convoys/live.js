@@ -51,7 +51,16 @@
     if (state.log.length > 5000) state.log.splice(0, 1000);
     ackPending = true;
     if (msg.seq > asOf) tell(msg);
-    if (msg.seq > state.rendered) refresh();
+    if (msg.seq > state.rendered && watched(msg)) refresh();
+  }
+
+  /* Pages that follow every event (to hear of rig changes) but show one convoy or bead name
+   * what they watch in data-watch: "convoy:<id>", "bead:<id>", "kind:<event kind>". */
+  const watch = new Set((body.dataset.watch || "").split(",").filter(Boolean));
+  function watched(ev) {
+    if (!watch.size || ev.kind === "notification" || watch.has(`kind:${ev.kind}`)) return true;
+    if (ev.bead_id && watch.has(`bead:${ev.bead_id}`)) return true;
+    return convoysOf(ev).some((id) => watch.has(`convoy:${id}`));
   }
 
   /* The log no longer reaches back to what the page shows: draw every fragment afresh, then

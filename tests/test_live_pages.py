@@ -1,0 +1,207 @@
+"""Live pages equal a reload: every page open in Chromium while the services dispatch, fail,
+close, land, reopen, park and unpark, and stage with warnings; after each step the live DOM of
+each page's main content must equal a fresh render of the same URL (times and CSRF tokens
+normalised). Plus: no reload with more than 5,000 events in the log, one toast per landing."""
+
+import time
+
+import pytest
+from django.db import transaction
+
+from convoys.dispatchers import Outcome
+from convoys.events import last_seq, record_many
+from convoys.models import Bead, Convoy, Rig
+from convoys.services import beads, dispatch, notify, rigs, staging
+from convoys.services.launch import launch_staged
+
+from .factories import bead, blocks, child
+from .test_browser import browser, login, make_user, server, wait_js, wait_live  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+# The page's main content, and the same of a fresh render of its URL, normalised alike: times
+# are relative to the moment of rendering, CSRF tokens are masked afresh, and dag.js sizes the
+# drawing to the window.
+COMPARE = """async () => {
+  const normal = (main) => {
+    const root = main.cloneNode(true);
+    root.querySelectorAll("time").forEach((t) => { t.textContent = ""; t.removeAttribute("datetime"); t.removeAttribute("title"); });
+    root.querySelectorAll("input[name=csrfmiddlewaretoken]").forEach((i) => i.removeAttribute("value"));
+    root.querySelectorAll("svg.dag").forEach((s) => ["width", "height", "viewBox"].forEach((a) => s.removeAttribute(a)));
+    root.querySelectorAll("[data-pan-zoom]").forEach((e) => e.removeAttribute("data-pan-zoom"));
+    root.querySelectorAll(".messages").forEach((e) => e.remove());
+    return root.innerHTML;
+  };
+  const response = await fetch(location.href, { credentials: "same-origin", cache: "no-store" });
+  const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+  return [normal(document.getElementById("main")), normal(fresh.getElementById("main"))];
+}"""
+
+
+class Refuses:
+    """A dispatcher whose worker refuses the work."""
+
+    def dispatch(self, bead_id, rig, convoy_id, worker):
+        return Outcome(ok=False, error="worker refused")
+
+
+def first_difference(live, fresh):
+    at = next(
+        (i for i, (a, b) in enumerate(zip(live, fresh, strict=False)) if a != b),
+        min(len(live), len(fresh)),
+    )
+    return f"live: …{live[max(0, at - 200) : at + 200]}…\nfresh: …{fresh[max(0, at - 200) : at + 200]}…"
+
+
+def assert_live_equals_reload(pages, step, deadline=45):
+    """Each page's live DOM equals a fresh render of its URL, once the page has caught up."""
+    for name, page in pages.items():
+        ends = time.monotonic() + deadline
+        while True:
+            live, fresh = page.evaluate(COMPARE)
+            if live == fresh:
+                break
+            if time.monotonic() > ends:
+                pytest.fail(
+                    f"after {step}, {name} differs from a reload\n" + first_difference(live, fresh)
+                )
+            page.wait_for_timeout(250)
+
+
+@pytest.fixture
+def epic(routes):
+    bead("gt-ep", "Ship the live pages", type="epic")
+    for bead_id in ("gt-ea", "gt-eb", "gt-ec"):
+        bead(bead_id, f"Part {bead_id[-1]}")
+        child("gt-ep", bead_id)
+    blocks("gt-ea", "gt-eb")
+    bead("gt-next", "Next epic", type="epic")
+    for bead_id in ("gt-na", "gt-nb"):
+        bead(bead_id)
+        child("gt-next", bead_id)
+    return staging.stage(["gt-ep"], actor="web:ann").convoy_id
+
+
+def test_every_page_equals_a_reload_after_each_step(browser, server, epic):  # noqa: F811
+    convoy_id = epic
+    ann = make_user("ann")
+    notify.subscribe(ann, None)
+    context, first = login(browser, server, "ann")
+    urls = {
+        "dashboard": "/",
+        "convoy": f"/convoys/{convoy_id}/",
+        "bead": "/beads/gt-eb/",
+        "stranded": "/stranded/",
+        "inbox": "/inbox/",
+        "stage": "/stage/?epic=gt-next",
+        "subscriptions": "/subscriptions/",
+    }
+    pages = {}
+    for name, url in urls.items():
+        page = first if name == "dashboard" else context.new_page()
+        page.goto(server + url)
+        wait_live(page)
+        pages[name] = page
+    navigations = {name: [] for name in pages}
+    for name, page in pages.items():
+        page.on("framenavigated", lambda frame, name=name: navigations[name].append(frame.url))
+    assert_live_equals_reload(pages, "opening")
+
+    with transaction.atomic():
+        claim = dispatch.claim(Bead.objects.get(pk="gt-ec"), convoy_id=convoy_id)
+    dispatch.run(claim, dispatcher=Refuses())
+    assert_live_equals_reload(pages, "a failed dispatch")
+
+    launch_staged(convoy_id, force=True, actor="web:ann")
+    assert Bead.objects.get(pk="gt-ea").status == "hooked"
+    assert_live_equals_reload(pages, "launch (dispatch)")
+
+    beads.close_bead("gt-ea", actor="test")
+    assert_live_equals_reload(pages, "a close (the next bead is fed)")
+
+    for bead_id in ("gt-eb", "gt-ec"):
+        beads.close_bead(bead_id, actor="test")
+    wait_until(lambda: Convoy.objects.get(pk=convoy_id).status == "closed")
+    assert_live_equals_reload(pages, "the landing")
+    assert pages["convoy"].locator("#convoy-actions button", has_text="Check").count() == 0
+    assert "Estimated landing" not in pages["convoy"].inner_text("#main")
+    icons = pages["convoy"].locator("svg.dag .node .icon").all_text_contents()
+    assert icons == ["✓", "✓", "✓"]
+    assert pages["bead"].locator("#reopen-bead").count() == 1
+    assert pages["inbox"].inner_text("#unread") == "1"
+
+    beads.reopen_bead("gt-eb", actor="test")
+    assert_live_equals_reload(pages, "a reopen")
+
+    rig = Bead.objects.get(pk="gt-eb").rig_id
+    rigs.set_rig_state(rig, Rig.PARKED, actor="test")
+    assert_live_equals_reload(pages, "parking the rig")
+    rigs.set_rig_state(rig, Rig.ACTIVE, actor="test")
+    assert_live_equals_reload(pages, "un-parking the rig")
+
+    plan = staging.stage(["gt-next"], actor="web:ann")
+    assert plan.status == "staged_warnings"
+    assert_live_equals_reload(pages, "staging with warnings")
+    assert "staged with warnings" in pages["dashboard"].inner_text("#convoy-table")
+    assert navigations == {name: [] for name in pages}  # nothing reloaded itself
+    context.close()
+
+
+def wait_until(condition, deadline=30):
+    ends = time.monotonic() + deadline
+    while not condition():
+        assert time.monotonic() < ends, "condition not met in time"
+        time.sleep(0.1)
+
+
+def test_a_page_opened_with_a_long_log_does_not_reload(browser, server, epic):  # noqa: F811
+    convoy_id = epic
+    make_user("ann")
+    with transaction.atomic():
+        record_many(
+            [
+                dict(kind="bead.updated", bead_id="gt-na", actor="test", data={"n": i})
+                for i in range(5200)
+            ]
+        )
+    context, page = login(browser, server, "ann")
+    for url in ("/stage/", "/subscriptions/", "/", f"/convoys/{convoy_id}/"):
+        page.goto(server + url)
+        wait_live(page)
+        assert int(page.evaluate("document.body.dataset.asOf")) == last_seq()
+        navigated = []
+        page.on("framenavigated", lambda frame, seen=navigated: seen.append(frame.url))
+        beads.update_bead("gt-ea", priority=1 if url == "/" else 3, actor="test")
+        wait_js(page, f"window.convoyLive.last >= {last_seq()}", timeout=15000)
+        page.wait_for_timeout(500)  # a reload would have started by now
+        assert navigated == [], url
+        assert page.evaluate("window.convoyLive.count") <= 2, url  # no history replayed
+    context.close()
+
+
+def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, epic):  # noqa: F811
+    convoy_id = epic
+    ann = make_user("ann")
+    notify.subscribe(ann, None)
+    launch_staged(convoy_id, force=True, actor="test")
+    context, dashboard = login(browser, server, "ann")
+    stranded = context.new_page()
+    other = staging.stage(["gt-next"], actor="test").convoy_id
+    elsewhere = context.new_page()  # another convoy's page: not told about this one
+    for page, url in ((stranded, "/stranded/"), (elsewhere, f"/convoys/{other}/")):
+        page.goto(server + url)
+    for page in (dashboard, stranded, elsewhere):
+        wait_live(page)
+    for bead_id in ("gt-ea", "gt-eb", "gt-ec"):
+        beads.close_bead(bead_id, actor="test")
+    wait_until(lambda: Convoy.objects.get(pk=convoy_id).status == "closed")
+    wait_until(lambda: ann.notification_set.exists())
+    final = last_seq()
+    for page in (dashboard, stranded):
+        wait_js(page, f"window.convoyLive.last >= {final}", timeout=15000)
+        landed = page.locator(".toast", has_text="Convoy landed")
+        assert landed.count() == 1
+        assert landed.inner_text() == "Convoy landed: Ship the live pages"
+        assert page.locator(".toast").count() <= 3
+    assert elsewhere.locator(".toast").count() == 0
+    context.close()
