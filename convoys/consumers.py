@@ -1,22 +1,54 @@
 """The live websocket: subscribe to topics, replay from a sequence number, then live events.
 
-Query string: `topics=dashboard,convoy:<id>,bead:<id>,inbox` and `since=<seq>`.
-Only authenticated users connect (Origin is checked by AllowedHostsOriginValidator); convoy
-topics need the `view_convoy` permission, the inbox carries only the user's own notices.
+Query string: `topics=dashboard,convoy:<id>,bead:<id>,inbox` and `since=<seq>` (the sequence
+number the page was drawn at, or the last one it applied). convoyweb.asgi lets in only
+same-origin, authenticated users (convoys.wsgate); convoy, bead and dashboard topics need the
+`view_convoy` permission, the inbox carries only the user's own notices.
+
+A client sends `{"type": "ack"}`, `{"type": "ping"}` or `{"type": "replay", "since": N}`;
+anything else closes the socket with 4400 and one info line in the log.
+
+Replays read the log, so they are bounded: one at a time per user in this process, client
+requests at most one per REPLAY_INTERVAL per socket (earlier ones wait, merged) and
+REPLAY_REQUESTS per socket, and a budget of log rows per user that refills at USER_ROWS_PER_S.
+Past a bound the client is told to resync (reload the page) and the socket closes with 4429;
+one user replaying from 0 on many sockets waits for itself, not the others.
 Consumers never write.
 """
 
+import asyncio
 import collections
 import json
+import logging
+import time
+import weakref
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from . import relay
 from .models import Event
 
+log = logging.getLogger("convoys.live")
+
 MAX_UNACKED = 1000
+MAX_TOPICS = 100
+MAX_FRAME = 1024  # characters; the frames a client sends are a few dozen
+
+REPLAY_LIMIT = 5000  # events one replay sends at most
+REPLAY_SCAN = 20000  # log rows one replay reads at most
+REPLAY_CHUNK = 1000
+REPLAY_INTERVAL = 1.0  # seconds between a socket's replay requests
+REPLAY_REQUESTS = 100  # replay requests per socket
+USER_ROWS = 50000  # log rows a user's replays may read at once (their connect replays too)
+USER_ROWS_PER_S = 2000  # ... refilled at this rate
+
+BAD_FRAME = 4400
+STALLED = 4008
+TOO_MANY_REPLAYS = 4429
 
 
 def read_db(func):
@@ -24,12 +56,6 @@ def read_db(func):
     database thread, so a reconnect storm's reads run side by side (each thread has its own
     connection; on PostgreSQL from the pool)."""
     return database_sync_to_async(func, thread_sensitive=False)
-
-
-REPLAY_LIMIT = 5000
-
-
-MAX_TOPICS = 100
 
 
 def _topic_groups(user, topics):
@@ -52,19 +78,29 @@ def _topic_groups(user, topics):
 
 
 def _replay(since, groups):
-    """Events after `since` for these groups; None when the log no longer reaches back."""
+    """(events after `since` for these groups, log rows read). The events are None when the
+    client should reload instead: the log no longer reaches back, or the gap is longer than
+    REPLAY_SCAN rows, or holds more than REPLAY_LIMIT events it shows."""
     oldest = Event.objects.order_by("seq").values_list("seq", flat=True).first()
     if oldest is not None and since + 1 < oldest:
-        return None
+        return None, 1
     wanted = set(groups)
     out = []
-    for event in Event.objects.filter(seq__gt=since).order_by("seq")[: REPLAY_LIMIT * 4]:
-        data = relay.serialize(event)
-        if wanted.intersection(relay.groups_for(data)):
-            out.append(data)
-            if len(out) >= REPLAY_LIMIT:
-                return None
-    return out
+    read = 0
+    position = since
+    while read < REPLAY_SCAN:
+        chunk = list(Event.objects.filter(seq__gt=position).order_by("seq")[:REPLAY_CHUNK])
+        read += len(chunk)
+        for event in chunk:
+            data = relay.serialize(event)
+            if wanted.intersection(relay.groups_for(data)):
+                out.append(data)
+        if len(out) > REPLAY_LIMIT:
+            return None, read
+        if len(chunk) < REPLAY_CHUNK:
+            return out, read
+        position = chunk[-1].seq
+    return None, read
 
 
 def _groups_and_head(user, topics):
@@ -77,76 +113,202 @@ def _last():
     return last_seq()
 
 
+class UserReplays:
+    """One user's replays in this process: one at a time, within a budget of log rows."""
+
+    def __init__(self):
+        self.lock = asyncio.Lock()
+        self.rows = USER_ROWS
+        self.refilled = time.monotonic()
+
+    def may_read(self):
+        now = time.monotonic()
+        self.rows = min(USER_ROWS, self.rows + (now - self.refilled) * USER_ROWS_PER_S)
+        self.refilled = now
+        return self.rows > 0
+
+
+_user_replays = weakref.WeakKeyDictionary()  # event loop -> {user pk: UserReplays}
+
+
+def user_replays(pk):
+    per_loop = _user_replays.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(pk, UserReplays())
+
+
+class BadFrame(ValueError):
+    pass
+
+
+def parse_frame(text):
+    """The message in a client frame, or BadFrame saying what is wrong with it."""
+    if text is None:
+        raise BadFrame("binary frame")
+    if len(text) > MAX_FRAME:
+        raise BadFrame(f"frame of {len(text)} characters (at most {MAX_FRAME})")
+    try:
+        message = json.loads(text)
+    except ValueError:
+        raise BadFrame("not JSON") from None
+    if not isinstance(message, dict):
+        raise BadFrame("not a JSON object")
+    kind = message.get("type")
+    if kind not in ("ack", "ping", "replay"):
+        raise BadFrame(f"unknown type {str(kind)[:40]!r}")
+    since = message.get("since")
+    if kind == "replay" and (type(since) is not int or since < 0):
+        raise BadFrame(f"replay since {str(since)[:40]!r} is not a sequence number")
+    return message
+
+
 class LiveConsumer(AsyncWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close()  # before accept: the handshake is refused with 403
             return
+        self.user = user
+        self.closing = False
+        self.replay_requests = 0
+        self.last_request = float("-inf")
+        self.pending_since = None
+        self.replay_timer = None
+        self.sent = collections.deque(maxlen=20000)
+        self.sent_set = set()
+        self.unacked = 0
         relay.ensure_running()
         # Accept before any database work: daphne drops a handshake not accepted within 5 s,
         # and after a web process restarts, 1,000 reconnecting pages arrive at once. Nothing
         # is sent until the topics the user may see are known.
         await self.accept()
-        query = parse_qs(self.scope.get("query_string", b"").decode())
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         topics = ",".join(query.get("topics", [""])).split(",")
         followed, head = await read_db(_groups_and_head)(user, topics)
         self.groups_joined = sorted(set(followed.values()))
-        self.sent = collections.deque(maxlen=20000)
-        self.sent_set = set()
-        self.last_in_group = {}
-        self.unacked = 0
+        # Everything up to `head` is covered by the replay below (or not wanted): an event the
+        # relay sent before the joins shows up as a gap at the group's next message or tick.
+        self.last_in_group = dict.fromkeys(self.groups_joined, head)
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
-        try:
-            since = int(query.get("since", ["-1"])[0])
-        except ValueError:
-            since = -1
         await self.send_json({"type": "hello", "seq": head, "topics": sorted(followed)})
-        if since >= 0:
-            await self.replay(since)
+        since = query.get("since", [""])[0]
+        if since.isascii() and since.isdigit() and len(since) < 19:
+            await self.replay_from(int(since), head)
+
+    async def replay_from(self, since, head):
+        if since > head:  # drawn from another log (the database was replaced): reload
+            await self.send_json({"type": "resync"})
+        elif since == head:
+            await self.send_json({"type": "replayed", "since": since, "seq": since})
+        else:
+            await self.replay(since, requested=True)
+
+    async def websocket_disconnect(self, message):
+        # channels' version also closes database connections on the shared database thread,
+        # which this consumer never uses (its reads close their own).
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
     async def disconnect(self, code):
+        if getattr(self, "replay_timer", None):
+            self.replay_timer.cancel()
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None):
-        try:
-            message = json.loads(text_data or "{}")
-        except ValueError:
+        if self.closing:
             return
-        kind = message.get("type")
+        try:
+            message = parse_frame(text_data)
+        except BadFrame as exc:
+            await self.shut(BAD_FRAME, str(exc))
+            return
+        kind = message["type"]
         if kind == "ack":
             self.unacked = 0
-        elif kind == "replay":
-            await self.replay(int(message.get("since", 0)))
         elif kind == "ping":
             for group in self.groups_joined:  # refresh memberships (Redis group expiry)
                 await self.channel_layer.group_add(group, self.channel_name)
             await self.send_json({"type": "pong", "seq": await read_db(_last)()})
+        else:
+            await self.request_replay(message["since"])
 
-    async def replay(self, since):
-        events = await read_db(_replay)(since, self.groups_joined)
+    async def request_replay(self, since):
+        """A client's replay request: at most one per REPLAY_INTERVAL (an earlier one waits,
+        merged with any other waiting) and REPLAY_REQUESTS per socket."""
+        self.replay_requests += 1
+        if self.replay_requests > REPLAY_REQUESTS:
+            await self.resync_and_close(f"more than {REPLAY_REQUESTS} replay requests")
+            return
+        wait = self.last_request + REPLAY_INTERVAL - time.monotonic()
+        if wait > 0:
+            if self.pending_since is None:
+                self.pending_since = since
+                self.replay_timer = asyncio.get_running_loop().create_task(self.replay_due(wait))
+            self.pending_since = min(since, self.pending_since)
+            return
+        await self.requested_replay(since)
+
+    async def requested_replay(self, since):
+        try:
+            await self.replay(since, requested=True)
+        finally:
+            self.last_request = time.monotonic()  # the interval runs from the end of a replay
+
+    async def replay_due(self, wait):
+        await asyncio.sleep(wait)
+        # Through this socket's own channel, so it runs in order with the live events.
+        await self.channel_layer.send(self.channel_name, {"type": "convoy.replay_due"})
+
+    async def convoy_replay_due(self, message):
+        since, self.pending_since = self.pending_since, None
+        if since is not None and not self.closing:
+            await self.requested_replay(since)
+
+    async def replay(self, since, requested=False):
+        """Send the events after `since` that this socket's topics show, then `replayed`; or
+        `resync`. A replay the client chose (`requested`) spends the user's row budget; one
+        filling a gap the layer left is bounded by what was sent."""
+        budget = user_replays(self.user.pk)
+        async with budget.lock:
+            if self.closing:
+                return
+            if requested and not budget.may_read():
+                await self.resync_and_close("replay budget spent")
+                return
+            events, rows = await read_db(_replay)(since, self.groups_joined)
+            if requested:
+                budget.rows -= rows
         if events is None:
             await self.send_json({"type": "resync"})
             return
         for event in events:
-            await self.deliver(event)
+            await self.deliver(event, replayed=True)
         await self.send_json(
             {"type": "replayed", "since": since, "seq": events[-1]["seq"] if events else since}
         )
 
+    async def resync_and_close(self, reason):
+        await self.send_json({"type": "resync"})
+        await self.shut(TOO_MANY_REPLAYS, reason)
+
+    async def shut(self, code, reason):
+        log.info("live socket of %s closed %s: %s", self.user.get_username(), code, reason)
+        await self.close(code=code)
+
+    async def close(self, code=None, reason=None):
+        self.closing = True
+        await super().close(code, reason)
+
     async def dispatch(self, message):
-        # channels runs close_old_connections in a worker thread before every handler: a
-        # thread hop per message per socket, most of daphne's time at 1,000 sockets. Live
-        # events touch the database only to replay, and database_sync_to_async (which replay
-        # uses) closes old connections itself.
-        if message["type"] == "convoy.event":
-            await self.convoy_event(message)
-        elif message["type"] == "convoy.tick":
-            await self.convoy_tick(message)
-        else:
-            await super().dispatch(message)
+        # channels closes stale database connections on the one shared database thread before
+        # every handler: a thread hop per message per socket (most of daphne's time at 1,000
+        # sockets), and a queue a reconnect storm's handshakes would wait in. This consumer
+        # reads only through read_db, whose threads close their own connections.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
 
     async def convoy_event(self, message):
         event, group, prev = message["event"], message["group"], message.get("prev")
@@ -161,9 +323,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if seen is not None and message["seq"] > seen:
             await self.replay(seen)
 
-    async def deliver(self, event, text=None):
+    async def deliver(self, event, text=None, replayed=False):
+        """Send one event unless already sent. Live events count towards the stall limit; a
+        replay is a bounded burst the client is waiting for."""
         seq = event["seq"]
-        if seq in self.sent_set:
+        if self.closing or seq in self.sent_set:
             return
         if len(self.sent) == self.sent.maxlen:
             self.sent_set.discard(self.sent[0])
@@ -172,10 +336,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         for group in relay.groups_for(event):
             if group in self.last_in_group:
                 self.last_in_group[group] = max(self.last_in_group[group], seq)
-        self.unacked += 1
+        self.unacked += not replayed
         if self.unacked > MAX_UNACKED:
             # A reader this far behind is stalled: drop it; it reconnects and replays.
-            await self.close(code=4008)
+            await self.close(code=STALLED)
             return
         if text is None:
             text = json.dumps({"type": "event", **event}, ensure_ascii=False)

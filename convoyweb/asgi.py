@@ -11,17 +11,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "convoyweb.settings")
 os.environ.setdefault("DATABASE_POOL", "1")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from convoys.routing import websocket_urlpatterns  # noqa: E402
+from convoys.wsgate import gate  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Same-origin (scheme, host and port) and logged-in users only: convoys/wsgate.py.
+        "websocket": gate(URLRouter(websocket_urlpatterns)),
     }
 )

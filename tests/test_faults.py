@@ -63,6 +63,7 @@ class LiveClient:
 
     def __init__(self, port, cookie, since):
         self.url = f"ws://127.0.0.1:{port}/ws/live/?topics=dashboard"
+        self.origin = f"http://127.0.0.1:{port}"  # the page's own origin, port included
         self.cookie = cookie
         self.last = since
         self.seqs = []  # every event applied, in order (duplicates would show here)
@@ -78,7 +79,7 @@ class LiveClient:
             try:
                 async with websockets.connect(
                     f"{self.url}&since={self.last}",
-                    additional_headers={"Cookie": self.cookie, "Origin": "http://localhost"},
+                    additional_headers={"Cookie": self.cookie, "Origin": self.origin},
                     open_timeout=10,
                     max_size=None,
                 ) as ws:

@@ -68,7 +68,10 @@ def test_two_web_two_clusters_land_and_push_across_processes(routes):
 
             async with websockets.connect(
                 f"ws://127.0.0.1:{ports[1]}/ws/live/?topics=dashboard",
-                additional_headers={"Cookie": f"sessionid={cookie}", "Origin": "http://localhost"},
+                additional_headers={
+                    "Cookie": f"sessionid={cookie}",
+                    "Origin": f"http://127.0.0.1:{ports[1]}",
+                },
             ) as ws:
                 launched = await asyncio.to_thread(
                     api, ports[0], token, "POST", "/launch", {"ids": ids, "force": True}

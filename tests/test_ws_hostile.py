@@ -1,15 +1,23 @@
 """Hostile ids, frames and clients on the live websocket: nothing one of them sends or names
 stops the others' live updates or sees past its rights."""
 
+import collections
+import itertools
+import json
 import logging
+import threading
+import time
 from urllib.parse import quote
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
-from convoys import events, relay
+from convoys import consumers, events, relay
+from convoys.services import convoys
 
 from .factories import bead
 from .test_live import collect, communicator, events_of, make_user, session_cookie
@@ -84,3 +92,274 @@ def test_a_message_the_layer_refuses_is_logged_once_and_skipped(routes, caplog, 
         async_to_sync(go)()
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(errors) == 1 and refused in errors[0], errors
+
+
+def handshake(host, origin, cookie, **headers):
+    """Whether the live socket accepts a handshake to `host` from a page at `origin`."""
+    from convoyweb.asgi import application
+
+    sent = [(b"host", host.encode())]
+    if origin is not None:
+        sent.append((b"origin", origin.encode()))
+    sent += [(name.encode(), value.encode()) for name, value in headers.items()]
+    sent.append((b"cookie", cookie))
+
+    async def go():
+        comm = WebsocketCommunicator(application, "/ws/live/?topics=dashboard", headers=sent)
+        connected, _ = await comm.connect()
+        await comm.disconnect()
+        return connected
+
+    return async_to_sync(go)()
+
+
+def test_origin_must_match_scheme_host_and_port(routes, settings):
+    cookie = session_cookie(make_user("alice"))
+    settings.ALLOWED_HOSTS = ["localhost", "convoy.example.com"]
+    settings.CSRF_TRUSTED_ORIGINS = ["http://localhost:9000", "https://*.example.org"]
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    proxied = {"x-forwarded-proto": "https"}
+    cases = [
+        ("localhost", "http://localhost", {}, True),
+        ("localhost:8000", "http://localhost:8000", {}, True),
+        ("localhost:8000", "http://localhost:8823", {}, False),  # another port, same host
+        ("localhost:8000", "http://localhost", {}, False),
+        ("localhost:8000", "https://localhost:8000", {}, False),  # another scheme
+        ("localhost:8000", "http://evil.example", {}, False),
+        ("localhost:8000", "http://localhost.evil.example:8000", {}, False),
+        ("localhost:8000", "null", {}, False),
+        ("localhost:8000", None, {}, False),
+        ("evil.example", "http://evil.example", {}, False),  # a Host ALLOWED_HOSTS refuses
+        ("convoy.example.com", "https://convoy.example.com", proxied, True),
+        ("convoy.example.com", "http://convoy.example.com", proxied, False),
+        ("convoy.example.com", "https://convoy.example.com", {}, False),
+        ("localhost:8000", "http://localhost:9000", {}, True),  # CSRF_TRUSTED_ORIGINS
+        ("localhost:8000", "http://localhost:9001", {}, False),
+        ("localhost:8000", "https://app.example.org", {}, True),
+        ("localhost:8000", "http://app.example.org", {}, False),
+        ("localhost:8000", "https://app.example.org:8443", {}, False),
+    ]
+    got = [
+        (host, origin, handshake(host, origin, cookie, **extra)) for host, origin, extra, _ in cases
+    ]
+    assert got == [(host, origin, ok) for host, origin, _, ok in cases]
+
+
+BAD_FRAMES = [
+    "not json",
+    "[1, 2]",
+    '"ack"',
+    "{}",
+    '{"type": "subscribe", "topics": "convoy:x"}',
+    '{"type": "replay"}',
+    '{"type": "replay", "since": "0"}',
+    '{"type": "replay", "since": -1}',
+    '{"type": "replay", "since": true}',
+    '{"type": "replay", "since": 1.5}',
+    '{"type": "ping", "pad": "' + "x" * 2000 + '"}',
+]
+
+
+def test_malformed_and_unknown_frames_close_with_4400_and_one_info_line(routes, caplog):
+    user = make_user("alice")
+    cookie = session_cookie(user)
+
+    async def close_code(frame):
+        comm = communicator("/ws/live/?topics=dashboard", cookie)
+        assert (await comm.connect())[0]
+        await comm.receive_json_from()  # hello
+        if isinstance(frame, bytes):
+            await comm.send_to(bytes_data=frame)
+        else:
+            await comm.send_to(text_data=frame)
+        while True:
+            output = await comm.receive_output(timeout=5)
+            if output["type"] == "websocket.close":
+                await comm.wait()
+                return output.get("code")
+
+    async def go():
+        return [await close_code(frame) for frame in [*BAD_FRAMES, b"\x00\x01"]]
+
+    with caplog.at_level(logging.DEBUG):
+        codes = async_to_sync(go)()
+    assert codes == [4400] * (len(BAD_FRAMES) + 1)
+    lines = [r for r in caplog.records if r.name == "convoys.live"]
+    assert len(lines) == len(BAD_FRAMES) + 1
+    assert {r.levelno for r in lines} == {logging.INFO}
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in lines)
+    assert all(r.getMessage().startswith("live socket of alice closed 4400: ") for r in lines)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def many_events(count, bead_id):
+    with transaction.atomic():
+        items = [dict(kind="bead.updated", bead_id=bead_id, actor="test")] * count
+        events.record_many(items, instances=False)
+    return events.last_seq()
+
+
+async def drain(comm, until=None, timeout=60):
+    """The types of the messages a socket gets until the server closes it (and the close
+    code), or until one of type `until` arrives (and None)."""
+    kinds = []
+    while not kinds or kinds[-1] != until:
+        output = await comm.receive_output(timeout=timeout)
+        if output["type"] == "websocket.close":
+            return kinds, output.get("code")
+        kinds.append(json.loads(output["text"])["type"])
+    return kinds, None
+
+
+def test_replay_flood_is_throttled_while_others_stay_live(routes, monkeypatch):
+    """Ten sockets of one user each ask for the whole log 150 times: that user's replays run
+    one at a time, each socket's at least REPLAY_INTERVAL apart, and every socket is told to
+    resync and closed; meanwhile another user's page gets its live event."""
+    bead("gt-a")
+    many_events(1500, "gt-b")
+    mallory, alice = session_cookie(make_user("mallory")), session_cookie(make_user("alice"))
+    starts = collections.defaultdict(list)  # a socket's groups -> when its replays started
+    running, peak, guard = [0], [0], threading.Lock()
+
+    def tracked(since, groups):
+        hostile = relay.DASHBOARD in groups
+        with guard:
+            starts[tuple(groups)].append(time.monotonic())
+            running[0] += hostile
+            peak[0] = max(peak[0], running[0])
+        try:
+            return replay(since, groups)
+        finally:
+            with guard:
+                running[0] -= hostile
+
+    replay = consumers._replay
+    monkeypatch.setattr(consumers, "_replay", tracked)
+
+    async def go():
+        honest = communicator("/ws/live/?topics=bead:gt-a", alice)
+        assert (await honest.connect())[0]
+        await honest.receive_json_from()
+        hostile = [
+            communicator(f"/ws/live/?topics=dashboard,bead:h{i}", mallory) for i in range(10)
+        ]
+        for comm in hostile:
+            assert (await comm.connect())[0]
+            await comm.receive_json_from()
+        for comm in hostile:
+            for _ in range(150):
+                await comm.send_to(text_data='{"type": "replay", "since": 0}')
+        seq = await sync_to_async(record)("bead.updated", "gt-a")
+        got = []
+        while seq not in got:
+            got.append((await honest.receive_json_from(timeout=30)).get("seq"))
+        outcomes = [await drain(comm) for comm in hostile]
+        await honest.disconnect()
+        return outcomes
+
+    outcomes = async_to_sync(go)()
+    for kinds, code in outcomes:
+        assert code == 4429 and kinds[-1] == "resync"
+    assert peak[0] == 1
+    assert len(starts) == 10
+    for times in starts.values():
+        assert all(b - a >= consumers.REPLAY_INTERVAL for a, b in itertools.pairwise(times))
+
+
+def test_a_users_replay_budget_runs_out_then_they_resync(routes, monkeypatch):
+    """Reconnecting with since=0 over and over spends the user's budget of log rows; then
+    the socket is told to resync and closed. Another user's replay is still served."""
+    monkeypatch.setattr(consumers, "USER_ROWS", 10000)
+    monkeypatch.setattr(consumers, "USER_ROWS_PER_S", 0)
+    many_events(3000, "gt-b")
+    mallory, alice = session_cookie(make_user("mallory")), session_cookie(make_user("alice"))
+
+    async def connect_since_0(cookie):
+        comm = communicator("/ws/live/?topics=bead:gt-elsewhere&since=0", cookie)
+        assert (await comm.connect())[0]
+        kinds, code = await drain(comm, until="replayed")
+        await comm.disconnect()
+        return kinds, code
+
+    async def go():
+        served = [await connect_since_0(mallory) for _ in range(5)]
+        return served, await connect_since_0(alice)
+
+    served, other = async_to_sync(go)()
+    assert served[:4] == [(["hello", "replayed"], None)] * 4  # 4 x 3,000 rows: 10,000 spent
+    assert served[4] == (["hello", "resync"], 4429)
+    assert other == (["hello", "replayed"], None)
+
+
+def test_a_long_log_is_no_reason_to_resync(routes):
+    """With more than REPLAY_LIMIT events in the log, and after a page's as_of, a page
+    replays exactly what it shows after its as_of; only a position the log never had
+    asks for a reload."""
+    bead("gt-a")
+    bead("gt-b")
+    convoy = convoys.create("A", ["gt-a"])
+    many_events(consumers.REPLAY_LIMIT + 1000, "gt-b")
+    as_of = events.last_seq()
+    mine = [record("bead.updated", "gt-a")]
+    many_events(consumers.REPLAY_LIMIT + 1000, "gt-b")
+    mine.append(record("bead.updated", "gt-a"))
+    head = events.last_seq()
+    cookie = session_cookie(make_user("alice"))
+
+    async def page(topics, since):
+        comm = communicator(f"/ws/live/?topics={topics}&since={since}", cookie)
+        assert (await comm.connect())[0]
+        messages = [await comm.receive_json_from()]
+        while messages[-1]["type"] not in ("replayed", "resync"):
+            messages.append(await comm.receive_json_from(timeout=30))
+        await comm.disconnect()
+        return [m["type"] for m in messages], [m["seq"] for m in events_of(messages)]
+
+    async def go():
+        return [
+            await page(f"convoy:{convoy.pk}", as_of),
+            await page(f"bead:gt-a,convoy:{convoy.pk}", 0),
+            await page("dashboard", head - 3),
+            await page("dashboard", head),
+            await page("dashboard", head + 1),
+        ]
+
+    convoy_page, from_zero, dashboard, current, ahead = async_to_sync(go)()
+    assert convoy_page == (["hello", "event", "event", "replayed"], mine)
+    assert "resync" not in from_zero[0] and from_zero[1][-2:] == mine
+    assert dashboard == (
+        ["hello", "event", "event", "event", "replayed"],
+        [head - 2, head - 1, head],
+    )
+    assert current == (["hello", "replayed"], [])
+    assert ahead == (["hello", "resync"], [])
+
+
+def test_live_topics_need_the_view_permission(routes):
+    """A user without `view_convoy` follows only the inbox: no dashboard, convoy or bead event
+    live or replayed; the permission through a group is enough."""
+    bead("gt-a")
+    convoy = convoys.create("A", ["gt-a"])
+    viewers = Group.objects.create(name="viewers")
+    viewers.permissions.add(Permission.objects.get(codename="view_convoy"))
+    viewer = make_user("vera", view=False)
+    viewer.groups.add(viewers)
+    cookies = {"none": session_cookie(make_user("nobody", view=False))}
+    cookies["group"] = session_cookie(viewer)
+    topics = f"dashboard,convoy:{convoy.pk},bead:gt-a,inbox"
+
+    async def follow(cookie):
+        comm = communicator(f"/ws/live/?topics={topics}&since=0", cookie)
+        assert (await comm.connect())[0]
+        messages = await collect(comm, 0.5)
+        await sync_to_async(record)("bead.updated", "gt-a")
+        messages += await collect(comm)
+        await comm.disconnect()
+        return messages[0]["topics"], len(events_of(messages))
+
+    async def go():
+        return await follow(cookies["none"]), await follow(cookies["group"])
+
+    nobody, group = async_to_sync(go)()
+    assert nobody == (["inbox"], 0)
+    assert group[0] == sorted(topics.split(",")) and group[1] > 1

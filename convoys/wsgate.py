@@ -1,0 +1,87 @@
+"""Who may open the live websocket (convoyweb.asgi wraps the consumer in `gate`).
+
+Origin: a page may open it only from this site's own origin, scheme, host and port alike
+(the Host it connects to, which ALLOWED_HOSTS must allow), or from an origin listed in
+CSRF_TRUSTED_ORIGINS: the rule Django applies to unsafe HTTP requests. channels'
+AllowedHostsOriginValidator compares host names only, so a page on another port of the same
+host could read the stream with the user's cookie. A handshake without Origin is refused too.
+
+User: the session and user are read in a small pool of threads of their own, each closing its
+connection after, not on the one shared database thread of channels' AuthMiddleware: queued
+there behind everything else, a reconnect storm's handshakes waited past daphne's 5 s and were
+dropped.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+from channels.auth import AuthMiddleware, get_user
+from channels.db import database_sync_to_async
+from channels.security.websocket import WebsocketDenier
+from channels.sessions import CookieMiddleware, SessionMiddleware
+from django.core.exceptions import DisallowedHost
+from django.http import HttpRequest
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.http import is_same_domain
+
+AUTH_THREADS = 4
+
+
+class Handshake(HttpRequest):
+    """The handshake's headers as Django sees a request's, for its Host and scheme rules
+    (ALLOWED_HOSTS, USE_X_FORWARDED_HOST, SECURE_PROXY_SSL_HEADER)."""
+
+    def __init__(self, scope):
+        super().__init__()
+        self.secure = scope.get("scheme") == "wss"
+        for name, value in scope.get("headers", []):
+            key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
+            self.META[key] = value.decode("latin-1")
+
+    def _get_scheme(self):
+        return "https" if self.secure else "http"
+
+
+def origin_allowed(scope):
+    request = Handshake(scope)
+    origin = request.META.get("HTTP_ORIGIN")
+    if not origin or "HTTP_HOST" not in request.META:
+        return False
+    try:
+        own = f"{request.scheme}://{request.get_host()}"
+    except DisallowedHost:
+        return False
+    csrf = CsrfViewMiddleware(lambda request: None)
+    if origin.lower() == own.lower() or origin in csrf.allowed_origins_exact:
+        return True
+    scheme, _, netloc = origin.partition("://")
+    return any(
+        is_same_domain(netloc, pattern) for pattern in csrf.allowed_origin_subdomains[scheme]
+    )
+
+
+class OriginGate:
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if origin_allowed(scope):
+            return await self.app(scope, receive, send)
+        return await WebsocketDenier()(scope, receive, send)
+
+
+resolve_user = database_sync_to_async(
+    get_user.func,  # channels' lookup itself, without its thread_sensitive wrapper
+    thread_sensitive=False,
+    executor=ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="ws-auth"),
+)
+
+
+class PooledAuthMiddleware(AuthMiddleware):
+    """channels' AuthMiddleware, reading the session and user in its own thread pool."""
+
+    async def resolve_scope(self, scope):
+        scope["user"]._wrapped = await resolve_user(scope)
+
+
+def gate(app):
+    return OriginGate(CookieMiddleware(SessionMiddleware(PooledAuthMiddleware(app))))
