@@ -46,7 +46,10 @@ async def client(url, cookie, since, received, ready, finish):
         url + f"&since={since}",
         max_size=None,
         open_timeout=120,
-        additional_headers={"Cookie": cookie, "Origin": "http://localhost"},
+        additional_headers={
+            "Cookie": cookie,
+            "Origin": url.split("/ws/")[0].replace("ws://", "http://", 1),
+        },
     ) as ws:
         # Live once the initial replay (the page's catch-up after `since`) has arrived.
         while json.loads(await ws.recv()).get("type") != "replayed":
@@ -71,11 +74,12 @@ async def client(url, cookie, since, received, ready, finish):
         asker.cancel()
 
 
-async def run(args, port, cookie, since, land):
+async def run(args, port, cookies, since, land):
     url = f"ws://127.0.0.1:{port}/ws/live/?topics=dashboard"
     received, ready, finish = [], [], asyncio.Event()
     tasks = []
     for i in range(args.clients):
+        cookie = cookies[i % len(cookies)]
         tasks.append(asyncio.create_task(client(url, cookie, since, received, ready, finish)))
         if i % 100 == 99:
             await asyncio.sleep(0.2)
@@ -111,10 +115,15 @@ def main():
     from convoys.services import beads, convoys, rigs
 
     rigs.upsert_route("gt-", "gastown")
-    user = User.objects.create_superuser("fan", "fan@localhost", "pw-pw-pw-123")
-    web_client = Client()
-    web_client.force_login(user)
-    cookie = f"sessionid={web_client.cookies['sessionid'].value}"
+    # Ten pages per viewer: replays are bounded per user (convoys/consumers.py).
+    cookies = []
+    for n in range(max(1, args.clients // 10)):
+        user = User(username=f"fan{n}", is_superuser=True, is_staff=True)
+        user.set_unusable_password()
+        user.save()
+        web_client = Client()
+        web_client.force_login(user)
+        cookies.append(f"sessionid={web_client.cookies['sessionid'].value}")
     ids = []
     for i in range(args.landings):
         bead = beads.create_bead(f"Landing {i}", bead_id=f"gt-f{i:04d}")
@@ -151,7 +160,7 @@ def main():
             time.sleep(args.every)
 
     try:
-        received = asyncio.run(run(args, port, cookie, since, land))
+        received = asyncio.run(run(args, port, cookies, since, land))
         memory = rss_mb(procs[0].pid)
     finally:
         for proc in procs:
