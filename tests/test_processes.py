@@ -200,6 +200,8 @@ def test_kill_9_mid_dispatch_then_restart(routes, tmp_path):
     bead_service.close_bead("gt-root")
     assert wait_for(lambda: Dispatch.objects.filter(ok=True).count() >= 2, timeout=20)
     stop(first, signal.SIGKILL, group=True)
+    # the cluster's processes die with it, so nothing keeps working the queue
+    assert wait_for(lambda: not survivors(first), timeout=10), survivors(first)
     second = start_cluster(**env)
     try:
 
