@@ -2,13 +2,17 @@
 no violation reported (console or `securitypolicyviolation` events), the API docs render their
 operations from local assets, and at a 390 px phone width no page scrolls sideways."""
 
+import json
 from io import StringIO
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
-from .test_browser import browser, server  # noqa: F401  (fixtures)
+from convoys.models import Bead, Convoy
+from convoys.services import beads
+
+from .test_browser import browser, server, wait_js, wait_live  # noqa: F401  (fixtures)
 from .test_headers import page_urls
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -62,6 +66,18 @@ def test_no_page_violates_the_content_security_policy(browser, demo_site):  # no
         assert violations == [], (url, violations)
         reported = [m for m in console if "Content Security Policy" in m or "pageerror" in m]
         assert reported == [], (url, reported)
+    # Live updates replace parts of the page with server-rendered fragments: still no violation.
+    convoy = Convoy.objects.filter(status="open").order_by("created_at").first()
+    page.goto(base + f"/convoys/{convoy.pk}/")
+    wait_live(page)
+    tracked = convoy.tracked.values_list("bead_id", flat=True)
+    closing = Bead.objects.filter(pk__in=tracked, status="hooked").values_list("pk", flat=True)[0]
+    row = f"document.getElementById('bead-row-{closing}').outerHTML"
+    before = page.evaluate(row)
+    beads.close_bead(closing, reason="done", actor="test")
+    wait_js(page, f"{row} !== {json.dumps(before)}")
+    assert page.evaluate("window.__csp") == []
+    assert [m for m in console if "Content Security Policy" in m or "pageerror" in m] == []
     context.close()
 
 
