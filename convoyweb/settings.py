@@ -49,13 +49,13 @@ def env_list(name, default):
 
 DEBUG = env_bool("DEBUG", False)
 PRODUCTION = env_bool("CONVOY_PRODUCTION", False)
-SECRET_KEY = os.environ.get("SECRET_KEY", "")
-if not SECRET_KEY:
-    # Whatever DEBUG says: a production server never signs sessions with a published key.
-    if PRODUCTION:
-        raise ImproperlyConfigured("SECRET_KEY must be set when CONVOY_PRODUCTION=1")
-    # Development key: fine on a laptop, refused in production (see above).
-    SECRET_KEY = "convoyweb-development-key-not-for-production-use-0123456789abcdef"
+# Development key: fine on a laptop, refused in production (below).
+DEVELOPMENT_KEY = "convoyweb-development-key-not-for-production-use-0123456789abcdef"
+SECRET_KEY = os.environ.get("SECRET_KEY", "").strip()
+# Whatever DEBUG says: a production server never signs sessions with a published key.
+if PRODUCTION and SECRET_KEY in ("", DEVELOPMENT_KEY):
+    raise ImproperlyConfigured("SECRET_KEY must be set when CONVOY_PRODUCTION=1")
+SECRET_KEY = SECRET_KEY or DEVELOPMENT_KEY
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])

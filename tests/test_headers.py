@@ -218,9 +218,16 @@ def manage_check(*args, **env):
     )
 
 
+DEVELOPMENT_KEY = "convoyweb-development-key-not-for-production-use-0123456789abcdef"
+
+
 @pytest.mark.parametrize("debug", ["0", "1"])
-def test_production_refuses_a_missing_secret_key_whatever_debug_says(debug):
-    result = manage_check(CONVOY_PRODUCTION="1", DEBUG=debug)
+@pytest.mark.parametrize("key", [None, "", "   ", DEVELOPMENT_KEY])
+def test_production_refuses_a_missing_secret_key_whatever_debug_says(debug, key):
+    env = {"CONVOY_PRODUCTION": "1", "DEBUG": debug}
+    if key is not None:
+        env["SECRET_KEY"] = key
+    result = manage_check(**env)
     assert result.returncode != 0
     assert "SECRET_KEY must be set when CONVOY_PRODUCTION=1" in result.stderr
 
