@@ -1,13 +1,19 @@
 """Login throttling (django-axes): ten wrong passwords for one username from one address lock
 that pair for a cool-off, with a page that says when to try again; other pairs are unaffected."""
 
+import os
 import re
+import signal
+import subprocess
+import sys
 from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
+
+from .conftest import ROOT, child_env, free_port, wait_port
 
 PASSWORD = "right-horse-battery"
 
@@ -115,3 +121,51 @@ def test_hostile_usernames_are_a_failed_login_not_an_error(users, username):
         response = client.post("/login/", body, content_type="application/x-www-form-urlencoded")
         assert response.status_code in (200, 429)
     assert attempt(client, "ann", PASSWORD).status_code == 302
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_forged_x_forwarded_for_does_not_escape_the_lock_on_a_real_server():
+    """`manage.py serve` without a proxy configured: the address is the connection's, so a
+    client naming a new X-Forwarded-For on every attempt is still one address."""
+    import requests
+
+    User.objects.create_user("ann", password=PASSWORD)
+    port = free_port()
+    serve = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_port(port, timeout=60)
+        base = f"http://127.0.0.1:{port}"
+        session = requests.Session()
+
+        def login(password, forwarded):
+            session.get(f"{base}/login/", timeout=30)
+            return session.post(
+                f"{base}/login/",
+                data={
+                    "username": "ann",
+                    "password": password,
+                    "csrfmiddlewaretoken": session.cookies["csrftoken"],
+                },
+                headers={"X-Forwarded-For": forwarded},
+                allow_redirects=False,
+                timeout=30,
+            )
+
+        for i in range(11):
+            assert login("guess", f"198.51.100.{i}").status_code in (200, 429)
+        refused = login(PASSWORD, "198.51.100.99")
+        assert refused.status_code == 429 and "Too many failed logins" in refused.text
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, signal.SIGKILL)

@@ -43,7 +43,13 @@ class Command(BaseCommand):
                     host,
                     "-p",
                     str(port),
-                    "--proxy-headers",
+                    # X-Forwarded-For names the client only behind a proxy that sets it; trusted
+                    # otherwise, anyone could pose as a new address per login attempt.
+                    *(
+                        ["--proxy-headers"]
+                        if getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+                        else []
+                    ),
                     "convoyweb.asgi:application",
                 ],
             ),
