@@ -81,14 +81,12 @@ def convoy_summary(convoy, tracked, beads, now=None):
     ready_ids = set(
         ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
     )
-    summary = summarise(
-        [convoy],
-        [(convoy.pk, bead_id) for bead_id in tracked],
-        {b.pk: (b.status, b.updated_at) for b in beads.values()},
-        ready_ids,
-        spinning([convoy.pk], now),
-        stranding.classify([convoy], now, explain=True),
-    )[convoy.pk]
+    rows = [(convoy.pk, bead_id) for bead_id in tracked]
+    loaded = {b.pk: (b.status, b.updated_at) for b in beads.values()}
+    verdicts = stranding.classify([convoy], now, explain=True, loaded=(rows, loaded, ready_ids))
+    summary = summarise([convoy], rows, loaded, ready_ids, spinning([convoy.pk], now), verdicts)[
+        convoy.pk
+    ]
     return summary, ready_ids
 
 
@@ -104,9 +102,8 @@ def convoy_summaries(convoys, now=None):
     tracked_beads = Bead.objects.filter(pk__in=tracking.values("bead_id"))
     beads = {row[0]: row[1:] for row in tracked_beads.values_list("id", "status", "updated_at")}
     ready_ids = set(ready_beads(tracked_beads, now).values_list("pk", flat=True))
-    return summarise(
-        convoys, rows, beads, ready_ids, spinning(ids, now), stranding.classify(convoys, now)
-    )
+    verdicts = stranding.classify(convoys, now, loaded=(rows, beads, ready_ids))
+    return summarise(convoys, rows, beads, ready_ids, spinning(ids, now), verdicts)
 
 
 def spinning(convoy_ids, now):

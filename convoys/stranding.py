@@ -91,46 +91,46 @@ class Verdict:
 NOT_OPEN = Verdict("")
 
 
-def classify(convoys, now=None, explain=False):
+def classify(convoys, now=None, explain=False, loaded=None):
     """{convoy id: Verdict} for the given convoys (only open ones get a kind).
 
-    A fixed number of queries whatever the number of convoys and beads; the causes of
-    moving and feedable convoys are worked out only when `explain` is set (the convoy page
-    needs them for its ETA)."""
+    `loaded`, when the caller has read them already: (rows of (convoy id, bead id) in
+    tracking order, {bead id: (status, …)}, the ready bead ids); else three queries read
+    them. Then one query for cooling dispatches, and two or three for the causes of stuck
+    convoys (of every convoy with `explain`, which the convoy page's ETA needs)."""
     now = now or timezone.now()
     open_ = [c for c in convoys if c.status == CONVOY_OPEN]
     result = {c.pk: NOT_OPEN for c in convoys}
     if not open_:
         return result
-    tracking = TrackedBead.objects.filter(convoy_id__in=[c.pk for c in open_])
-    rows = list(
-        tracking.order_by("convoy_id", "position", "id").values_list("convoy_id", "bead_id")
-    )
-    tracked = Bead.objects.filter(pk__in=tracking.values("bead_id"))
-    beads = {
-        row[0]: row[1:]
-        for row in tracked.values_list("id", "status", "assignee", "issue_type", "rig_id")
-    }
-    ready = set(ready_beads(tracked, now).values_list("pk", flat=True))
-    from .services.dispatch import cooling_down
-
-    cooling = cooling_down(list(ready), now) if ready else set()
+    rows, status_of, ready = loaded if loaded is not None else _load(open_, now)
     per_convoy = {c.pk: [] for c in open_}
     for convoy_id, bead_id in rows:
-        per_convoy[convoy_id].append(bead_id)
-    verdicts, to_explain = {}, []
+        if convoy_id in per_convoy:
+            per_convoy[convoy_id].append(bead_id)
+    from .services.dispatch import recent_failures
+
+    cooling = recent_failures(now) & ready if ready else set()
+    to_explain = []
     for convoy in open_:
-        ids = per_convoy[convoy.pk]
-        verdict = _first_pass(convoy, ids, beads, ready, cooling)
-        verdicts[convoy.pk] = verdict
+        statuses = {i: status_of[i][0] for i in per_convoy[convoy.pk] if i in status_of}
+        verdict = _first_pass(convoy, per_convoy[convoy.pk], statuses, ready, cooling)
+        result[convoy.pk] = verdict
         if (verdict.kind == STUCK and not verdict.code) or (
             explain and verdict.kind in (FEEDABLE, MOVING)
         ):
             to_explain.append(convoy.pk)
     if to_explain:
-        _explain({pk: per_convoy[pk] for pk in to_explain}, verdicts, beads, ready, cooling)
-    result.update(verdicts)
+        _explain({pk: per_convoy[pk] for pk in to_explain}, result, ready, cooling)
     return result
+
+
+def _load(convoys, now):
+    tracking = TrackedBead.objects.filter(convoy_id__in=[c.pk for c in convoys])
+    rows = list(tracking.values_list("convoy_id", "bead_id"))
+    tracked = Bead.objects.filter(pk__in=tracking.values("bead_id"))
+    status_of = {row[0]: row[1:] for row in tracked.values_list("id", "status")}
+    return rows, status_of, set(ready_beads(tracked, now).values_list("pk", flat=True))
 
 
 def classify_one(convoy, now=None, explain=True):
@@ -144,31 +144,16 @@ def open_verdicts(now=None):
     return [(c, verdicts[c.pk]) for c in convoys]
 
 
-def _busy(info):
-    status, assignee = info[0], info[1]
-    return status in ACTIVE_WORK_STATUSES or (status == "open" and bool(assignee))
-
-
-def _stalled(bead_id, info, ready, cooling):
-    """An unfinished bead that is neither dispatchable nor worked on (or not in the database)."""
-    if info is None:
-        return True
-    if info[0] in DONE_STATUSES:
-        return False
-    if bead_id in ready:
-        return bead_id in cooling
-    return not _busy(info)
-
-
-def _first_pass(convoy, ids, beads, ready, cooling):
+def _first_pass(convoy, ids, statuses, ready, cooling):
+    """The kind from statuses alone: ready work, work in progress, or neither."""
     if not ids:
         return Verdict(EMPTY, "tracks no beads", "empty")
-    unfinished = [i for i in ids if i not in beads or beads[i][0] not in DONE_STATUSES]
+    unfinished = [i for i in ids if statuses.get(i) not in DONE_STATUSES]
     if not unfinished:
         text = "every tracked bead is done: waiting to land"
         return Verdict(STUCK, text, "complete", [], len(ids), [Cause("complete", text)])
     dispatchable = [i for i in unfinished if i in ready and i not in cooling]
-    busy = [i for i in unfinished if i in beads and i not in ready and _busy(beads[i])]
+    busy = [i for i in unfinished if i not in ready and statuses.get(i) in ACTIVE_WORK_STATUSES]
     capped = bool(convoy.max_in_flight) and len(busy) >= convoy.max_in_flight
     if dispatchable and not capped:
         text = f"{len(dispatchable)} ready, nobody on them"
@@ -181,15 +166,26 @@ def _first_pass(convoy, ids, beads, ready, cooling):
     return Verdict(STUCK, "", "", [], len(ids))
 
 
-def _explain(per_convoy, verdicts, beads, ready, cooling):
+def _stalled(bead_id, status, ready, cooling):
+    """An unfinished bead that is neither dispatchable nor worked on (or not in the database)."""
+    if status in DONE_STATUSES:
+        return False
+    if bead_id in ready:
+        return bead_id in cooling
+    return status not in ACTIVE_WORK_STATUSES
+
+
+def _explain(per_convoy, verdicts, ready, cooling):
     """Find the root causes of the unfinished beads that are neither ready nor in progress."""
-    waiting = {
-        i
-        for ids in per_convoy.values()
-        for i in ids
-        if i in beads and _stalled(i, beads[i], ready, cooling)
+    # Subqueries, not lists: a 5,000-bead convoy would make IN lists of thousands of ids.
+    tracked = TrackedBead.objects.filter(convoy_id__in=list(per_convoy)).values("bead_id")
+    beads = Bead.objects.filter(pk__in=tracked)
+    info = {
+        row[0]: row[1:]
+        for row in beads.values_list("id", "status", "assignee", "issue_type", "rig_id")
     }
-    blockers = blocked_by(list(waiting)) if waiting else {}
+    unfinished = beads.exclude(status__in=(*DONE_STATUSES, *ACTIVE_WORK_STATUSES))
+    blockers = blocked_by(unfinished.values("pk"))
     targets = {t for ts in blockers.values() for t in ts}
     target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
     rig_states = dict(Rig.objects.values_list("name", "state"))
@@ -198,11 +194,11 @@ def _explain(per_convoy, verdicts, beads, ready, cooling):
         members = set(ids)
         found = {}
         for bead_id in ids:
-            info = beads.get(bead_id)
-            if not _stalled(bead_id, info, ready, cooling):
+            bead = info.get(bead_id)
+            if bead is not None and not _stalled(bead_id, bead[0], ready, cooling):
                 continue
             cause = _cause(
-                bead_id, info, blockers, target_types, members, rig_states, bead_id in cooling
+                bead_id, bead, blockers, target_types, members, rig_states, bead_id in cooling
             )
             if cause is not None:
                 found.setdefault(cause[0], []).append((bead_id, cause[1]))
@@ -225,6 +221,8 @@ def _cause(bead_id, info, blockers, target_types, members, rig_states, cooling):
         return "not_dispatchable", issue_type
     if status != "open" and status not in ACTIVE_WORK_STATUSES:
         return "held", status
+    if assignee and not cooling:  # open, but a live worker holds it
+        return "held", f"assigned to {assignee}"
     gates = [t for t in blockers.get(bead_id, []) if target_types.get(t, "") not in SLINGABLE_TYPES]
     if gates:
         return "gated", ", ".join(gates)

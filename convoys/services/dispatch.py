@@ -71,6 +71,16 @@ def cooling_down(bead_ids, now=None):
     )
 
 
+def recent_failures(now=None):
+    """Every bead whose dispatch failed within the cooldown: one range scan of the (few)
+    recent attempts, cheaper than a long IN list when many beads are ready."""
+    now = now or timezone.now()
+    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
+    return set(
+        Dispatch.objects.filter(created_at__gte=since, ok=False).values_list("bead_id", flat=True)
+    )
+
+
 def pick_worker(rig):
     busy = set(
         Bead.objects.filter(
