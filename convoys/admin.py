@@ -621,10 +621,10 @@ class SubscriptionAdmin(admin.ModelAdmin):
     form = SubscriptionAdminForm
     list_display = ("user", "convoy", "email")
 
-    def get_readonly_fields(self, request, obj=None):
-        return ("user", "convoy") if obj else ()
-
     def save_model(self, request, obj, form, change):
+        if change and {"user", "convoy"} & set(form.changed_data):
+            before = Subscription.objects.get(pk=obj.pk)
+            notify.unsubscribe(before.user, before.convoy)
         obj.pk = notify.subscribe(obj.user, obj.convoy, email=obj.email).pk
 
 

@@ -23,7 +23,7 @@ from convoys.models import (
     TrackedBead,
 )
 from convoys.services import convoys as convoy_service
-from convoys.services import jsonl, staging
+from convoys.services import jsonl, notify, staging
 from convoys.services.launch import launch_staged
 
 from .factories import bead, blocks
@@ -510,3 +510,16 @@ def test_subscribing_someone_who_may_not_view_convoys_is_a_form_error(client, co
     assert list(Subscription.objects.values_list("user__username", "convoy_id", "email")) == [
         ("viewer", convoy.pk, False)
     ]
+
+
+def test_a_subscription_moved_to_another_convoy_is_one_subscription(client, convoy):
+    client.force_login(staff_user("sam", ["change_subscription", "view_subscription"]))
+    viewer = staff_user("viewer", ["view_convoy"])
+    other = convoy_service.create("Other", ["gt-t3"], actor="test")
+    sub = notify.subscribe(viewer, convoy)
+    response = client.post(
+        f"/admin/convoys/subscription/{sub.pk}/change/",
+        {"user": viewer.pk, "convoy": other.pk, "email": "on", "_save": "Save"},
+    )
+    assert response.status_code == 302
+    assert list(Subscription.objects.values_list("convoy_id", "email")) == [(other.pk, True)]
