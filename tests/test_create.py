@@ -56,6 +56,7 @@ def errors_of(response):
 
 
 def test_create_a_bead_with_an_id_from_the_rigs_prefix(manager):
+    assert 'href="/create/"' in manager.get("/").content.decode()  # in the navigation
     page = manager.get("/create/").content.decode()
     assert 'value="gt-"' in page and 'value="bd-"' in page and 'value="hq-"' not in page
     response = manager.post(
@@ -164,6 +165,7 @@ def test_add_a_dependency_from_the_bead_page(manager, viewer):
 
 
 def test_view_only_users_get_403_and_anonymous_users_the_login(viewer, routes):
+    assert 'href="/create/"' not in viewer.get("/").content.decode()
     bead("gt-a")
     bead("gt-b")
     plan = staging.stage(["gt-a", "gt-b"], actor="test")

@@ -182,6 +182,9 @@ def test_blocked_outside_held_unknown_and_empty(routes, client):
     held = convoys.create("Held", ["gt-later"], actor="test")
     ghost = convoys.create("Ghost", ["gt-nothere"], actor="test")
     empty = convoys.create("Empty", actor="test")
+    bead("gt-held", assignee="gastown/polecats/ace")  # no heartbeat yet: not a dead worker
+    assigned = convoys.create("Assigned", ["gt-held"], actor="test")
+    assert verdict(assigned).reason == "gt-held is assigned to gastown/polecats/ace"
     assert verdict(outside).reason == "gt-in blocked by gt-out outside the convoy"
     assert (verdict(held).code, verdict(held).reason) == ("held", "gt-later is deferred")
     assert verdict(ghost).reason == "gt-nothere not in the database"
