@@ -25,10 +25,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from . import selectors
 from .models import ApiToken, Bead, Convoy
 from .readiness import blocked_by, ready_beads
+from .selectors import convoy_graph
 from .services import beads as bead_service
 from .services import feeding, launch, staging
 from .services.errors import NotFound, ServiceError
-from .selectors import convoy_graph
 
 
 def digest(token):
