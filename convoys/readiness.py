@@ -54,26 +54,27 @@ def blocked_condition():
     return _unfinished_blocker()
 
 
-def ready_q(now=None):
+def ready_q(now=None, *, blockers=True):
+    """The rule as a Q; `blockers=False` leaves out the blocker clause (sling --force)."""
     dead_worker = Exists(
         Worker.objects.filter(name=OuterRef("assignee"), last_seen__lt=dead_worker_cutoff(now))
     )
     claimable = Q(status="open", assignee="") | (
         Q(status__in=("open", *ACTIVE_WORK_STATUSES)) & ~Q(assignee="") & dead_worker
     )
-    return (
+    rule = (
         claimable
         & Q(issue_type__in=SLINGABLE_TYPES)
         & Q(rig__isnull=False)
         & Q(rig__state=Rig.ACTIVE)
-        & ~blocked_condition()
     )
+    return rule & ~blocked_condition() if blockers else rule
 
 
-def ready_beads(queryset=None, now=None):
+def ready_beads(queryset=None, now=None, *, blockers=True):
     """The ready beads of `queryset` (default: all beads), ordered by (priority, id)."""
     queryset = Bead.objects.all() if queryset is None else queryset
-    return queryset.filter(ready_q(now)).order_by("priority", "id")
+    return queryset.filter(ready_q(now, blockers=blockers)).order_by("priority", "id")
 
 
 def is_ready(bead, now=None):
