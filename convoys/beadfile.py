@@ -121,14 +121,14 @@ def _check(record):
         check = FIELD_CHECKS.get(name)
         if check is not None:
             check(record, name, value)
-    if convoy:
+    if convoy and skipped(record) is None:  # bd import skips tombstones and wisps unread
         _check_convoy(record)
 
 
 def _check_convoy(record):
     """What only a convoy needs: a status the lifecycle can move, and readable field lines."""
     status = record.get("status") or "open"
-    if status not in CONVOY_STATUSES and status != "tombstone":
+    if status not in CONVOY_STATUSES:
         raise ValueError(
             f"field 'status': convoy status {status[:40]!r} is not one of "
             f"{', '.join(CONVOY_STATUSES)}"

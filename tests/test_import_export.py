@@ -246,6 +246,18 @@ def test_bad_line_rejects_the_whole_file(db, tmp_path, both_paths, name, line, m
     assert counts() == before
 
 
+def test_skipped_convoy_records_are_not_checked_as_convoys(db, tmp_path):
+    """bd import skips tombstones and wisps whatever their status: so does this import."""
+    target = tmp_path / "skipped.jsonl"
+    target.write_text(
+        '{"id": "hq-cv-t1", "title": "t", "issue_type": "convoy", "status": "tombstone"}\n'
+        '{"id": "hq-cv-w1", "title": "t", "issue_type": "convoy", "status": "hooked", '
+        '"ephemeral": true}\n'
+    )
+    report = jsonl.import_file(target)
+    assert (report.skipped_tombstones, report.skipped_wisps, report.convoys) == (1, 1, 0)
+
+
 def test_truncated_last_line_is_rejected(db, tmp_path, both_paths):
     target = tmp_path / "truncated.jsonl"
     good = (FIXTURES / "small.jsonl").read_bytes()
