@@ -260,6 +260,8 @@ class Dispatch(models.Model):
     rig = models.CharField(max_length=100, blank=True, default="")
     worker = models.CharField(max_length=255, blank=True, default="")
     path = models.CharField(max_length=20)
+    # `sling --force` sent the bead past open blockers.
+    forced = models.BooleanField(default=False)
     ok = models.BooleanField(null=True)
     error = models.TextField(blank=True, default="")
     output = models.TextField(blank=True, default="")

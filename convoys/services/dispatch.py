@@ -97,8 +97,9 @@ def pick_worker(rig):
 
 
 @transaction.atomic
-def claim(bead, convoy_id="", path="manual", actor="feeder"):
-    """Claim `bead` as read by the caller; return a Claim, or None if someone else won."""
+def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
+    """Claim `bead` as read by the caller; return a Claim, or None if someone else won.
+    `forced`: sent past open blockers by `sling --force` (recorded on the attempt)."""
     now = timezone.now()
     target = Bead.objects.filter(pk=bead.pk, status=bead.status, assignee=bead.assignee)
     if bead.status != "open" or bead.assignee:
@@ -123,6 +124,7 @@ def claim(bead, convoy_id="", path="manual", actor="feeder"):
         rig=bead.rig_id,
         worker=worker,
         path=path,
+        forced=forced,
         created_at=now,
     )
     record(
@@ -138,6 +140,7 @@ def claim(bead, convoy_id="", path="manual", actor="feeder"):
             "path": path,
             "old_status": bead.status,
             "previous_assignee": bead.assignee,
+            **({"forced": True} if forced else {}),
         },
     )
     return Claim(bead.pk, bead.title, bead.rig_id, convoy_id, worker, path, attempt.pk, bead.status)
@@ -203,9 +206,9 @@ def _check_spin(claim_):
         )
 
 
-def dispatch(bead, convoy_id="", path="manual", dispatcher=None):
+def dispatch(bead, convoy_id="", path="manual", dispatcher=None, forced=False):
     """Claim then run. Returns the result dict, or None when the claim was lost."""
-    won = claim(bead, convoy_id=convoy_id, path=path)
+    won = claim(bead, convoy_id=convoy_id, path=path, forced=forced)
     if won is None:
         return None
     return run(won, dispatcher)

@@ -132,7 +132,7 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
                     continue
                 skipped.append({"id": bead_id, "reason": "claimed by another dispatcher"})
             else:
-                skipped.append({"id": bead_id, "reason": _why_not_ready(bead, blockers, cooling)})
+                skipped.append({"id": bead_id, "reason": why_not_ready(bead, blockers, cooling)})
     result = LaunchResult(convoy.id, convoy.status, waves, skipped=skipped)
     if blocked_rigs:
         result.warnings.append(
@@ -144,11 +144,13 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
     return result
 
 
-def _why_not_ready(bead, blockers, cooling):
+def why_not_ready(bead, blockers, cooling):
     if bead is None:
         return "not in the database"
     if bead.status in ("closed", "tombstone"):
         return f"already {bead.status}"
+    if not bead.is_slingable:
+        return f'non-slingable type "{bead.issue_type}"'
     if bead.pk in cooling:
         return "dispatch failed recently (cooling down)"
     if bead.assignee:
