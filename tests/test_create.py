@@ -118,6 +118,10 @@ def test_create_an_epic_with_children_and_dependencies_then_stage_it(manager):
         ({"title": "   "}, "This field is required"),
         ({"title": "bad\x00title"}, "Null characters are not allowed"),
         ({"priority": "9"}, "Select a valid choice"),
+        ({"title": "x" * 501}, "at most 500 characters"),
+        ({"children": "task\n" * 201}, "at most 200 children at once, got 201"),
+        ({"children": "<script>x</script> | after <b>"}, "line 1: bead '<b>' not found"),
+        ({"children": "A\nB | after <b>"}, "line 2: bead '<b>' not found"),
     ],
 )
 def test_create_refusals_are_form_errors_and_write_nothing(manager, data, message):
@@ -133,6 +137,7 @@ def test_create_refusals_are_form_errors_and_write_nothing(manager, data, messag
     response = manager.post("/create/", form)
     assert response.status_code == 400
     assert any(message in e for e in errors_of(response)), errors_of(response)
+    assert "<script>x" not in response.content.decode()  # echoed input is escaped
     assert writes() == before
 
 

@@ -39,6 +39,7 @@ def staging_panel(context, convoy):
         "can_recheck": user.has_perm("convoys.change_convoy"),
         "can_restore": user.has_perm("convoys.change_rig"),
         "csrf_token": context.get("csrf_token"),
+        "now": context.get("now"),
     }
 
 
