@@ -1,5 +1,6 @@
 """Shared plumbing for the command-line tools: one-line errors, JSON output."""
 
+import datetime
 import json
 
 from django.core.management.base import BaseCommand, CommandError
@@ -21,7 +22,14 @@ class ServiceCommand(BaseCommand):
             raise error(str(exc))
 
     def write_json(self, data):
-        self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=json_value))
 
     def add_json(self, parser):
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def json_value(value):
+    """Times as RFC 3339 (`2026-12-01T05:04:32.709107+00:00`), anything else as text."""
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    return str(value)
