@@ -248,7 +248,7 @@ def test_pages_survive_ids_with_slashes_from_older_databases(admin_client, route
 
 
 def test_landing_mail_has_a_one_line_subject_for_a_multi_line_title(
-    routes, django_capture_on_commit_callbacks
+    routes, django_capture_on_commit_callbacks, caplog
 ):
     """Real data has titles with newlines (hq-cv-e43wk): e-mail refuses them in a header."""
     from django.core import mail
@@ -256,8 +256,14 @@ def test_landing_mail_has_a_one_line_subject_for_a_multi_line_title(
     from convoys.services import notify
 
     bead("gt-a")
-    convoy = convoys.create("Work:\nline two\r\n<b>&", ["gt-a"], notify="ops@example.com")
+    convoy = convoys.create(
+        "Work:\nline two\r\n<b>&",
+        ["gt-a"],
+        notify="evil@example.com\nBcc: all@example.com, ops@example.com",
+    )
     with django_capture_on_commit_callbacks(execute=True):
-        notify.notify_landing(convoy)
+        notify.notify_landing(convoy)  # the bad address is skipped, not retried forever
     assert [m.subject for m in mail.outbox] == ["🚚 Convoy landed: Work: line two <b>&"]
+    assert [m.to for m in mail.outbox] == [["ops@example.com"]]
+    assert not [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert "gt-a" in mail.outbox[0].body

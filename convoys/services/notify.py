@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ..events import record_many
 from ..formatting import duration
+from ..ids import name_problem
 from ..models import Convoy, Notification, Subscription, status_symbol
 
 log = logging.getLogger("convoys.notify")
@@ -133,7 +134,7 @@ def send_emails(notification_ids):
         pk__in=notification_ids, email_wanted=True, emailed_at__isnull=True
     ).select_related("user"):
         to = note.user.email if note.user_id else note.address
-        if not to or "@" not in to:
+        if not to or "@" not in to or name_problem(to):  # no header injection, no retry loop
             continue
         if not Notification.objects.filter(pk=note.pk, emailed_at__isnull=True).update(
             emailed_at=timezone.now()
