@@ -13,6 +13,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import ValidationError
+from django.db import models
 from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
@@ -100,6 +101,26 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+# Titles and reasons are a line or two, not the TextField's big box; still text areas, as an
+# imported title may hold a newline that a one-line input would silently drop.
+TEXT_WIDGETS = {
+    "title": forms.Textarea(attrs={"rows": 2, "cols": 80}),
+    "close_reason": forms.Textarea(attrs={"rows": 2, "cols": 80}),
+}
+
+
+class StoredTextField(forms.CharField):
+    """Text as stored: browsers send a textarea's line breaks as CRLF and the default field
+    strips the ends, so an unchanged multi-line description would come back "changed"."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{**kwargs, "strip": False})
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        return value.replace("\r\n", "\n") if isinstance(value, str) else value
+
+
 class ServiceForm(forms.ModelForm):
     """A form whose save was refused by a service shows the reason as a non-field error."""
 
@@ -116,6 +137,11 @@ class ServiceAdmin(admin.ModelAdmin):
     """Saves through services; rows are never deleted behind the services' back."""
 
     form = ServiceForm
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if isinstance(db_field, models.TextField):
+            kwargs["form_class"] = StoredTextField
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)
@@ -159,7 +185,8 @@ class FirstRowsFormSet(BaseInlineFormSet):
         return self._queryset
 
 
-def rows_note(total, noun, where):
+def rows_note(total, nouns, where):
+    noun = nouns[0] if total == 1 else nouns[1]
     if total <= INLINE_ROWS:
         return f"{total} {noun}"
     return f"{total} {noun}; the first {INLINE_ROWS} are editable below, all of them on {where}"
@@ -245,6 +272,7 @@ class BeadAdminForm(ServiceForm):
     class Meta:
         model = Bead
         fields = BEAD_FORM_FIELDS
+        widgets = TEXT_WIDGETS
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -338,7 +366,7 @@ class BeadAdmin(ServiceAdmin):
     @admin.display(description="depends on")
     def dependency_count(self, obj):
         total = Dependency.objects.filter(issue_id=obj.pk).count() if obj.pk else 0
-        return rows_note(total, "dependencies", "the bead's page")
+        return rows_note(total, ("dependency", "dependencies"), "the bead's page")
 
     @admin.display(description="dependents (incoming)")
     def dependents(self, obj):
@@ -454,6 +482,7 @@ class ConvoyAdminForm(ServiceForm):
     class Meta:
         model = Convoy
         fields = CONVOY_FORM_FIELDS
+        widgets = TEXT_WIDGETS
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -499,7 +528,7 @@ class ConvoyAdmin(ServiceAdmin):
 
     @admin.display(description="tracks")
     def tracked_count(self, obj):
-        return rows_note(obj.tracked.count(), "beads", "the convoy's page")
+        return rows_note(obj.tracked.count(), ("bead", "beads"), "the convoy's page")
 
     def save_model(self, request, obj, form, change):
         actor, data = actor_of(request), form.cleaned_data

@@ -22,8 +22,8 @@ from convoys.models import (
     Subscription,
     TrackedBead,
 )
+from convoys.services import beads, jsonl, notify, staging
 from convoys.services import convoys as convoy_service
-from convoys.services import jsonl, notify, staging
 from convoys.services.launch import launch_staged
 
 from .factories import bead, blocks
@@ -235,6 +235,18 @@ def test_a_refused_change_keeps_nothing_of_the_save(editor, routes):
     kept = Bead.objects.get(pk="gt-r1")
     assert (kept.title, kept.assignee) == ("Bead gt-r1", "")
     assert not Dependency.objects.exists() and Event.objects.count() == before
+
+
+def test_text_comes_back_as_stored_from_a_browser_form(editor, routes):
+    bead("gt-text")
+    beads.update_bead("gt-text", description="line one\n\n  indented\n", actor="test")
+    data = page_data(editor, bead_url("gt-text"))
+    data["description"] = data["description"].replace("\n", "\r\n")  # what browsers send
+    data["priority"] = "1"
+    saved(editor.post(bead_url("gt-text"), data))
+    assert Bead.objects.get(pk="gt-text").description == "line one\n\n  indented\n"
+    [event] = events(bead_id="gt-text", actor="admin:ada")
+    assert event.data["changes"] == {"priority": [2, 1]}
 
 
 @pytest.mark.parametrize("bad_id", ["-rf", "gt-$(id)", "gt-a/b", "gt a", "gt-x:y", "x" * 256])
