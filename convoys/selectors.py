@@ -19,6 +19,7 @@ from .models import (
     CONVOY_CLOSED,
     CONVOY_OPEN,
     DONE_STATUSES,
+    SLINGABLE_TYPES,
     STAGED_STATUSES,
     Bead,
     Convoy,
@@ -372,6 +373,13 @@ def convoy_graph(convoy):
             id=b.pk, title=b.title, type=b.issue_type or "", status=b.status, rig=b.rig_id or ""
         )
         for b in beads.values()
+    ]
+    # Untracked gates (a decision) hold tracked beads back: read them so the page names them.
+    outside = {t for _, t, kind in edges if t not in beads and kind in dagmod.EXECUTION_TYPES}
+    gates = Bead.objects.filter(pk__in=outside).exclude(issue_type__in=SLINGABLE_TYPES)
+    nodes += [
+        dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3])
+        for g in gates.values_list("id", "title", "issue_type", "status")
     ]
     graph = dagmod.build_dag(nodes, edges)
     try:

@@ -147,6 +147,7 @@ def test_gated_convoy_is_stuck_naming_its_gate_and_has_no_eta(one, client):
     assert verdict(convoy).kind == stranding.MOVING  # gt-prep is being worked
     page = client.get(f"/convoys/{convoy.pk}/").content.decode()
     assert "No estimate: gt-roll gated by gt-go." in page
+    assert "<code>gt-roll</code> ← gt-go" in page  # the wave card names the untracked gate
     beads.close_bead("gt-prep", actor="test")
     found = verdict(convoy)
     assert (found.kind, found.code, found.reason) == ("stuck", "gated", "gt-roll gated by gt-go")
