@@ -1,14 +1,29 @@
 """Sling: dispatch beads by hand. One bead gets an auto-convoy `Work: <title>`; several get one
-convoy `Batch: N beads to <rig>` (refused when a bead is already tracked by an open convoy)."""
+convoy `Batch: N beads to <rig>` (refused when a bead is already tracked by an open convoy).
+A convoy id expands to its tracked beads: each ready one is dispatched, the rest are listed
+with the reason; the convoy is the container, so no new convoy is made (Gas City's container
+expansion). Epics and other non-slingable types are refused, and so is a bead whose blockers
+are open unless --force (the original dispatches them: reference §9 B18).
+"""
 
 from django.db import transaction
 from django.utils import timezone
 
 from ..events import record
-from ..models import CONVOY_OPEN, Bead, Convoy, Rig, TrackedBead, bead_prefix
+from ..models import (
+    ACTIVE_WORK_STATUSES,
+    CONVOY_OPEN,
+    Bead,
+    Convoy,
+    Rig,
+    TrackedBead,
+    bead_prefix,
+)
+from ..readiness import blocked_by, ready_beads
 from . import dispatch
-from .convoys import new_convoy_id, tracking_open_convoy
+from .convoys import get_convoy, new_convoy_id, tracking_open_convoy
 from .errors import ServiceError
+from .launch import why_not_ready
 from .rigs import route_map
 
 
@@ -44,13 +59,40 @@ def resolve_rig(bead_ids, routes=None):
     return resolved
 
 
+def is_convoy(sling_id):
+    return Convoy.objects.filter(pk=sling_id).exists()
+
+
+def refuse_unslingable(beads):
+    """Epics (stage them), other non-slingable types, and closed beads, in argument order."""
+    for bead in beads:
+        if bead.issue_type == "epic":
+            raise ServiceError(
+                f"'{bead.pk}' is an epic: epics are staged, not slung: `convoy stage {bead.pk}` "
+                f"(or `convoy launch {bead.pk}` to stage it and dispatch Wave 1)"
+            )
+        if not bead.is_slingable:
+            raise ServiceError(
+                f"'{bead.pk}' has non-slingable type \"{bead.issue_type}\" "
+                "(only task, bug, feature and chore beads are slung)"
+            )
+        if bead.is_done:
+            raise ServiceError(f"bead {bead.pk} is closed (work already completed)")
+
+
 def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=False, actor="cli"):
     if not bead_ids:
         raise ServiceError("give at least one bead id")
     beads = Bead.objects.in_bulk(bead_ids)
     for bead_id in bead_ids:
         if bead_id not in beads:
+            if is_convoy(bead_id):
+                raise ServiceError(
+                    f"'{bead_id}' is a convoy: sling it on its own (`sling {bead_id}`) to "
+                    "dispatch its tracked beads"
+                )
             raise ServiceError(f"bead '{bead_id}' not found")
+    refuse_unslingable(beads[b] for b in bead_ids)
     routes = route_map()
     if rig:
         if not Rig.objects.filter(pk=rig).exists():
@@ -70,9 +112,16 @@ def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=F
         raise ServiceError(
             f"rig {rig} is {rig_row.state}: use `rigs un{rig_row.state[:-2]} {rig}` or --force"
         )
-    for bead_id in bead_ids:
-        if beads[bead_id].status in ("closed", "tombstone"):
-            raise ServiceError(f"bead {bead_id} is closed (work already completed)")
+    blockers = blocked_by(bead_ids)
+    if blockers and not force:
+        raise ServiceError(
+            "\n".join(
+                f"bead {b} has open blockers: {', '.join(blockers[b])}"
+                for b in bead_ids
+                if b in blockers
+            )
+            + "\n  Dispatch it when its blockers close, or use --force to dispatch anyway"
+        )
     convoy = None
     if not no_convoy:
         convoy = _convoy_for(bead_ids, beads, rig, owned, merge, actor)
@@ -91,21 +140,67 @@ def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=F
                     "ok": False,
                     "error": f"already {bead.status}"
                     + (f" ({bead.assignee})" if bead.assignee else ""),
+                    "forced": False,
                 }
             )
             continue
-        result = dispatch.dispatch(bead, convoy_id=convoy.pk if convoy else "", path=path)
-        results.append(
-            result
-            or {
-                "id": bead_id,
-                "rig": rig,
-                "worker": "",
-                "ok": False,
-                "error": "claimed by another dispatcher",
-            }
-        )
+        forced = bead_id in blockers
+        result = dispatch.dispatch(
+            bead, convoy_id=convoy.pk if convoy else "", path=path, forced=forced
+        ) or {
+            "id": bead_id,
+            "rig": rig,
+            "worker": "",
+            "ok": False,
+            "error": "claimed by another dispatcher",
+        }
+        results.append({**result, "forced": forced})
     return convoy, rig, results
+
+
+def sling_convoy(convoy_id, *, force=False, actor="cli"):
+    """Container expansion: claim every ready tracked bead (blocked ones too with --force),
+    in tracking order, up to the convoy's max in flight, then run the dispatcher for each
+    claim (a failure releases only its own). Returns (convoy, results, skipped)."""
+    claims, skipped = [], []
+    with transaction.atomic():
+        convoy = get_convoy(convoy_id, lock=True)
+        if convoy.is_staged:
+            raise ServiceError(
+                f"convoy {convoy.pk} is staged ({convoy.status}): launch it with "
+                f"`convoy launch {convoy.pk}`"
+            )
+        if convoy.status != CONVOY_OPEN:
+            raise ServiceError(f"convoy {convoy.pk} is {convoy.status}")
+        ids = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
+        if not ids:
+            raise ServiceError(f"convoy {convoy.pk} tracks no beads")
+        tracked = Bead.objects.filter(pk__in=ids)
+        beads = tracked.in_bulk()
+        ready = {b.pk: b for b in ready_beads(tracked, blockers=not force)}
+        blockers = blocked_by(ids)
+        cooling = dispatch.cooling_down(ids)
+        room = None
+        if convoy.max_in_flight:
+            busy = tracked.filter(status__in=ACTIVE_WORK_STATUSES).count()
+            room = max(convoy.max_in_flight - busy, 0)
+        for bead_id in ids:
+            bead = beads.get(bead_id)
+            if bead_id not in ready or bead_id in cooling:
+                reason = why_not_ready(bead, blockers, cooling)
+            elif room is not None and len(claims) >= room:
+                reason = f"convoy at max in flight ({convoy.max_in_flight})"
+            else:
+                won = dispatch.claim(
+                    bead, convoy_id=convoy.pk, path="batch", actor=actor, forced=bead_id in blockers
+                )
+                if won:
+                    claims.append(won)
+                    continue
+                reason = "claimed by another dispatcher"
+            skipped.append({"id": bead_id, "reason": reason})
+    results = [{**dispatch.run(claim), "forced": claim.bead_id in blockers} for claim in claims]
+    return convoy, results, skipped
 
 
 def _convoy_for(bead_ids, beads, rig, owned, merge, actor):

@@ -1,20 +1,30 @@
-"""`manage.py sling <bead>… [rig] [--no-convoy] [--owned] [--merge M] [--force]`."""
+"""`manage.py sling <bead>… [rig] | <convoy>  [--no-convoy] [--owned] [--merge M] [--force]`."""
 
 from ...models import Rig
 from ...services import sling
 from ...services.beads import check_bead_id
-from ..base import ServiceCommand
+from ..base import ServiceCommand, error
 
 
 class Command(ServiceCommand):
-    help = "Dispatch beads now: one gets a `Work:` convoy, several a `Batch:` convoy."
+    help = (
+        "Dispatch beads now: one gets a `Work:` convoy, several a `Batch:` convoy. A convoy id "
+        "dispatches each of its ready beads (the convoy is the container: no new convoy) and "
+        "lists the others with the reason. Epics are staged, not slung; a bead with open "
+        "blockers is refused unless --force."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("args", nargs="+", metavar="bead… [rig]")
-        parser.add_argument("--no-convoy", action="store_true")
-        parser.add_argument("--owned", action="store_true")
-        parser.add_argument("--merge", default="")
-        parser.add_argument("--force", action="store_true")
+        parser.add_argument("args", nargs="+", metavar="bead… [rig] | convoy")
+        parser.add_argument("--no-convoy", action="store_true", help="no auto-convoy")
+        parser.add_argument("--owned", action="store_true", help="the auto-convoy is owned")
+        parser.add_argument("--merge", default="", help="the auto-convoy's merge strategy")
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="dispatch past open blockers (recorded on the dispatch), to another rig's "
+            "target or a parked rig",
+        )
         self.add_json(parser)
 
     def handle(self, *args, no_convoy, owned, merge, force, json, **_):
@@ -27,6 +37,14 @@ class Command(ServiceCommand):
                 )
         for bead_id in ids:
             check_bead_id(bead_id)
+        if len(ids) == 1 and sling.is_convoy(ids[0]):
+            if rig or owned or merge:
+                raise error(
+                    "a convoy's beads go to their own rigs and it is their convoy: "
+                    "give no rig, --owned or --merge"
+                )
+            self.sling_convoy(ids[0], force, json)
+            return
         convoy, rig, results = sling.sling(
             ids, rig, no_convoy=no_convoy, owned=owned, merge=merge, force=force
         )
@@ -37,10 +55,28 @@ class Command(ServiceCommand):
             return
         if convoy:
             self.stdout.write(f"→ Convoy 🚚 {convoy.pk}: {convoy.title}")
-        for row in results:
-            mark = "✓" if row["ok"] else "✗"
-            detail = row["worker"] if row["ok"] else row["error"]
-            self.stdout.write(f"  {mark} {row['id']} → {detail}")
+        self.write_results(results)
         ok = sum(1 for r in results if r["ok"])
         if len(results) > 1:
             self.stdout.write(f"📊 Batch sling complete: {ok}/{len(results)} succeeded")
+
+    def sling_convoy(self, convoy_id, force, json):
+        convoy, results, skipped = sling.sling_convoy(convoy_id, force=force)
+        if json:
+            self.write_json({"convoy_id": convoy.pk, "dispatched": results, "skipped": skipped})
+            return
+        self.stdout.write(f"→ Convoy 🚚 {convoy.pk}: {convoy.title} (its own container)")
+        self.write_results(results)
+        for row in skipped:
+            self.stdout.write(f"  ○ {row['id']} skipped: {row['reason']}")
+        ok = sum(1 for r in results if r["ok"])
+        self.stdout.write(
+            f"📊 Convoy sling complete: {ok}/{len(results)} dispatched, {len(skipped)} skipped"
+        )
+
+    def write_results(self, results):
+        for row in results:
+            mark = "✓" if row["ok"] else "✗"
+            detail = row["worker"] if row["ok"] else row["error"]
+            forced = "  (forced past open blockers)" if row["forced"] else ""
+            self.stdout.write(f"  {mark} {row['id']} → {detail}{forced}")
