@@ -5,6 +5,8 @@ Forms validate shapes; every rule is the services' and a refusal is shown as a f
 (HTTP 400), with nothing written.
 """
 
+from functools import wraps
+
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -29,13 +31,12 @@ def needs(perm):
     """Login, then the model permission (403 without it)."""
 
     def wrap(view):
+        @wraps(view)
         def checked(request, *args, **kwargs):
             if not request.user.has_perm(perm):
                 raise PermissionDenied(f"You need the {perm.split('.')[1]} permission.")
             return view(request, *args, **kwargs)
 
-        checked.__name__ = view.__name__
-        checked.__doc__ = view.__doc__
         return login_required(checked)
 
     return wrap
