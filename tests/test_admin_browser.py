@@ -25,6 +25,7 @@ def test_admin_adds_a_bead_with_a_dependency(browser, server):  # noqa: F811
     page.wait_for_url(server + "/admin/convoys/bead/add/")
     page.fill("#id_id", "gt-web1.2")
     page.fill("#id_title", "Made in the admin")
+    page.fill("#id_description", "Two lines,\n  the second indented.")
     page.select_option("#id_issue_type", "bug")
     page.fill("#id_labels", "ui\nadmin")
     page.fill("#id_dependencies-0-depends_on_id", "gt-base")
@@ -47,4 +48,11 @@ def test_admin_adds_a_bead_with_a_dependency(browser, server):  # noqa: F811
         Event.objects.filter(bead_id="gt-web1.2").order_by("seq").values_list("kind", "actor")
     ) == [("bead.created", "admin:ada"), ("bead.updated", "admin:ada")]
     shot(page, "admin-events")
+
+    # saved again unchanged from the browser (textarea line breaks come back as CRLF): no change
+    page.goto(server + "/admin/convoys/bead/gt-web1.2/change/")
+    page.click("input[name=_save]")
+    page.wait_for_url(server + "/admin/convoys/bead/")
+    assert Bead.objects.get(pk="gt-web1.2").description == "Two lines,\n  the second indented."
+    assert Event.objects.filter(bead_id="gt-web1.2").count() == 2
     context.close()
