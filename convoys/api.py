@@ -273,7 +273,7 @@ def _bead_out(bead, detail=False):
 
 
 @api.get("/convoys", response=responses(list[ConvoyOut]), tags=["convoys"])
-def list_convoys(request, status: str = "active", limit: int = Query(200, ge=1, le=1000)):
+def list_convoys(request, status: Text = "active", limit: int = Query(200, ge=1, le=1000)):
     need(request, "view_convoy")
     queryset = Convoy.objects.order_by("-created_at", "id")
     if status == "active":
@@ -286,7 +286,7 @@ def list_convoys(request, status: str = "active", limit: int = Query(200, ge=1, 
 
 
 @api.get("/convoys/{convoy_id}", response=responses(ConvoyDetailOut, 404), tags=["convoys"])
-def get_convoy(request, convoy_id: str):
+def get_convoy(request, convoy_id: Text):
     need(request, "view_convoy")
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
@@ -320,10 +320,10 @@ def get_convoy(request, convoy_id: str):
 @api.get("/beads", response=responses(list[BeadOut]), tags=["beads"])
 def list_beads(
     request,
-    status: str | None = None,
-    rig: str | None = None,
-    assignee: str | None = None,
-    q: str | None = None,
+    status: Text | None = None,
+    rig: Text | None = None,
+    assignee: Text | None = None,
+    q: Text | None = None,
     ready: bool = False,
     limit: int = Query(200, ge=1, le=2000),
 ):
@@ -342,13 +342,13 @@ def list_beads(
 
 
 @api.get("/beads/{bead_id}", response=responses(BeadOut, 404), tags=["beads"])
-def get_bead(request, bead_id: str):
+def get_bead(request, bead_id: Text):
     need(request, "view_bead")
     return _bead_out(bead_service.get_bead(bead_id), detail=True)
 
 
 @api.patch("/beads/{bead_id}", response=responses(BeadOut, 404, 413), tags=["beads"])
-def update_bead(request, bead_id: str, payload: BeadUpdateIn):
+def update_bead(request, bead_id: Text, payload: BeadUpdateIn):
     need(request, "change_bead")
     fields = {k: v for k, v in payload.model_dump().items() if v is not None}
     if not fields:
@@ -357,7 +357,7 @@ def update_bead(request, bead_id: str, payload: BeadUpdateIn):
 
 
 @api.post("/beads/{bead_id}/close", response=responses(BeadOut, 404, 413), tags=["beads"])
-def close_bead(request, bead_id: str, payload: CloseIn):
+def close_bead(request, bead_id: Text, payload: CloseIn):
     need(request, "change_bead")
     return _bead_out(
         bead_service.close_bead(bead_id, reason=payload.reason, actor=f"api:{request.user}")
