@@ -433,6 +433,25 @@ def test_route_upsert_reroutes_the_prefix_beads_with_events(editor):
     assert Event.objects.filter(kind="bead.updated", data__changes__rig=["zoo", None]).count() == 2
 
 
+@pytest.mark.parametrize(
+    ("prefix", "path", "says"),
+    [
+        ("zz", "zoo", "must end with '-'"),
+        ("zz-", "-rf/mayor", "must not start with '-'"),
+        ("zz-", "../etc", "must not be '..'"),
+    ],
+)
+def test_a_route_the_rules_refuse_is_a_form_error(editor, prefix, path, says):
+    bead("zz-a1")
+    before = Event.objects.count()
+    data = page_data(editor, "/admin/convoys/route/add/")
+    data.update({"prefix": prefix, "path": path})
+    errors = form_errors(editor.post("/admin/convoys/route/add/", data))
+    assert len(errors) == 1 and says in errors[0]
+    assert not Rig.objects.exists() and Event.objects.count() == before
+    assert Bead.objects.get(pk="zz-a1").rig_id is None
+
+
 def test_admin_cannot_delete_rows_behind_the_services(client):
     client.force_login(User.objects.create_superuser("root", password="pw-pw-pw-123"))
     bead("gt-keep")
