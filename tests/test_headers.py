@@ -82,6 +82,7 @@ def assert_security_headers(response, url):
     assert response["X-Content-Type-Options"] == "nosniff", url
     assert response["Referrer-Policy"] == "same-origin", url
     assert response["X-Frame-Options"] == "DENY", url
+    assert response["Cross-Origin-Opener-Policy"] == "same-origin", url
 
 
 class InlineCode(HTMLParser):
@@ -123,6 +124,14 @@ def test_every_page_sends_the_security_headers(demo):
     for url in ["/login/", "/api/openapi.json", "/"]:
         assert_security_headers(anonymous.get(url), url)
     assert_security_headers(signed_in(User.objects.create_user("nobody")).get("/"), "403")
+    # Scripts and styles are never sniffed into another type either.
+    for url in [
+        "/static/convoys/live.js",
+        "/static/convoys/app.css",
+        "/static/ninja/swagger-ui.css",
+    ]:
+        response = anonymous.get(url)
+        assert response.status_code == 200 and response["X-Content-Type-Options"] == "nosniff"
 
 
 def test_pages_have_no_inline_code(demo):
