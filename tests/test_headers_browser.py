@@ -59,7 +59,7 @@ def open_page(page, url):
 def test_no_page_violates_the_content_security_policy(browser, demo_site):  # noqa: F811
     base, urls = demo_site
     context, page, console = signed_in(browser, base, viewport={"width": 1400, "height": 900})
-    for url in urls:
+    for url in [*urls, "/login/"]:
         console.clear()
         open_page(page, base + url)
         violations = page.evaluate("window.__csp")
