@@ -244,6 +244,9 @@ API = [
     ("/api/stranded", "GET", None, READ),
     ("/api/stage", "POST", {"ids": ["gt-x"]}, WRITE),
     ("/api/launch", "POST", {"ids": ["{staged}"], "force": True}, WRITE),
+    # the document and its page: any signed-in user or token holder
+    ("/api/openapi.json", "GET", None, (401, 200, 200, 200, 200)),
+    ("/api/docs", "GET", None, (L, 200, 200, 200, 200)),
 ]
 
 # fmt: on
