@@ -147,6 +147,12 @@ def fonts_covering(char):
     return {f for f in result.stdout.splitlines() if f and "emoji" not in f.lower()}
 
 
+def test_no_template_has_inline_code():
+    """Every branch of every template, not only the ones the pages above happened to draw."""
+    for path in sorted((ROOT / "templates").rglob("*.html")):
+        assert inline_code(path.read_text()).found == [], path.relative_to(ROOT)
+
+
 def test_pages_and_icons_need_no_emoji_font(demo):
     client = signed_in(demo)
     used = set()
