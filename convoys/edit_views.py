@@ -62,7 +62,9 @@ class CreateForm(forms.Form):
     prefix = forms.ChoiceField(label="Rig (the id's prefix)")
     title = forms.CharField(max_length=500)
     issue_type = forms.ChoiceField(
-        label="Type", choices=[(t, t) for t in BEAD_TYPES], initial="task"
+        label="Type (of a bead; an epic's children are tasks)",
+        choices=[(t, t) for t in BEAD_TYPES],
+        initial="task",
     )
     priority = forms.TypedChoiceField(choices=PRIORITIES, coerce=int, initial=2)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
