@@ -3,6 +3,11 @@ for convoy pages of 1,000 and 5,000 beads, median of several runs, plus the DAG 
 The first convoy-page view computes the layout; later views reuse it (status-only changes
 never re-layout), so both are shown.
 
+Then, side by side in the same run, what a live update costs against a full render: one bead
+of a convoy changes after the page was drawn and the page asks for its fragments (X-Live,
+X-Live-Since: the seq it shows); every fragment of the page (no X-Live-Since) for reference.
+Goal: a live update costs at most a fifth of the full render.
+
     .venv/bin/python bench/pages.py [--runs 5]
 """
 
@@ -87,19 +92,21 @@ def main():
     client = Client()
     client.force_login(user)
 
-    def measure(url, cold=False):
+    def measure(url, cold=False, headers=None):
         times, queries, size = [], 0, 0
         for _ in range(args.runs):
             if cold:
                 cache.clear()
             with CaptureQueriesContext(connection) as ctx:
-                elapsed, response = timed(client.get, url)
+                elapsed, response = timed(client.get, url, headers=headers or {})
             assert response.status_code == 200, (url, response.status_code)
             times.append(elapsed)
             queries = len(ctx.captured_queries)
             content = response.content.decode()
-            if "<svg" in content:
-                size = content.index("</svg>") - content.index("<svg class")
+            if '<svg class="dag"' in content:
+                size = content.index("</svg>", content.index('<svg class="dag"')) - content.index(
+                    '<svg class="dag"'
+                )
         return median(times), queries, size
 
     print(f"{'page':<44} {'median':>8} {'queries':>8} {'svg KB':>7}")
@@ -120,6 +127,47 @@ def main():
         f"5,000 / 1,000 beads time ratio (cached): "
         f"{results[rows[4][0]] / results[rows[2][0]]:.1f}x; target: every page under 300 ms"
     )
+    live_vs_full(client, measure)
+
+
+def live_vs_full(client, measure):
+    """A live update (fragments of what changed since the page's seq) against a full render of
+    the same page, measured alternately in the same run."""
+    import re
+
+    from convoys.events import last_seq
+    from convoys.models import Bead, TrackedBead
+    from convoys.services import beads
+
+    print()
+    print(f"{'live update vs full render':<44} {'median':>8} {'queries':>8} {'ratio':>7}")
+    for label, url, convoy_id in [
+        ("dashboard, 200 convoys / 20,000 beads", "/", "hq-cv-d0100"),
+        ("convoy page, 1,000 beads", "/convoys/hq-cv-p1000/", "hq-cv-p1000"),
+    ]:
+        page = client.get(url).content.decode()
+        layout = re.search(r'data-layout="([0-9a-f]+)"', page)
+        seq = last_seq()
+        tracked = TrackedBead.objects.filter(convoy_id=convoy_id).values("bead_id")
+        changed = Bead.objects.filter(pk__in=tracked, status="open").order_by("id").first()
+        beads.update_bead(changed.pk, status="in_progress", assignee="bench", actor="bench")
+        live = {"X-Live": "1", "X-Live-Since": str(seq)}
+        if layout:
+            live["X-Live-Layout"] = layout.group(1)
+        full_t, full_q, _ = measure(url)
+        live_t, live_q, _ = measure(url, headers=live)
+        all_t, all_q, _ = measure(url, headers={"X-Live": "1"})
+        answer = client.get(url, headers=live).json()["fragments"]
+        print(f"{label + ': full render':<44} {full_t * 1000:>6.1f}ms {full_q:>8}")
+        print(
+            f"{'  live update, ' + str(len(answer)) + ' fragments':<44} "
+            f"{live_t * 1000:>6.1f}ms {live_q:>8} {full_t / live_t:>6.1f}x"
+        )
+        print(
+            f"{'  every fragment (no X-Live-Since)':<44} "
+            f"{all_t * 1000:>6.1f}ms {all_q:>8} {full_t / all_t:>6.1f}x"
+        )
+    print("goal: a live update costs at most 1/5 of the full render (ratio >= 5x)")
 
 
 if __name__ == "__main__":

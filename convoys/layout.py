@@ -12,9 +12,11 @@ NODE_W, NODE_H, COL_GAP, ROW_GAP, PAD = 190, 40, 70, 12, 20
 OVERLAY_ID = "dag-overlay"
 
 
-def fingerprint(node_ids, edges, collapsed=()):
+def fingerprint(node_ids, edges, collapsed=(), columns=()):
+    """A drawing's key: its nodes, edges, collapsed waves and columns (the waves and the gated
+    column, which an open gate's close changes without changing the graph)."""
     digest = hashlib.sha1()
-    for part in (sorted(node_ids), sorted(edges), sorted(collapsed)):
+    for part in (sorted(node_ids), sorted(edges), sorted(collapsed), list(columns)):
         digest.update(repr(part).encode())
     return digest.hexdigest()
 

@@ -218,6 +218,7 @@ class Changes:
     beads: set = field(default_factory=set)
     convoys: set = field(default_factory=set)  # named by the event or tracking its bead
     kinds: set = field(default_factory=set)
+    done_changed: set = field(default_factory=set)  # beads closed or reopened
     dependencies: bool = False  # a bead's dependency list changed
 
     def touches_listing(self):
@@ -242,6 +243,8 @@ def changes_since(seq):
         changes.kinds.add(kind)
         if bead_id:
             changes.beads.add(bead_id)
+            if kind in ("bead.closed", "bead.reopened"):
+                changes.done_changed.add(bead_id)
         if convoy_id:
             changes.convoys.add(convoy_id)
         changes.convoys.update(data.get("convoys") or ())
@@ -391,7 +394,8 @@ def convoy_graph(convoy):
 
 def _geometry(convoy, graph, waves, gated, collapsed):
     exec_edges = [(a, b) for a, b in graph.graph.edges]
-    key = layout.fingerprint(list(graph.nodes), exec_edges, collapsed)
+    columns = [*waves, sorted(g.id for g in gated)]
+    key = layout.fingerprint(list(graph.nodes), exec_edges, collapsed, columns)
     geometry = cache.get("dag:" + convoy.pk + ":" + key)
     if geometry is None:
         geometry = layout.compute(waves, [g.id for g in gated], exec_edges, collapsed)
@@ -499,6 +503,8 @@ class ConvoyPage:
     summary_line: str
     dag: Dag
     big: bool
+    capped: bool  # more unfinished beads than the bead table lists
+    wave_of: dict
     graph: object = None
     subscribed: object = None
     plan_moved: dict = field(default_factory=dict)
@@ -548,11 +554,12 @@ def convoy_page(convoy, params, user, now):
         for bead_id in tracked
     ]
     big = len(tracked) > COLLAPSE_AT and params.get("all") != "1"
-    hidden_rows = 0
+    hidden_rows, capped = 0, False
     if big:
         # Large convoys list unfinished beads first and keep the page light; ?all=1 shows all.
         unfinished = [r for r in rows if r["state"] not in DONE_STATUSES]
         hidden_rows = len(rows) - min(len(unfinished), MAX_ROWS)
+        capped = len(unfinished) > MAX_ROWS
         rows = unfinished[:MAX_ROWS]
     tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     blockers = blocked_by([r["id"] for r in rows] if big else tracked_q)
@@ -623,6 +630,8 @@ def convoy_page(convoy, params, user, now):
         f"(max parallelism: {size} in wave {at})",
         dag=dag,
         big=big,
+        capped=capped,
+        wave_of=wave_number,
         graph=graph,
         subscribed=Subscription.objects.filter(user=user, convoy=convoy).first(),
         plan_moved=(convoy.extra or {}).get("plan", {}),

@@ -142,37 +142,64 @@ def _convoy_fragments(request, page):
         Fragment("convoy-actions", "convoys/_convoy_actions.html"),
         Fragment("convoy-staging", "convoys/_convoy_staging.html"),
         Fragment("critical", "convoys/_convoy_critical.html"),
-        Fragment("wave-card", "convoys/_convoy_waves.html"),
         Fragment("timeline", "convoys/_timeline.html", {"events": page.timeline}),
         unread(),
     ]
     seq = since(request)
     changes = selectors.changes_since(seq) if seq is not None else None
     dag = page.dag
+    drawn_as = request.headers.get("X-Live-Layout", "")
     whole = (
         changes is None
         or changes.dependencies
         or "rig.state" in changes.kinds
+        or "bead.reopened" in changes.kinds
         or (page.convoy.pk in changes.convoys and changes.touches_graph())
+        or dag is None
+        or drawn_as != dag.fingerprint
     )
-    drawn_as = request.headers.get("X-Live-Layout", "")
-    if whole or dag is None or drawn_as != dag.fingerprint:
-        fragments.append(Fragment("dag-card", "convoys/_convoy_dag.html"))
-    else:
-        # The drawing is the one the page shows: only the nodes whose state may have changed,
-        # and the overlay (critical path, marks).
-        for bead_id in dag.drawn(page.affected(changes.beads)):
-            fragments.append(Fragment(layout.node_id(bead_id), html=dag.node(bead_id)))
-        fragments.append(Fragment(layout.OVERLAY_ID, html=dag.overlay()))
-    if whole or page.big:
-        fragments.append(Fragment("bead-table", "convoys/_bead_table.html"))
-    else:
-        affected = page.affected(changes.beads)
-        fragments += [
-            Fragment("bead-row-" + row["id"], "convoys/_bead_row.html", {"r": row})
-            for row in page.rows
-            if row["id"] in affected
+    if whole:
+        return fragments + [
+            Fragment("dag-card", "convoys/_convoy_dag.html"),
+            Fragment("wave-card", "convoys/_convoy_waves.html"),
+            Fragment("bead-table", "convoys/_bead_table.html"),
         ]
+    # The page shows the same drawing: only the nodes, rows and waves whose state may have
+    # changed (the beads named by the events and the beads they block), and the overlay.
+    affected = page.affected(changes.beads)
+    fragments += [
+        Fragment(layout.node_id(i), html=dag.node(i)) for i in sorted(dag.drawn(affected))
+    ]
+    fragments.append(Fragment(layout.OVERLAY_ID, html=dag.overlay()))
+    fragments += _wave_fragments(page, affected)
+    fragments += _bead_row_fragments(page, affected, changes)
+    return fragments
+
+
+def _wave_fragments(page, affected):
+    numbers = {page.wave_of[i] for i in affected if i in page.wave_of}
+    rows = [w for w in page.waves if w["number"] in numbers]
+    if any(w["counts"]["done"] == w["total"] for w in rows):
+        # A wave completed: the frontier moves and (on big convoys) links move between waves.
+        return [Fragment("wave-card", "convoys/_convoy_waves.html")]
+    return [Fragment(f"wave-{w['number']}", "convoys/_wave_row.html", {"w": w}) for w in rows]
+
+
+def _bead_row_fragments(page, affected, changes):
+    if page.capped and changes.done_changed & set(page.graph.nodes):
+        # A bead closing leaves the capped list of unfinished beads and lets another in.
+        return [Fragment("bead-table", "convoys/_bead_table.html")]
+    rows = {row["id"]: row for row in page.rows}
+    fragments = []
+    for bead_id in sorted(affected):
+        if bead_id in rows:
+            fragments.append(
+                Fragment("bead-row-" + bead_id, "convoys/_bead_row.html", {"r": rows[bead_id]})
+            )
+        elif page.big:
+            fragments.append(Fragment("bead-row-" + bead_id, html=""))  # done: off the list
+    if page.big:
+        fragments.append(Fragment("bead-table-more", "convoys/_bead_table_more.html"))
     return fragments
 
 

@@ -125,6 +125,7 @@
       return;
     }
     pending.delete(id);
+    if (html === "") { el.remove(); return; }  // it left the page (a done bead off a long list)
     const typed = typedValues(el);
     el.outerHTML = html;
     const fresh = document.getElementById(id);
