@@ -18,7 +18,7 @@ from django.db import DataError
 from django.db.models import Q
 from django.http import JsonResponse
 from ninja import NinjaAPI, Query, Schema
-from ninja.errors import HttpError
+from ninja.errors import HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -92,6 +92,19 @@ def refused_by_database(request, exc):
 def too_big(request, exc):
     # Django's DATA_UPLOAD_MAX_MEMORY_SIZE: refused before the body is parsed.
     return api.create_response(request, {"detail": f"request body too large: {exc}"}, status=413)
+
+
+@api.exception_handler(ValidationError)
+def malformed(request, exc):
+    errors = [{**error, "loc": client_loc(error["loc"])} for error in exc.errors]
+    return api.create_response(request, {"detail": errors}, status=422)
+
+
+def client_loc(loc):
+    """A body field's place as the client wrote it, ["body", "reason"], without the view's
+    parameter name in between (ninja says ["body", "payload", "reason"])."""
+    loc = list(loc)
+    return [loc[0], *loc[2:]] if loc[:2] == ["body", "payload"] else loc
 
 
 @api.exception_handler(ServiceError)

@@ -59,8 +59,8 @@ def refused(token, method, url, raw, status=422):
     ],
 )
 def test_a_body_that_is_not_a_json_object_is_refused(token, method, url, raw):
-    detail = refused(token, method, url, raw)
-    assert [e["msg"] for e in detail] == ["Value error, the body must be a JSON object"]
+    (error,) = refused(token, method, url, raw)
+    assert (error["loc"], error["msg"]) == (["body"], "Value error, the body must be a JSON object")
 
 
 NUL = "Value error, must not contain a NUL character"
@@ -104,6 +104,7 @@ NOT_UNICODE = "nicode"  # a lone surrogate: "â€¦not Unicode text" (pydantic: "â€
 def test_a_bad_field_is_refused_by_name(token, method, url, raw, field, message):
     (error,) = refused(token, method, url, raw)
     assert error["loc"][-1] == field and message in error["msg"], error
+    assert error["loc"][:2] == ["body", field if isinstance(field, str) else "ids"]
 
 
 @pytest.mark.parametrize(
