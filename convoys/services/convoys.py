@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from ..beadfile import unwrap_external
 from ..events import record
-from ..ids import target_problem
+from ..ids import name_problem, target_problem
 from ..models import (
     CONVOY_CLOSED,
     CONVOY_OPEN,
@@ -237,7 +237,7 @@ def epic_leaves(epic_id):
     return leaves
 
 
-def _track(convoy, bead_ids, actor):
+def _track(convoy, bead_ids, actor, data=None):
     start = (TrackedBead.objects.filter(convoy=convoy).aggregate(m=Max("position"))["m"] or 0) + 1
     added = []
     for offset, raw in enumerate(bead_ids):
@@ -261,14 +261,15 @@ def _track(convoy, bead_ids, actor):
             "convoy.tracked",
             convoy_id=convoy.id,
             actor=actor,
-            data={"added": added, "title": convoy.title, "status": convoy.status},
+            data={"added": added, "title": convoy.title, "status": convoy.status, **(data or {})},
         )
     return added
 
 
 @transaction.atomic
-def add(convoy_id, bead_ids, actor=""):
-    """Track more beads; a closed convoy reopens and its landing stamp is cleared."""
+def add(convoy_id, bead_ids, actor="", data=None):
+    """Track more beads; a closed convoy reopens and its landing stamp is cleared. `data` is
+    added to the convoy.tracked event (e.g. why the beads joined)."""
     convoy = get_convoy(convoy_id, lock=True)
     normalize_status(convoy.status)
     if not bead_ids:
@@ -277,7 +278,7 @@ def add(convoy_id, bead_ids, actor=""):
     if convoy.status == CONVOY_CLOSED:
         set_status(convoy, CONVOY_OPEN, actor=actor)
         reopened = True
-    added = _track(convoy, bead_ids, actor)
+    added = _track(convoy, bead_ids, actor, data)
     return convoy, added, reopened
 
 
@@ -322,7 +323,17 @@ def check(convoy_id=None, *, dry_run=False, actor="cli"):
     return results
 
 
-def close(convoy_id, *, reason="", force=False, actor="cli"):
+def close(convoy_id, *, reason="", force=False, actor="cli", notify=""):
+    """Close a convoy (open issues need `force`). A completion lands it (subscribers told);
+    `notify` names one more address told that it closed, with the reason."""
+    from .notify import address_recipients, notify_closed, notify_landing
+
+    if notify:
+        problem = name_problem(notify) or ("" if notify.strip() else "must not be blank")
+        if problem:
+            raise ServiceError(f"--notify address {problem}")
+        if not address_recipients([notify]):
+            raise ServiceError(f"--notify {notify}: that user may not view convoys")
     with transaction.atomic():
         convoy = get_convoy(convoy_id, lock=True)
         if convoy.status == CONVOY_CLOSED:
@@ -343,14 +354,15 @@ def close(convoy_id, *, reason="", force=False, actor="cli"):
         reason = reason or ("Force closed" if force else COMPLETED_REASON)
         set_status(convoy, CONVOY_CLOSED, reason=reason, actor=actor)
     if reason == COMPLETED_REASON:
-        from .notify import notify_landing
-
         notify_landing(convoy)
+    if notify:
+        notify_closed(convoy, notify)
     return convoy, True, still_open
 
 
-def land(convoy_id, *, force=False, actor="cli"):
-    """Owned convoys only: close with "Landed by owner", release workers, notify."""
+def land(convoy_id, *, force=False, actor="cli", dry_run=False):
+    """Owned convoys only: close with "Landed by owner", release workers, notify. A dry run
+    makes every check and changes nothing."""
     with transaction.atomic():
         convoy = get_convoy(convoy_id, lock=True)
         if not convoy.owned:
@@ -368,6 +380,8 @@ def land(convoy_id, *, force=False, actor="cli"):
                 f"{', '.join(still_open)}\n  Use --force to land anyway"
             )
         released = sorted({b.assignee for _, b in pairs if b is not None and b.assignee})
+        if dry_run:
+            return convoy, False, released
         set_status(
             convoy,
             CONVOY_CLOSED,

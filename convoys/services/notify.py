@@ -13,6 +13,7 @@ from ..events import record_many
 from ..formatting import duration
 from ..ids import name_problem
 from ..models import Convoy, Notification, Subscription, status_symbol
+from .errors import NotFound, ServiceError
 
 log = logging.getLogger("convoys.notify")
 
@@ -38,7 +39,6 @@ def landing_message(convoy, pairs):
 def recipients(convoy):
     """[(user or None, address, wants e-mail)], de-duplicated; a user who may not view
     convoys (or is inactive) is told nothing: the report lists bead ids and titles."""
-    User = get_user_model()
     result, seen_users = [], set()
     for sub in Subscription.objects.filter(
         Q(convoy=convoy) | Q(convoy__isnull=True)
@@ -46,8 +46,16 @@ def recipients(convoy):
         if sub.user_id not in seen_users and sub.user.has_perm("convoys.view_convoy"):
             seen_users.add(sub.user_id)
             result.append((sub.user, "", sub.email))
-    addresses = convoy.notify_addresses()
-    users = {}
+    return result + address_recipients(convoy.notify_addresses(), seen_users)
+
+
+def address_recipients(addresses, seen_users=None):
+    """Addresses -> [(user or None, address, wants e-mail)]: an address naming a user (by
+    username or e-mail) reaches that user's inbox if they may view convoys; any other address
+    is kept as is, and e-mailed when it is an e-mail address."""
+    User = get_user_model()
+    seen_users = set() if seen_users is None else seen_users
+    users, result = {}, []
     for user in User.objects.filter(Q(username__in=addresses) | Q(email__in=addresses)):
         users[user.username] = user
         if user.email:
@@ -76,48 +84,65 @@ def notify_landing(convoy):
             return []
         convoy.refresh_from_db()
         subject, body = landing_message(convoy, tracked_details([convoy])[convoy.pk])
-        rows = [
-            Notification(
-                user=user,
-                address=address,
-                convoy=convoy,
-                kind=Notification.LANDED,
-                subject=subject,
-                body=body,
-                created_at=now,
-                email_wanted=email,
-            )
-            for user, address, email in recipients(convoy)
-        ]
-        created = Notification.objects.bulk_create(rows)
-        ids = [n.pk for n in created if n.pk is not None]
-        if not ids:  # some backends do not return ids from bulk_create
-            ids = list(
-                Notification.objects.filter(convoy=convoy, created_at=now).values_list(
-                    "pk", flat=True
-                )
-            )
-        notifications = list(Notification.objects.filter(pk__in=ids))
-        record_many(
-            [
-                dict(
-                    kind="notification",
-                    convoy_id=convoy.id,
-                    data={
-                        "user_id": n.user_id,
-                        "notification_id": n.pk,
-                        "subject": n.subject,
-                        "kind": n.kind,
-                        "title": convoy.title,
-                    },
-                )
-                for n in notifications
-                if n.user_id
-            ]
+        return _deliver(convoy, Notification.LANDED, subject, body, recipients(convoy), now)
+
+
+@transaction.atomic
+def notify_closed(convoy, address):
+    """`convoy close --notify ADDR`: tell one address that the convoy closed, and why (the
+    original's mail: "🚚 Convoy closed: <title>")."""
+    subject = f"🚚 Convoy closed: {' '.join(convoy.title.split())}"[:600]
+    body = f"Convoy {convoy.id} has been closed.\n\nReason: {convoy.close_reason}"
+    return _deliver(
+        convoy, Notification.CLOSED, subject, body, address_recipients([address]), timezone.now()
+    )
+
+
+def _deliver(convoy, kind, subject, body, to, now):
+    """Inbox rows for `to` ([(user, address, e-mail?)]), a live event for each user's inbox,
+    and the wanted e-mails queued after commit. Runs in the caller's transaction."""
+    rows = [
+        Notification(
+            user=user,
+            address=address,
+            convoy=convoy,
+            kind=kind,
+            subject=subject,
+            body=body,
+            created_at=now,
+            email_wanted=email,
         )
-        emails = [n.pk for n in notifications if n.email_wanted]
-        if emails:
-            transaction.on_commit(lambda: _enqueue_emails(emails), robust=True)
+        for user, address, email in to
+    ]
+    created = Notification.objects.bulk_create(rows)
+    ids = [n.pk for n in created if n.pk is not None]
+    if not ids:  # some backends do not return ids from bulk_create
+        ids = list(
+            Notification.objects.filter(convoy=convoy, kind=kind, created_at=now).values_list(
+                "pk", flat=True
+            )
+        )
+    notifications = list(Notification.objects.filter(pk__in=ids))
+    record_many(
+        [
+            dict(
+                kind="notification",
+                convoy_id=convoy.id,
+                data={
+                    "user_id": n.user_id,
+                    "notification_id": n.pk,
+                    "subject": n.subject,
+                    "kind": n.kind,
+                    "title": convoy.title,
+                },
+            )
+            for n in notifications
+            if n.user_id
+        ]
+    )
+    emails = [n.pk for n in notifications if n.email_wanted]
+    if emails:
+        transaction.on_commit(lambda: _enqueue_emails(emails), robust=True)
     return notifications
 
 
@@ -156,6 +181,37 @@ def mark_read(user, ids=None):
     if ids is not None:
         queryset = queryset.filter(pk__in=ids)
     return queryset.update(read_at=timezone.now())
+
+
+def watch(username, convoy_id, email=False):
+    """`convoy watch`: subscribe a user who may view convoys (as the web does). Returns
+    "subscribed", "updated" (the e-mail choice changed) or "already_watching"."""
+    from .convoys import get_convoy
+
+    convoy = get_convoy(convoy_id)
+    user = _user(username)
+    if not (user.is_active and user.has_perm("convoys.view_convoy")):
+        raise ServiceError(f"user '{username}' may not view convoys: nothing to watch")
+    existing = Subscription.objects.filter(user=user, convoy=convoy).first()
+    if existing and existing.email == email:
+        return "already_watching"
+    subscribe(user, convoy, email=email)
+    return "updated" if existing else "subscribed"
+
+
+def unwatch(username, convoy_id):
+    """`convoy unwatch`: True if the user was watching the convoy."""
+    from .convoys import get_convoy
+
+    convoy = get_convoy(convoy_id)
+    return bool(unsubscribe(_user(username), convoy))
+
+
+def _user(username):
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise NotFound(f"user '{username}' not found")
+    return user
 
 
 @transaction.atomic

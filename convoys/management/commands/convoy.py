@@ -1,4 +1,5 @@
-"""`manage.py convoy create|add|check|status|list|close|land|stranded|stage|launch|feed`."""
+"""`manage.py convoy create|add|check|status|list|close|land|watch|unwatch|stranded|stage|launch|
+feed`."""
 
 from django.utils import timezone
 
@@ -6,7 +7,7 @@ from ... import selectors
 from ...formatting import render_launch
 from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
 from ...services import convoys as convoy_service
-from ...services import feeding, launch, staging
+from ...services import feeding, launch, notify, staging
 from ...services.notify import format_duration
 from ..base import ServiceCommand, error
 
@@ -42,13 +43,65 @@ class Command(ServiceCommand):
         p.add_argument("--status", default=None)
         p.add_argument("--tree", action="store_true")
         self.add_json(p)
-        p = sub.add_parser("close", help="close a convoy")
+        p = sub.add_parser(
+            "close",
+            help="close a convoy",
+            description="Close a convoy, optionally with a reason. By default, verifies that "
+            "all tracked issues are closed before allowing the close. Use --force to close "
+            "regardless of tracked issue status. The close is idempotent - closing an "
+            "already-closed convoy is a no-op.",
+        )
         p.add_argument("convoy")
-        p.add_argument("--reason", default="")
-        p.add_argument("-f", "--force", action="store_true")
-        p = sub.add_parser("land", help="land an owned convoy")
+        p.add_argument("--reason", default="", help="Reason for closing the convoy")
+        p.add_argument(
+            "--notify",
+            default="",
+            metavar="ADDR",
+            help="Address to notify on close (a username, an e-mail address or e.g. mayor/)",
+        )
+        p.add_argument(
+            "-f", "--force", action="store_true", help="Close even if tracked issues are still open"
+        )
+        p = sub.add_parser(
+            "land",
+            help="land an owned convoy (release workers, close convoy)",
+            description="Land an owned convoy: verify it is owned (refuses non-owned "
+            "convoys), check all tracked issues are closed (use --force to override), "
+            'release their workers, close it with reason "Landed by owner" and send the '
+            "completion notifications. Use `convoy close` instead for non-owned convoys.",
+        )
         p.add_argument("convoy")
-        p.add_argument("-f", "--force", action="store_true")
+        p.add_argument(
+            "-f",
+            "--force",
+            action="store_true",
+            help="Land even if tracked issues are not all closed",
+        )
+        p.add_argument(
+            "--dry-run", action="store_true", help="Show what would happen without acting"
+        )
+        for name, text in (
+            ("watch", "Subscribe to convoy completion notifications"),
+            ("unwatch", "Unsubscribe from convoy completion notifications"),
+        ):
+            p = sub.add_parser(
+                name,
+                help=text,
+                description=(
+                    "Subscribe a user to be notified when a convoy completes (all tracked "
+                    "issues close), in their inbox (and by e-mail with --email). The user "
+                    "needs permission to view convoys, as on the web."
+                    if name == "watch"
+                    else "Remove a user's subscription to a convoy's completion notification."
+                ),
+            )
+            p.add_argument("convoy", metavar="convoy-id")
+            p.add_argument("--user", required=True, help="Username to subscribe or unsubscribe")
+            if name == "watch":
+                p.add_argument(
+                    "--email", action="store_true", help="Also send the notification by e-mail"
+                )
+            self.add_json(p)
         p = sub.add_parser("stranded", help="open convoys with ready work nobody is doing")
         self.add_json(p)
         for name in ("stage", "launch"):
@@ -137,8 +190,10 @@ class Command(ServiceCommand):
         for row, _ in closed:
             self.stdout.write(f"  🚚 {row.id}: {row.title}")
 
-    def do_close(self, convoy, reason, force, **_):
-        row, changed, still_open = convoy_service.close(convoy, reason=reason, force=force)
+    def do_close(self, convoy, reason, notify, force, **_):
+        row, changed, still_open = convoy_service.close(
+            convoy, reason=reason, force=force, notify=notify
+        )
         if not changed:
             self.stdout.write(f"○ Convoy {row.id} is already closed")
             return
@@ -149,14 +204,58 @@ class Command(ServiceCommand):
         line = f"  Tracked: {total} issue(s) ({total - len(still_open)} closed"
         self.stdout.write(line + (f", {len(still_open)} still open)" if still_open else ")"))
 
-    def do_land(self, convoy, force, **_):
-        row, changed, released = convoy_service.land(convoy, force=force)
-        if not changed:
+    def do_land(self, convoy, force, dry_run, **_):
+        row, changed, released = convoy_service.land(convoy, force=force, dry_run=dry_run)
+        if row.status == "closed" and not changed:
             self.stdout.write(f"○ Convoy {row.id} is already closed")
+            return
+        if dry_run:
+            info = convoy_service.progress(convoy_service.tracked_details([row])[row.id])
+            self.stdout.write(f"⚠ Dry run — would land convoy 🚚 {row.id}: {row.title}")
+            self.stdout.write("")
+            self.stdout.write(
+                f"  Tracked: {info['total']} issue(s) ({info['done']} closed, "
+                f"{info['total'] - info['done']} open)"
+            )
+            self.stdout.write(f"  Workers to release: {len(released)}")
+            for worker in released:
+                self.stdout.write(f"    • {worker}")
+            self.stdout.write(f"  Close reason: {convoy_service.LANDED_REASON}")
             return
         self.stdout.write(f"✓ Landed convoy 🚚 {row.id}: {row.title}")
         if released:
             self.stdout.write(f"  Released workers: {', '.join(released)}")
+
+    # --- watch / unwatch --------------------------------------------------------------------
+    def do_watch(self, convoy, user, email, json, **_):
+        status = notify.watch(user, convoy, email=email)
+        kind = "mail" if email else "inbox"
+        if json:
+            self.write_json(
+                {"convoy_id": convoy, "user": user, "watch_type": kind, "status": status}
+            )
+        elif status == "already_watching":
+            self.stdout.write(f"○ {user} is already watching convoy {convoy} ({kind})")
+        else:
+            self.stdout.write(
+                f"{'📬' if email else '🔔'} {user} subscribed to convoy {convoy} "
+                f"({kind} notification)"
+            )
+
+    def do_unwatch(self, convoy, user, json, **_):
+        removed = notify.unwatch(user, convoy)
+        if json:
+            self.write_json(
+                {
+                    "convoy_id": convoy,
+                    "user": user,
+                    "status": "unsubscribed" if removed else "not_watching",
+                }
+            )
+        elif removed:
+            self.stdout.write(f"🔕 {user} unsubscribed from convoy {convoy}")
+        else:
+            self.stdout.write(f"○ {user} is not watching convoy {convoy}")
 
     # --- status / list / stranded ----------------------------------------------------------
     def do_status(self, convoy, json, **_):
