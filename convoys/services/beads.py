@@ -13,6 +13,7 @@ from .. import ids
 from ..beadfile import unwrap_external
 from ..events import record
 from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, Worker
+from . import discovered
 from .errors import NotFound, ServiceError
 from .rigs import rig_for
 
@@ -235,6 +236,8 @@ def add_dependency(issue_id, target, dep_type="blocks", actor=""):
         actor=actor,
         data=_event_data(bead, dependency_added={"target": resolved, "type": dep_type}),
     )
+    if dep_type == discovered.DISCOVERED_FROM:
+        discovered.join([(bead.id, resolved)], actor=actor)
     return dep
 
 
