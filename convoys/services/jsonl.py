@@ -20,6 +20,7 @@ from .. import beadfile, bulk, convoy_fields, readahead
 from ..beadfile import BadLine, format_timestamp, parse_timestamp, unwrap_external
 from ..events import record_many
 from ..models import Bead, Convoy, Dependency, TrackedBead
+from . import discovered
 from .errors import ServiceError
 from .rigs import rig_for, route_map, upsert_route
 
@@ -96,6 +97,7 @@ class _Importer:
         self.actor = actor
         self.routes = route_map()
         self.now = timezone.now()
+        self.discovered_edges = []  # new discovered-from edges: they join convoys at the end
 
     def add(self, batch):
         beads = [prepared for _, _, prepared in batch if prepared is not None]
@@ -181,8 +183,19 @@ class _Importer:
         if replaced:
             Dependency.objects.filter(issue_id__in=replaced).delete()
         bulk.table(Dependency).insert(deps)
+        self._note_discovered(deps, old_deps)
         self.report.dependencies += sum(len(dep_rows) for _, dep_rows in batch)
         self.report.events += record_many(events, instances=False)
+
+    def _note_discovered(self, deps, old_deps):
+        at = bulk.table(Dependency).index
+        issue, target, kind = at["issue_id"], at["depends_on_id"], at["type"]
+        for row in deps:
+            if row[kind] == discovered.DISCOVERED_FROM and not any(
+                old[0] == row[target] and old[2] == row[kind]
+                for old in old_deps.get(row[issue], ())
+            ):
+                self.discovered_edges.append((row[issue], row[target]))
 
     def _convoys(self, batch):
         existing = Convoy.objects.in_bulk([r["id"] for _, r in batch])
@@ -354,6 +367,7 @@ def import_stream(stream, name, report, actor="import", read_ahead=False):
         raise ImportFailed(f"{name}: {exc}; nothing was imported")
     finally:
         batches.close()  # a write failed: stop the read-ahead now, not when collected
+    discovered.join(importer.discovered_edges, actor=actor)
     return report
 
 
