@@ -19,6 +19,7 @@ from django.urls import reverse
 
 from convoys.api import create_token
 from convoys.models import Bead, Convoy
+from convoys.services import notify
 
 from .conftest import ROOT
 
@@ -59,7 +60,14 @@ def page_urls():
 @pytest.fixture
 def demo(db):
     call_command("demo", stdout=StringIO())
-    return User.objects.create_superuser("root", password="pw-pw-pw-123")
+    root = User.objects.create_superuser("root", password="pw-pw-pw-123")
+    # Something in the inbox: a landing report and a close notice (their mail subjects carry
+    # the original's truck emoji; the page must not need it).
+    convoy = Convoy.objects.order_by("created_at").first()
+    notify.subscribe(root, convoy)
+    notify.notify_landing(convoy)
+    notify.notify_closed(convoy, "root")
+    return root
 
 
 def signed_in(user):
