@@ -41,7 +41,8 @@ def is_live(request):
 def since(request):
     """The sequence number a live request's page shows, or None (answer every fragment)."""
     value = request.headers.get("X-Live-Since", "")
-    return int(value) if value.isdigit() else None
+    # A sequence number is a bigint: anything else (or too long for one) means "everything".
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
 
 
 def respond(request, template, context, fragments):

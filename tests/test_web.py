@@ -331,6 +331,9 @@ def same_markup(html):
 def assert_parts_of(page, fragments):
     """Every fragment is, character for character, the element with its id in the page."""
     for fragment_id, html in fragments.items():
+        if html == "":  # the element left the page
+            assert f'id="{fragment_id}"' not in page, fragment_id
+            continue
         assert f'id="{fragment_id}"' in html, fragment_id
         assert same_markup(html) in same_markup(page), fragment_id
 
@@ -430,3 +433,30 @@ def test_words_and_times_for_people(world, admin_user):
     beads.close_bead("gt-a")
     bead_page = client.get("/beads/gt-a/").content.decode()
     assert "bead closed" in bead_page and "bead.closed" not in bead_page
+
+
+def test_a_big_convoy_page_drops_a_closed_bead_from_its_list(routes, admin_user):
+    ids = [bead(f"gt-big{i:03d}").id for i in range(160)]  # more than the page lists in full
+    convoy = convoys.create("Big", ids)
+    client = logged_in(admin_user)
+    page = client.get(f"/convoys/{convoy.pk}/").content.decode()
+    layout_key = re.search(r'data-layout="([0-9a-f]+)"', page).group(1)
+    beads.close_bead(ids[0])
+    beads.update_bead(ids[1], priority=0)
+    data = live(client, f"/convoys/{convoy.pk}/", since=as_of(page), x_live_layout=layout_key)
+    fragments = data["fragments"]
+    assert fragments[f"bead-row-{ids[0]}"] == ""
+    assert f"bead-row-{ids[1]}" in fragments and "bead-table" not in fragments
+    assert "1 more bead(s), mostly done" in fragments["bead-table-more"]
+    assert "wave-1" in fragments and "wave-card" not in fragments
+    assert_parts_of(client.get(f"/convoys/{convoy.pk}/").content.decode(), fragments)
+
+
+def test_live_requests_refuse_nothing_and_break_nothing(world, admin_user):
+    client = logged_in(admin_user)
+    url = f"/convoys/{world}/"
+    for since in ("abc", "-5", "9" * 30, "", "1e3", "²"):
+        assert "convoy-head" in live(client, url, x_live_since=since)["fragments"], since
+    assert live(client, url + "?fragments=<script>,../x")["fragments"] == {}
+    assert live(client, "/", x_live_layout="<svg>")["fragments"]
+    assert client.get(url, HTTP_X_LIVE="0")["Content-Type"].startswith("text/html")

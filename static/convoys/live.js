@@ -14,7 +14,7 @@
   const topics = body.dataset.topics || "dashboard,inbox";
   const asOf = parseInt(body.dataset.asOf || "0", 10) || 0;
   const state = { last: asOf, rendered: asOf, applied: new Set(), count: 0, log: [], fetches: 0,
-                  socket: null, attempt: 0 };
+                  toasts: [], socket: null, attempt: 0 };
   window.convoyLive = state;
   const liveEl = document.getElementById("live-state");
   const pending = new Map();  // fragments held back while the user is typing in them
@@ -199,6 +199,7 @@
     const now = Date.now();
     if (now - (toasted.get(key) || -Infinity) < SAME_LANDING) return;
     toasted.set(key, now);
+    state.toasts.push(text);
     const box = document.getElementById("toasts");
     if (!box) return;
     const el = document.createElement("div");
@@ -211,18 +212,35 @@
     while (box.children.length > MAX_TOASTS) box.firstChild.remove();
   }
 
-  /* Once per landing per user across tabs: the first tab to claim the notification's id in
-   * localStorage shows it; the tag makes the browser replace rather than stack a duplicate. */
-  function notifyBrowser(ev) {
+  /* Once per landing per user across tabs: the notification's id is claimed in localStorage
+   * under a Web Lock (check and set are one step for all tabs of the origin); the tag makes the
+   * browser replace rather than stack a duplicate. */
+  const NOTIFIED = "convoyweb:notified:";
+  async function claimOnce(key) {
+    const claim = () => {
+      if (localStorage.getItem(key)) return false;
+      localStorage.setItem(key, String(Date.now()));
+      return true;
+    };
+    try {
+      return navigator.locks ? await navigator.locks.request("convoyweb-notified", claim) : claim();
+    } catch (e) { return true; }  // storage refused: the tag still folds duplicates
+  }
+
+  async function notifyBrowser(ev) {
     const d = ev.data || {};
     if (!("Notification" in window) || Notification.permission !== "granted") return;
-    const key = `convoyweb:notified:${d.notification_id || ev.seq}`;
-    try {
-      if (localStorage.getItem(key)) return;
-      localStorage.setItem(key, String(Date.now()));
-    } catch (e) { /* storage refused: the tag still folds duplicates */ }
+    if (!(await claimOnce(NOTIFIED + (d.notification_id || ev.seq)))) return;
     const n = new Notification(`Convoy landed: ${convoyName(ev)}`, { tag: `landed:${ev.convoy_id}`, body: ev.convoy_id });
     n.onclick = () => { window.focus(); location.href = `/convoys/${encodeURIComponent(ev.convoy_id)}/`; };
+  }
+
+  function forgetOldClaims() {
+    try {
+      for (const key of Object.keys(localStorage)) {
+        if (key.startsWith(NOTIFIED) && Date.now() - Number(localStorage.getItem(key)) > 86400000) localStorage.removeItem(key);
+      }
+    } catch (e) { /* no storage */ }
   }
 
   function updateBadge() {
@@ -252,6 +270,7 @@
     enable.addEventListener("click", () => Notification.requestPermission().then(() => { enable.hidden = true; }));
   }
   updateBadge();
+  forgetOldClaims();
 
   setInterval(() => {
     const ws = state.socket;
