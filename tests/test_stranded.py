@@ -155,6 +155,10 @@ def test_gated_convoy_is_stuck_naming_its_gate_and_has_no_eta(one, client):
     assert "Estimated landing" not in page and "No estimate: gt-roll gated by gt-go." in page
     checked = client.post(f"/convoys/{convoy.pk}/check/", follow=True).content.decode()
     assert "1/2 done, not complete: stuck: gated — gt-roll gated by gt-go." in checked
+    assert cli("convoy", "check", convoy.pk).splitlines() == [
+        f"○ Convoy {convoy.pk} has 1 open issue(s) remaining",
+        "  stuck: gated: gt-roll gated by gt-go",
+    ]
     assert_surfaces_agree(client)
 
 

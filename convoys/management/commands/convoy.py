@@ -3,7 +3,7 @@ feed`."""
 
 from django.utils import timezone
 
-from ... import selectors
+from ... import selectors, stranding
 from ...formatting import render_launch
 from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
 from ...services import convoys as convoy_service
@@ -17,31 +17,81 @@ class Command(ServiceCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        p = sub.add_parser("create", help="create an open convoy tracking beads")
+        p = sub.add_parser(
+            "create",
+            help="Create a new convoy",
+            description="Create a new convoy that tracks the specified issues. The --owner "
+            "flag specifies who requested the convoy (receives completion notification by "
+            "default); --notify adds additional subscribers beyond the owner.",
+        )
         p.add_argument("name", nargs="?", default="")
         p.add_argument("ids", nargs="*")
-        p.add_argument("--owner", default="")
-        p.add_argument("--notify", nargs="?", const="mayor/", default="")
-        p.add_argument("--owned", action="store_true")
-        p.add_argument("--merge", default="")
-        p.add_argument("--base-branch", default="")
-        p.add_argument("--molecule", default="")
-        p.add_argument("--from-epic", default=None)
-        p.add_argument("--max-in-flight", type=int, default=None)
+        p.add_argument(
+            "--owner", default="", help="Owner who requested convoy (gets completion notification)"
+        )
+        p.add_argument(
+            "--notify",
+            nargs="?",
+            const="mayor/",
+            default="",
+            help="Additional address to notify on completion (default: mayor/ if flag used "
+            "without value)",
+        )
+        p.add_argument(
+            "--owned",
+            action="store_true",
+            help="Mark convoy as caller-managed lifecycle (landed with `convoy land`)",
+        )
+        p.add_argument(
+            "--merge",
+            default="",
+            help="Merge strategy: direct (push to main), mr (merge queue, default), local "
+            "(keep on branch)",
+        )
+        p.add_argument("--base-branch", default="", help="Target branch for all convoy work")
+        p.add_argument("--molecule", default="", help="Associated molecule ID")
+        p.add_argument(
+            "--from-epic", default=None, help="Track the epic's slingable leaves (sub-epics walked)"
+        )
+        p.add_argument(
+            "--max-in-flight", type=int, default=None, help="Most tracked beads in progress at once"
+        )
         self.add_json(p)
-        p = sub.add_parser("add", help="track more beads (reopens a closed convoy)")
+        p = sub.add_parser(
+            "add",
+            help="Add issues to an existing convoy",
+            description="Add issues to an existing convoy. If the convoy is closed, it will be "
+            "automatically reopened.",
+        )
         p.add_argument("convoy")
         p.add_argument("ids", nargs="+")
-        p = sub.add_parser("check", help="close complete convoys")
+        p = sub.add_parser(
+            "check",
+            help="Check and auto-close completed convoys",
+            description="Check convoys and auto-close any where all tracked issues are "
+            "complete. Without arguments, checks all open convoys. With a convoy ID, checks "
+            "only that convoy.",
+        )
         p.add_argument("convoy", nargs="?")
-        p.add_argument("--dry-run", action="store_true")
-        p = sub.add_parser("status", help="progress of one convoy, or of every open one")
+        p.add_argument(
+            "--dry-run", action="store_true", help="Preview what would close without acting"
+        )
+        p = sub.add_parser(
+            "status",
+            help="Show convoy status",
+            description="Show detailed status for a convoy: metadata, tracked issues, and "
+            "completion progress. Without an ID, shows status of all active convoys.",
+        )
         p.add_argument("convoy", nargs="?")
         self.add_json(p)
-        p = sub.add_parser("list", help="list convoys")
-        p.add_argument("--all", action="store_true")
-        p.add_argument("--status", default=None)
-        p.add_argument("--tree", action="store_true")
+        p = sub.add_parser(
+            "list",
+            help="List convoys",
+            description="List convoys, showing open convoys by default.",
+        )
+        p.add_argument("--all", action="store_true", help="Show all convoys (open and closed)")
+        p.add_argument("--status", default=None, help="Filter by status (open, closed, staged_*)")
+        p.add_argument("--tree", action="store_true", help="Show convoy + child status tree")
         self.add_json(p)
         p = sub.add_parser(
             "close",
@@ -102,7 +152,10 @@ class Command(ServiceCommand):
                     "--email", action="store_true", help="Also send the notification by e-mail"
                 )
             self.add_json(p)
-        p = sub.add_parser("stranded", help="open convoys with ready work nobody is doing")
+        p = sub.add_parser(
+            "stranded",
+            help="Find stranded convoys (ready work, stuck, or empty) needing attention",
+        )
         self.add_json(p)
         for name in ("stage", "launch"):
             p = sub.add_parser(name, help=f"{name} an epic, a list of beads or a staged convoy")
@@ -180,6 +233,9 @@ class Command(ServiceCommand):
                 self.stdout.write(f"{verb} convoy 🚚 {row.id}: {row.title}")
             else:
                 self.stdout.write(f"○ Convoy {row.id} has {_remaining(info)}")
+                verdict = stranding.classify_one(row)
+                if verdict.kind:  # open: what it waits for (the one stranded rule)
+                    self.stdout.write(f"  {verdict.label}: {verdict.reason}")
             return
         closed = [(row, info) for row, was_closed, info in results if was_closed]
         if not closed:
