@@ -127,19 +127,23 @@ def test_no_page_scrolls_sideways_on_a_phone(browser, demo_site):  # noqa: F811
 def test_long_unbroken_ids_and_titles_do_not_widen_a_phone_page(browser, demo_site):  # noqa: F811
     from convoys.services import convoys
 
-    from .factories import bead, blocks
+    from .factories import bead, blocks, child
 
     base, _urls = demo_site
     long_id = "gt-" + "x" * 240
     bead(long_id, "W" * 300, assignee="worker-" + "y" * 200)
     bead("gt-" + "z" * 240, "V" * 300)
     blocks(long_id, "gt-" + "z" * 240)
+    epic = "gt-" + "e" * 240
+    bead(epic, "E" * 300, type="epic")
+    child(epic, long_id)
     convoy_id = convoys.create("T" * 200, [long_id, "gt-" + "z" * 240]).pk
     context, page, _console = signed_in(browser, base, viewport={"width": 390, "height": 844})
     for url in [
         "/",
         f"/convoys/{convoy_id}/",
         f"/beads/{long_id}/",
+        f"/stage/?epic={epic}",
         "/stranded/",
         "/subscriptions/",
     ]:
