@@ -39,7 +39,10 @@ def is_live(request):
 
 
 def since(request):
-    """The sequence number a live request's page shows, or None (answer every fragment)."""
+    """The sequence number a live request's page shows, or None (answer every fragment; and
+    for a request that is not live, draw the whole page)."""
+    if not is_live(request):
+        return None
     value = request.headers.get("X-Live-Since", "")
     # A sequence number is a bigint: anything else (or too long for one) means "everything".
     return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None

@@ -460,3 +460,5 @@ def test_live_requests_refuse_nothing_and_break_nothing(world, admin_user):
     assert live(client, url + "?fragments=<script>,../x")["fragments"] == {}
     assert live(client, "/", x_live_layout="<svg>")["fragments"]
     assert client.get(url, HTTP_X_LIVE="0")["Content-Type"].startswith("text/html")
+    page = client.get("/", HTTP_X_LIVE_SINCE="1").content.decode()  # since alone: the page
+    assert 'id="convoy-table"' in page
