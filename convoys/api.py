@@ -17,7 +17,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from django.db.models import Q
 from django.http import JsonResponse
-from ninja import NinjaAPI, Query, Schema
+from ninja import NinjaAPI, Query, Schema, Swagger
 from ninja.errors import HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -66,12 +66,14 @@ def docs_need_login(view):
 
 
 # Swagger UI from ninja's own static files ("ninja" in INSTALLED_APPS): no CDN, works offline
-# and under the Content Security Policy.
+# and under the Content Security Policy. No online validator badge: on any host but localhost
+# it would load an image from validator.swagger.io, telling it where our schema is.
 api = NinjaAPI(
     title="convoyweb API",
     version="1",
     auth=[BearerToken(), django_auth],
     urls_namespace="api",
+    docs=Swagger(settings={"validatorUrl": None}),
     docs_decorator=docs_need_login,
 )
 
