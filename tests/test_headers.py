@@ -3,6 +3,7 @@ data loaded: a Content Security Policy without 'unsafe-inline', nosniff, a Refer
 no inline scripts, styles or event handler attributes; no character that needs an emoji font;
 API docs behind login with local assets; production refuses a missing SECRET_KEY."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -213,6 +214,9 @@ def test_api_docs_assets_are_local_and_served(demo):
     client = signed_in(demo)
     page = client.get("/api/docs")
     assert page.status_code == 200
+    # Nothing fetched from elsewhere, not even Swagger UI's online validator badge.
+    settings = json.loads(re.search(r'id="swagger-settings">(.*?)</script>', page.text, re.S)[1])
+    assert settings["validatorUrl"] is None
     sources = inline_code(page.text).script_src
     links = re.findall(r'<link[^>]+href="([^"]+)"', page.text)
     assert any("swagger-ui-bundle" in src for src in sources)
