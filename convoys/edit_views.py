@@ -24,7 +24,14 @@ from .services.errors import NotFound, ServiceError
 
 BEAD_TYPES = [t for t in SLINGABLE_TYPES if t] + ["decision"]
 PRIORITIES = [(p, f"P{p}") for p in range(5)]
-DEPENDENCY_TYPES = ("blocks", "waits-for", "conditional-blocks", "merge-blocks", "related")
+DEPENDENCY_TYPES = (
+    "blocks",
+    "waits-for",
+    "conditional-blocks",
+    "merge-blocks",
+    "parent-child",
+    "related",
+)
 
 
 def needs(perm):
@@ -124,7 +131,11 @@ def create(request):
 
 class DependencyForm(forms.Form):
     target = forms.CharField(label="Depends on (bead id)", max_length=300)
-    type = forms.ChoiceField(choices=[(t, t) for t in DEPENDENCY_TYPES], initial="blocks")
+    type = forms.ChoiceField(
+        choices=[(t, t) for t in DEPENDENCY_TYPES],
+        initial="blocks",
+        help_text="blocks: waits until that bead is done; parent-child: a child of that epic.",
+    )
 
 
 @needs("convoys.change_bead")

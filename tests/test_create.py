@@ -163,6 +163,10 @@ def test_add_a_dependency_from_the_bead_page(manager, viewer):
         )
         assert response.status_code == 400
         assert any(message in e for e in errors_of(response)), errors_of(response)
+    bead("gt-epic", "Epic", type="epic")
+    manager.post("/beads/gt-a/dependencies/add/", {"target": "gt-epic", "type": "parent-child"})
+    assert staging.analyze(["gt-epic"]).dag.slingable_ids() == ["gt-a"]
+    before = writes()
     response = manager.post("/beads/gt-a/dependencies/add/", {"target": "gt-b", "type": "x"})
     assert response.status_code == 400
     assert manager.post("/beads/gt-nope/dependencies/add/", {"target": "gt-b"}).status_code == 404
