@@ -8,6 +8,7 @@ a form error. Services know nothing about forms; the admin never writes model ro
 """
 
 import json
+from functools import partial
 
 from django import forms
 from django.contrib import admin, messages
@@ -42,7 +43,7 @@ from .models import (
 )
 from .services import beads as bead_service
 from .services import convoys as convoy_service
-from .services import notify
+from .services import launch, notify
 from .services import rigs as rig_service
 from .services.errors import ServiceError
 
@@ -88,6 +89,21 @@ def choices_keeping(known, current, blank_label=None):
     if current is not None and current not in values:
         values.append(current)
     return [(v, blank_label if v == "" else v if v in known else f"{v} (imported)") for v in values]
+
+
+def each(model_admin, request, queryset, action, verb):
+    """A list action: the service for each selected row, each in its own transaction (outside
+    the changelist's); refusals are listed, the others still done."""
+    done, failed = 0, []
+    for obj in queryset:
+        try:
+            action(obj.pk, actor=actor_of(request))
+            done += 1
+        except ServiceError as exc:
+            failed.append(f"{obj.pk}: {exc}")
+    model_admin.message_user(request, f"{verb} {done} {model_admin.opts.verbose_name}(s).")
+    for message in failed[:10]:
+        model_admin.message_user(request, message, messages.WARNING)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -433,25 +449,14 @@ class BeadAdmin(ServiceAdmin):
             )
             formset.new_objects.append(dep)
 
-    def _bulk(self, request, queryset, action, verb):
-        done, failed = 0, []
-        for bead in queryset:
-            try:
-                action(bead.pk, actor=actor_of(request))
-                done += 1
-            except ServiceError as exc:
-                failed.append(str(exc))
-        self.message_user(request, f"{verb} {done} bead(s).")
-        for message in failed[:10]:
-            self.message_user(request, message, messages.WARNING)
-
     @admin.action(description="Close selected beads", permissions=["change"])
     def close_selected(self, request, queryset):
-        self._bulk(request, queryset.exclude(status="closed"), bead_service.close_bead, "Closed")
+        each(self, request, queryset.exclude(status="closed"), bead_service.close_bead, "Closed")
 
     @admin.action(description="Reopen selected beads", permissions=["change"])
     def reopen_selected(self, request, queryset):
-        self._bulk(
+        each(
+            self,
             request,
             queryset.filter(status__in=DONE_STATUSES),
             bead_service.reopen_bead,
@@ -503,9 +508,9 @@ class ConvoyAdminForm(ServiceForm):
             raise ValidationError(str(exc))
         if current in STAGED_STATUSES and target != CONVOY_CLOSED:
             raise ValidationError(
-                f"a staged convoy is launched or re-staged from its page (/convoys/"
-                f"{self.instance.pk}/) or with `convoy launch` / `convoy stage`; here it can "
-                "only be cancelled (closed)"
+                "a staged convoy is launched with the Launch action of the convoy list (or "
+                f"from /convoys/{self.instance.pk}/, or `convoy launch`) and re-staged with "
+                "`convoy stage`; here it can only be cancelled (closed)"
             )
         return target
 
@@ -523,8 +528,22 @@ class ConvoyAdmin(ServiceAdmin):
     readonly_fields = ("id", *CONVOY_SHOWN)
     fields = ("id", *CONVOY_FORM_FIELDS, *CONVOY_SHOWN)
 
+    actions = ["launch_selected", "launch_selected_forced"]
+
     def has_add_permission(self, request):
         return False  # convoys are created by staging, sling or `convoy create`
+
+    @admin.action(description="Launch selected staged convoys", permissions=["change"])
+    def launch_selected(self, request, queryset):
+        each(self, request, queryset, launch.launch_staged, "Launched")
+
+    @admin.action(
+        description="Launch selected staged convoys, even with warnings or parked rigs",
+        permissions=["change"],
+    )
+    def launch_selected_forced(self, request, queryset):
+        forced = partial(launch.launch_staged, force=True)
+        each(self, request, queryset, forced, "Launched")
 
     @admin.display(description="tracks")
     def tracked_count(self, obj):

@@ -22,7 +22,7 @@ from convoys.models import (
     Subscription,
     TrackedBead,
 )
-from convoys.services import beads, jsonl, notify, staging
+from convoys.services import beads, jsonl, notify, rigs, staging
 from convoys.services import convoys as convoy_service
 from convoys.services.launch import launch_staged
 
@@ -382,6 +382,29 @@ def test_a_staged_convoy_is_launched_elsewhere_not_by_a_status_change(editor, ro
     assert any("convoy launch" in e for e in errors)
     assert Convoy.objects.get(pk=plan.convoy_id).status == "staged_ready"
     assert Bead.objects.get(pk="gt-s1").status == "open"
+
+
+def test_staged_convoys_launch_from_the_list_warnings_only_when_forced(editor, routes):
+    bead("gt-w1")
+    ready = staging.stage(["gt-w1"], actor="test").convoy_id
+    rigs.upsert_route("bd-", "beads")
+    rigs.set_rig_state("beads", "parked")
+    bead("bd-p1")
+    parked = staging.stage(["bd-p1"], actor="test").convoy_id
+    assert Convoy.objects.get(pk=parked).status == "staged_warnings"
+    action = {"action": "launch_selected", "_selected_action": [ready, parked]}
+    response = editor.post("/admin/convoys/convoy/", action, follow=True)
+    notes = [str(m) for m in response.context["messages"]]
+    assert notes[0] == "Launched 1 convoy(s)."
+    assert notes[1].startswith(f"{parked}: ") and "--force" in notes[1]
+    assert Bead.objects.get(pk="gt-w1").status == "hooked"
+    assert kinds(convoy_id=ready, actor="admin:ada")[0] == "convoy.launched"
+    assert Convoy.objects.get(pk=parked).status == "staged_warnings"
+    action = {"action": "launch_selected_forced", "_selected_action": [parked]}
+    editor.post("/admin/convoys/convoy/", action)
+    assert Convoy.objects.get(pk=parked).status == "open"
+    assert kinds(convoy_id=parked, actor="admin:ada")[0] == "convoy.launched"
+    assert Bead.objects.get(pk="bd-p1").status == "open"  # its rig is parked: it waits
 
 
 def test_rig_added_and_its_state_changed(editor):
