@@ -299,9 +299,12 @@ def test_every_json_time_is_rfc3339(routes):
         run("convoy", "stranded", "--json"),
         run("convoy", "create", "More", "gt-b", "--json"),
         run("convoy", "feed", "--once", "--json"),
+        run("beads", "show", "gt-a", "--json"),
+        run("beads", "ready", "--json"),
+        run("beads", "create", "Fresh", "--id", "gt-fresh", "--json"),
     ]
     found = [t for out in outputs for t in times(json.loads(out))]
-    assert len(found) >= 3  # worker_seen, created_at in list and stranded
+    assert len(found) >= 7  # worker_seen, created_at in list and stranded, bead records
     for text in found:
         assert RFC3339.match(text), text
         assert datetime.fromisoformat(text).utcoffset() is not None
