@@ -20,7 +20,14 @@ from django.http import JsonResponse
 from ninja import NinjaAPI, Query, Schema, Swagger
 from ninja.errors import HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from . import selectors
 from .models import ApiToken, Bead, Convoy
@@ -189,6 +196,12 @@ def plain_text(value):
 Text = Annotated[str, AfterValidator(plain_text)]
 
 
+def text(min_length=None, max_length=None):
+    """Text of a bounded length (checked as a string: "at most 50 characters")."""
+    bounds = StringConstraints(min_length=min_length, max_length=max_length)
+    return Annotated[str, bounds, AfterValidator(plain_text)]
+
+
 class Body(BaseModel):
     """A request body: a JSON object whose values have exactly the declared types (no
     coercion: `true` is not a priority, `"1"` is not a number), and no unknown fields.
@@ -208,10 +221,10 @@ class Body(BaseModel):
 class BeadUpdateIn(Body):
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    status: Text | None = Field(None, min_length=1, max_length=50)
-    assignee: Text | None = Field(None, max_length=255)
+    status: text(1, 50) | None = None
+    assignee: text(max_length=255) | None = None
     priority: int | None = Field(None, ge=0, le=4)
-    title: Text | None = Field(None, min_length=1)
+    title: text(min_length=1) | None = None
 
 
 class CloseIn(Body):
@@ -219,7 +232,7 @@ class CloseIn(Body):
 
 
 class HeartbeatIn(Body):
-    worker: Text = Field(min_length=1, max_length=255)
+    worker: text(1, 255)
 
 
 class StageIn(Body):
@@ -288,7 +301,9 @@ def _bead_out(bead, detail=False):
 
 
 @api.get("/convoys", response=responses(list[ConvoyOut]), tags=["convoys"])
-def list_convoys(request, status: Text = "active", limit: int = Query(200, ge=1, le=1000)):
+def list_convoys(
+    request, status: text(max_length=50) = "active", limit: int = Query(200, ge=1, le=1000)
+):
     need(request, "view_convoy")
     queryset = Convoy.objects.order_by("-created_at", "id")
     if status == "active":
@@ -335,10 +350,10 @@ def get_convoy(request, convoy_id: Text):
 @api.get("/beads", response=responses(list[BeadOut]), tags=["beads"])
 def list_beads(
     request,
-    status: Text | None = None,
-    rig: Text | None = None,
-    assignee: Text | None = None,
-    q: Text | None = None,
+    status: text(max_length=50) | None = None,
+    rig: text(max_length=100) | None = None,
+    assignee: text(max_length=255) | None = None,
+    q: text(max_length=500) | None = None,  # SQLite refuses LIKE patterns over 50 kB
     ready: bool = False,
     limit: int = Query(200, ge=1, le=2000),
 ):
