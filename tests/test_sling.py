@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from convoys.models import Bead, Convoy, Dispatch, Event, TrackedBead
-from convoys.services import beads, convoys, staging
+from convoys.services import beads, convoys, rigs, staging
 
 from .factories import bead, blocks, child
 
@@ -116,6 +116,16 @@ def test_sling_convoy_force_dispatches_blocked_beads_and_says_so(mixed):
     assert not Dispatch.objects.get(bead_id="gt-a").forced
     event = Event.objects.get(kind="bead.dispatched", bead_id="gt-b")
     assert event.data["forced"] is True and event.convoy_id == mixed.pk
+
+
+def test_sling_convoy_force_names_what_still_stops_a_blocked_bead(routes):
+    bead("gt-a")
+    bead("bd-b")
+    blocks("gt-a", "bd-b")
+    convoy = convoys.create("Two rigs", ["gt-a", "bd-b"])
+    rigs.set_rig_state("beads", "parked")
+    data = run_json("sling", convoy.pk, "--force")
+    assert data["skipped"] == [{"id": "bd-b", "reason": "rig beads is parked"}]
 
 
 def test_sling_convoy_keeps_max_in_flight(routes):

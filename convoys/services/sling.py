@@ -187,7 +187,7 @@ def sling_convoy(convoy_id, *, force=False, actor="cli"):
         for bead_id in ids:
             bead = beads.get(bead_id)
             if bead_id not in ready or bead_id in cooling:
-                reason = why_not_ready(bead, blockers, cooling)
+                reason = why_not_ready(bead, {} if force else blockers, cooling)
             elif room is not None and len(claims) >= room:
                 reason = f"convoy at max in flight ({convoy.max_in_flight})"
             else:
