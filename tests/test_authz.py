@@ -16,11 +16,15 @@ import re
 
 import pytest
 from asgiref.sync import async_to_sync
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, Permission, User
+from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.test import Client
 from django.urls import URLResolver, get_resolver
+from django.utils import timezone
+from django_q.models import OrmQ, Schedule, Task
 
 from convoys.api import api, create_token
 from convoys.models import (
@@ -307,10 +311,6 @@ def world(routes):
         CLIENT.cookies.clear()  # a new session each (signing in over one ends it)
         CLIENT.force_login(user)
         sessions[role] = CLIENT.cookies["sessionid"].value
-    from axes.models import AccessAttempt, AccessFailureLog, AccessLog
-    from django.contrib.contenttypes.models import ContentType
-    from django_q.models import OrmQ, Schedule
-
     return {
         "users": users,
         "tokens": tokens,
@@ -347,10 +347,6 @@ def world(routes):
 def third_party_rows():
     """A row for each other app's admin: a failed sign-in (axes), a schedule, a
     finished and a failed task, a queued message (django-q)."""
-    from axes.models import AccessFailureLog
-    from django.utils import timezone
-    from django_q.models import OrmQ, Schedule, Task
-
     CLIENT.post("/login/", {"username": "none", "password": "wrong"})  # signing in logs too
     Schedule.objects.create(func="math.floor", args="1.5")
     now = timezone.now()
@@ -380,8 +376,8 @@ def fill(value, ids):
 
 
 def answer(world, role, method, path, data=None, token=False):
-    """The status (or LOGIN / ADMIN_LOGIN) for one request, its writes rolled back. With a
-    token, the body is sent as JSON."""
+    """The status (or LOGIN / ADMIN_LOGIN) for one request, its writes rolled back; bodies
+    to the API are JSON, to pages form data."""
     CLIENT.cookies.clear()
     kwargs = {}
     if role != "anonymous" and token:
