@@ -172,6 +172,7 @@ STATUS_WORDS = {
 EVENT_WORDS = {
     "bead.created": "bead created",
     "bead.updated": "bead updated",
+    "bead.status": "status changed",
     "bead.closed": "bead closed",
     "bead.reopened": "bead reopened",
     "bead.dispatched": "dispatched",
