@@ -557,14 +557,13 @@ def test_a_landing_report_reaches_only_subscribers_who_may_view(routes):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("bad_id", ["²", "9" * 5000, "-1", "1e3", ""])
-def test_inbox_ignores_ids_that_are_not_row_numbers(world, bad_id):
+def test_inbox_ignores_ids_that_are_not_row_numbers(world):
     root = world["users"]["superuser"]
     note = Notification.objects.get(user=root)
     client = signed_in(root)
-    response = client.post("/inbox/", {"id": [bad_id]})
-    assert response.status_code == 302
-    assert Notification.objects.get(pk=note.pk).read_at is None  # nothing marked read
+    for bad_id in ["²", "9" * 5000, "-1", "1e3", ""]:  # '²' and 5,000 digits were 500s
+        assert client.post("/inbox/", {"id": [bad_id]}).status_code == 302
+        assert Notification.objects.get(pk=note.pk).read_at is None, bad_id  # nothing read
     client.post("/inbox/", {"id": [str(note.pk)]})
     assert Notification.objects.get(pk=note.pk).read_at is not None
 
