@@ -308,3 +308,18 @@ def test_every_json_time_is_rfc3339(routes):
     for text in found:
         assert RFC3339.match(text), text
         assert datetime.fromisoformat(text).utcoffset() is not None
+
+
+def test_the_demo_swarm_files_discovered_work_into_the_convoy(routes, monkeypatch):
+    from convoys.management.commands import swarm as swarm_command
+    from convoys.management.commands.swarm import Command as Swarm
+
+    # Between requests the swarm drops stale connections; here that would be the test's own.
+    monkeypatch.setattr(swarm_command, "close_old_connections", lambda: None)
+    bead("gt-a", "Wire the pump", status="hooked", assignee="gastown/polecats/nux")
+    convoy = convoys.create("Pumps", ["gt-a"])
+    swarm = Swarm(stdout=io.StringIO())
+    swarm.discover({"id": "gt-a", "title": "Wire the pump", "assignee": "gastown/polecats/nux"})
+    found = Bead.objects.get(title="Follow-up: Wire the pump")
+    assert found.id.startswith("gt-") and tracked(convoy) == ["gt-a", found.id]
+    assert f"found {found.id} while doing gt-a" in swarm.stdout._out.getvalue()

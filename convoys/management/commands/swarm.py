@@ -5,8 +5,10 @@ heartbeats those workers, marks some in progress, and closes each after a while,
 feeder dispatches the next wave and convoys land. As they land it keeps the demo going:
 every --replenish-every seconds it stages and launches a fresh small epic from the demo
 templates while fewer than --keep-open convoys are open (convoys/services/demo.py; a direct
-service call, since the API has no bulk epic builder). Stop it with Ctrl-C, or leave it out
-(`serve` without --swarm).
+service call, since the API has no bulk epic builder). Now and then (--discover-rate) a worker
+finds more work while doing a bead and files a follow-up with a discovered-from dependency,
+which joins that bead's convoys (also direct service calls: the API creates no beads). Stop it
+with Ctrl-C, or leave it out (`serve` without --swarm).
 """
 
 import json
@@ -18,12 +20,15 @@ import urllib.request
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 
 from ...api import create_token
-from ...services import demo
+from ...models import bead_prefix
+from ...services import beads, demo
+from ...services.errors import ServiceError
 
 log = logging.getLogger("convoys.swarm")
+FOLLOW_UP = "Follow-up: "  # found while doing a bead; follow-ups find nothing more
 
 
 class Command(BaseCommand):
@@ -37,6 +42,12 @@ class Command(BaseCommand):
         parser.add_argument("--token", default="")
         parser.add_argument("--keep-open", type=int, default=demo.KEEP_OPEN)
         parser.add_argument("--replenish-every", type=float, default=10.0)
+        parser.add_argument(
+            "--discover-rate",
+            type=float,
+            default=0.1,
+            help="chance that a worker files a follow-up (discovered work) as it closes a bead",
+        )
 
     def handle(self, *args, url, user, min_work, max_work, token, **options):
         try:
@@ -44,7 +55,18 @@ class Command(BaseCommand):
         except KeyboardInterrupt:  # Ctrl-C when run on its own
             self.stdout.write("swarm: stopped")
 
-    def work(self, url, user, min_work, max_work, token, keep_open, replenish_every, **options):
+    def work(
+        self,
+        url,
+        user,
+        min_work,
+        max_work,
+        token,
+        keep_open,
+        replenish_every,
+        discover_rate,
+        **options,
+    ):
         if not token:
             account = get_user_model().objects.filter(username=user).first()
             if account is None:
@@ -76,10 +98,26 @@ class Command(BaseCommand):
                 if bead["status"] == "hooked" and rng.random() < 0.5:
                     self.call("PATCH", f"/beads/{bead['id']}", {"status": "in_progress"})
                 elif now >= due[bead["id"]]:
+                    if rng.random() < discover_rate and not bead["title"].startswith(FOLLOW_UP):
+                        self.discover(bead)
                     self.call("POST", f"/beads/{bead['id']}/close", {"reason": "Done by swarm"})
                     self.stdout.write(f"swarm: {bead['assignee']} closed {bead['id']}")
                     due.pop(bead["id"], None)
             time.sleep(1)
+
+    def discover(self, bead):
+        worker = bead["assignee"]
+        try:
+            with transaction.atomic():
+                found = beads.create_bead(
+                    FOLLOW_UP + bead["title"], prefix=bead_prefix(bead["id"]), actor=worker
+                )
+                beads.add_dependency(found.id, bead["id"], "discovered-from", actor=worker)
+            self.stdout.write(f"swarm: {worker} found {found.id} while doing {bead['id']}")
+        except ServiceError as exc:  # nothing was filed
+            self.stdout.write(f"swarm: could not file work found in {bead['id']}: {exc}")
+        finally:
+            close_old_connections()
 
     def replenish(self, keep_open, rng):
         try:
