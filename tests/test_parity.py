@@ -117,6 +117,10 @@ def test_a_landed_convoy_that_gains_work_reopens(routes, django_capture_on_commi
     convoy.refresh_from_db()
     assert convoy.status == "closed" and convoy.completion_notified_at is not None
     assert Event.objects.filter(kind="convoy.landed", convoy_id=convoy.pk).count() == 2
+    owned = convoys.create("Owned", ["gt-new"], owned=True)
+    convoys.land(owned.pk)
+    discover("gt-more", "gt-new")  # landed by its owner: it gained work too
+    assert Convoy.objects.get(pk=owned.pk).status == "open" and "gt-more" in tracked(owned)
 
 
 def test_discovered_joins_can_be_turned_off(routes, settings):
