@@ -271,6 +271,7 @@ def route_of(api_path):
 
 # --- the world ----------------------------------------------------------------------------------
 CLIENT = Client()  # one for all requests: each new client loads the middleware again
+BROWSER = Client(enforce_csrf_checks=True)  # checks CSRF tokens as a real browser session is
 
 
 def role_users():
@@ -375,21 +376,21 @@ def fill(value, ids):
     return value
 
 
-def answer(world, role, method, path, data=None, token=False):
+def answer(world, role, method, path, data=None, token=False, client=CLIENT):
     """The status (or LOGIN / ADMIN_LOGIN) for one request, its writes rolled back; bodies
     to the API are JSON, to pages form data."""
-    CLIENT.cookies.clear()
+    client.cookies.clear()
     kwargs = {}
     if role != "anonymous" and token:
         kwargs["HTTP_AUTHORIZATION"] = f"Bearer {world['tokens'][role]}"
     elif role != "anonymous":
-        CLIENT.cookies["sessionid"] = world["sessions"][role]
+        client.cookies["sessionid"] = world["sessions"][role]
     if data is not None:
         kwargs["data"] = data
     if data is not None and path.startswith("/api/"):
         kwargs.update(data=json.dumps(data), content_type="application/json")
     with transaction.atomic():
-        response = getattr(CLIENT, method.lower())(path, **kwargs)
+        response = getattr(client, method.lower())(path, **kwargs)
         transaction.set_rollback(True)
     if response.status_code == 302:
         target = response.headers["Location"]
@@ -492,6 +493,29 @@ def test_admin_answers_each_role_as_the_table_says(world):
 def test_api_answers_each_role_as_the_table_says(world, token):
     rows = [(route_of(path), method, path, body, want) for path, method, body, want in API]
     wrong = check_rows(world, rows, token=token)
+    assert wrong == [], "\n".join(wrong)
+
+
+@pytest.mark.django_db
+def test_writes_need_a_csrf_token_with_a_session_but_not_with_a_bearer_token(world):
+    """Every POST row of the tables and every API write, without a CSRF token: refused (403)
+    for everyone with a session (or none); with a Bearer token the API answers as its table
+    says."""
+    api_rows = [(route_of(path), method, path, body, want) for path, method, body, want in API]
+    rows = flat(PAGES) + flat(ADMIN_SITE) + admin_rows(world) + api_rows
+    wrong = []
+    for route, method, path, data, expected in rows:
+        if method == "GET":
+            continue
+        path, data = fill(path, world["ids"]), fill(data, world["ids"])
+        for role, want in zip(ROLES, expected, strict=True):
+            got = answer(world, role, method, path, data, client=BROWSER)
+            if got != 403:
+                wrong.append(f"{method} {path} as {role} without a CSRF token: {got}")
+            if route in openapi_paths() and role != "anonymous":
+                got = answer(world, role, method, path, data, token=True, client=BROWSER)
+                if not matches(got, want):
+                    wrong.append(f"{method} {path} as {role} with a token: {got}, not {want}")
     assert wrong == [], "\n".join(wrong)
 
 
