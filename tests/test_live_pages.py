@@ -219,6 +219,9 @@ def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, e
         assert not [t for t in toasts if "Convoy: " in t], toasts
         assert page.locator(".toast").count() <= 3
     assert elsewhere.evaluate("window.convoyLive.toasts") == []
+    # another convoy's page hears every event but asks for fragments only for its own (and
+    # for the inbox badge: one request, after the landing's notification)
+    assert elsewhere.evaluate("window.convoyLive.fetches") == 1
     # the browser notification: once for the three tabs, tagged with the landing
     shown = [n for page in (dashboard, stranded, elsewhere) for n in page.evaluate("notified")]
     assert shown == [["Convoy landed: Ship the live pages", f"landed:{convoy_id}"]]

@@ -13,8 +13,9 @@
   const body = document.body;
   const topics = body.dataset.topics || "dashboard,inbox";
   const asOf = parseInt(body.dataset.asOf || "0", 10) || 0;
-  const state = { last: asOf, rendered: asOf, applied: new Set(), count: 0, log: [], fetches: 0,
-                  toasts: [], socket: null, attempt: 0 };
+  // last: newest event seen; rendered: the seq the page shows; due: newest event it must show.
+  const state = { last: asOf, rendered: asOf, due: asOf, applied: new Set(), count: 0, log: [],
+                  fetches: 0, toasts: [], socket: null, attempt: 0 };
   window.convoyLive = state;
   const liveEl = document.getElementById("live-state");
   const pending = new Map();  // fragments held back while the user is typing in them
@@ -51,7 +52,10 @@
     if (state.log.length > 5000) state.log.splice(0, 1000);
     ackPending = true;
     if (msg.seq > asOf) tell(msg);
-    if (msg.seq > state.rendered && watched(msg)) refresh();
+    if (msg.seq > state.rendered && watched(msg)) {
+      state.due = Math.max(state.due, msg.seq);
+      refresh();
+    }
   }
 
   /* Pages that follow every event (to hear of rig changes) but show one convoy or bead name
@@ -102,7 +106,7 @@
       }
     } catch (e) { /* offline: the next event or reconnect asks again */ }
     inflight = false;
-    if (state.last > state.rendered) wanted = true;
+    if (state.due > state.rendered) wanted = true;
     pump();
     return data;
   }
