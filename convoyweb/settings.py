@@ -266,6 +266,10 @@ CONVOY_DISCOVERED_JOINS = env_bool("CONVOY_DISCOVERED_JOINS", True)
 CONVOY_EVENT_RETENTION = env_int("CONVOY_EVENT_RETENTION", 100_000)
 CONVOY_RELAY_INTERVAL = env_float("CONVOY_RELAY_INTERVAL", 0.1)
 CONVOY_IMPORT_MAX_LINE = env_int("CONVOY_IMPORT_MAX_LINE", 8 * 1024 * 1024)
+# `beads sync` sources the task cluster syncs continuously (a bd JSONL path or `cmd:<command>`)
+CONVOY_SYNC_SOURCES = env_list("CONVOY_SYNC_SOURCES", [])
+CONVOY_SYNC_INTERVAL = env_float("CONVOY_SYNC_INTERVAL", 10.0)
+CONVOY_SYNC_TIMEOUT = env_float("CONVOY_SYNC_TIMEOUT", 120.0)  # a `cmd:` source's time limit
 
 LOGGING = {
     "version": 1,
