@@ -144,6 +144,13 @@ def test_every_page_equals_a_reload_after_each_step(browser, server, epic):  # n
     assert_live_equals_reload(pages, "staging with warnings")
     assert "staged with warnings" in pages["dashboard"].inner_text("#convoy-table")
     assert navigations == {name: [] for name in pages}  # nothing reloaded itself
+    # the drawing still pans and zooms after its nodes were replaced live
+    graph = pages["convoy"].locator("#dag svg")
+    before = graph.get_attribute("viewBox")
+    pages["convoy"].click("[data-zoom='1.25']")
+    assert graph.get_attribute("viewBox") != before
+    pages["convoy"].click("[data-zoom='0']")
+    assert graph.get_attribute("viewBox") == before
     context.close()
 
 
