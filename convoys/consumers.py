@@ -31,6 +31,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from . import relay
 from .models import Event
+from .wsgate import quick_read
 
 log = logging.getLogger("convoys.live")
 
@@ -52,9 +53,8 @@ TOO_MANY_REPLAYS = 4429
 
 
 def read_db(func):
-    """Run a read-only query off the event loop, in the thread pool rather than the one
-    database thread, so a reconnect storm's reads run side by side (each thread has its own
-    connection; on PostgreSQL from the pool)."""
+    """Run a long read-only query (a replay) off the event loop, in the default thread pool
+    rather than the one database thread (each thread has its own connection, closed after)."""
     return database_sync_to_async(func, thread_sensitive=False)
 
 
@@ -183,7 +183,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         topics = ",".join(query.get("topics", [""])).split(",")
-        followed, head = await read_db(_groups_and_head)(user, topics)
+        followed, head = await quick_read(_groups_and_head, user, topics)
         self.groups_joined = sorted(set(followed.values()))
         # Everything up to `head` is covered by the replay below (or not wanted): an event the
         # relay sent before the joins shows up as a gap at the group's next message or tick.
@@ -229,7 +229,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         elif kind == "ping":
             for group in self.groups_joined:  # refresh memberships (Redis group expiry)
                 await self.channel_layer.group_add(group, self.channel_name)
-            await self.send_json({"type": "pong", "seq": await read_db(_last)()})
+            await self.send_json({"type": "pong", "seq": await quick_read(_last)})
         else:
             await self.request_replay(message["since"])
 
@@ -304,7 +304,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         # channels closes stale database connections on the one shared database thread before
         # every handler: a thread hop per message per socket (most of daphne's time at 1,000
         # sockets), and a queue a reconnect storm's handshakes would wait in. This consumer
-        # reads only through read_db, whose threads close their own connections.
+        # reads only in threads of its own (read_db, quick_read).
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"no handler for message type {message['type']}")
