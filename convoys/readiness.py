@@ -1,7 +1,9 @@
 """The one readiness rule (SPEC §3), as a queryset and as a predicate.
 
 A bead is ready when: it is open and unassigned, or its worker is dead (then open, hooked or
-in_progress count too); it is slingable; no blocking dependency points at an existing target
+in_progress count too; a worker is dead when its last heartbeat, or with no heartbeat ever the
+bead's last update, is CONVOY_WORKER_TIMEOUT seconds old, so imported work whose assignee never
+reports is rescued); it is slingable; no blocking dependency points at an existing target
 that is not done (merge-blocks needs a close reason starting "Merged in "); it has a rig; and
 that rig is active. Order: (priority, id). Launch, the feeders, the stranded scan, the
 dashboard counts and the CLI all call this module.
@@ -30,6 +32,14 @@ def dead_worker_cutoff(now=None):
     return (now or timezone.now()) - timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
 
 
+def worker_dead(now=None):
+    """A Q on beads: the assignee's last heartbeat is older than the timeout, or the assignee
+    never sent one and the bead has not been updated for that long. The claim uses it too."""
+    cutoff = dead_worker_cutoff(now)
+    known = Worker.objects.filter(name=OuterRef("assignee"))
+    return Exists(known.filter(last_seen__lt=cutoff)) | (~Exists(known) & Q(updated_at__lt=cutoff))
+
+
 def _unfinished_blocker():
     """Blocking dependencies of OuterRef('pk') whose target exists and is not done."""
     plain = Dependency.objects.filter(
@@ -56,11 +66,8 @@ def blocked_condition():
 
 def ready_q(now=None, *, blockers=True):
     """The rule as a Q; `blockers=False` leaves out the blocker clause (sling --force)."""
-    dead_worker = Exists(
-        Worker.objects.filter(name=OuterRef("assignee"), last_seen__lt=dead_worker_cutoff(now))
-    )
     claimable = Q(status="open", assignee="") | (
-        Q(status__in=("open", *ACTIVE_WORK_STATUSES)) & ~Q(assignee="") & dead_worker
+        Q(status__in=("open", *ACTIVE_WORK_STATUSES)) & ~Q(assignee="") & worker_dead(now)
     )
     rule = (
         claimable

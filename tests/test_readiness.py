@@ -1,6 +1,9 @@
+import io
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from convoys.models import Bead, Worker
@@ -8,6 +11,8 @@ from convoys.readiness import is_ready, ready_beads
 from convoys.services import beads, rigs
 
 from .factories import bead, blocks
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def ready_ids():
@@ -104,3 +109,55 @@ def test_order_is_priority_then_id(routes):
     bead("gt-a", priority=2)
     bead("gt-b", priority=1)
     assert ready_ids() == ["gt-b", "gt-c", "gt-a"]
+
+
+WORKER = "gastown/polecats/nux"
+
+
+def age_bead(bead_id, minutes):
+    """Set the bead's last update back (no service writes a past updated_at; imports do)."""
+    Bead.objects.filter(pk=bead_id).update(updated_at=timezone.now() - timedelta(minutes=minutes))
+
+
+def age_worker(minutes):
+    Worker.objects.filter(pk=WORKER).update(last_seen=timezone.now() - timedelta(minutes=minutes))
+
+
+@pytest.mark.parametrize(
+    "status, heartbeat_minutes, updated_minutes, ready",
+    [
+        ("hooked", None, 5, False),  # never reported, updated 5 min ago: not dead yet
+        ("hooked", None, 11, True),  # never reported, untouched for 11 min: dead
+        ("in_progress", None, 11, True),
+        ("open", None, 11, True),
+        ("deferred", None, 11, False),  # held work is never taken over
+        ("hooked", 5, 60, False),  # a heartbeat row decides, not the bead's age
+        ("hooked", 11, 1, True),
+    ],
+)
+def test_dead_worker_rule_agrees_as_queryset_and_predicate(
+    routes, settings, status, heartbeat_minutes, updated_minutes, ready
+):
+    settings.CONVOY_WORKER_TIMEOUT = 600
+    bead("gt-w", assignee=WORKER, status=status)
+    if heartbeat_minutes is not None:
+        beads.heartbeat(WORKER)
+        age_worker(heartbeat_minutes)
+    age_bead("gt-w", updated_minutes)
+    assert (ready_ids() == ["gt-w"]) is ready
+    assert is_ready(Bead.objects.get(pk="gt-w")) is ready
+
+
+def test_imported_hooked_work_of_silent_workers_is_rescued(routes, settings):
+    """bd files carry hooked work whose assignees never report here: once the bead's last
+    update is CONVOY_WORKER_TIMEOUT old, it is ready, as queryset and as predicate."""
+    call_command("beads", "import", str(FIXTURES / "hooked.jsonl"), stdout=io.StringIO())
+    assert not Worker.objects.exists()
+    beads.heartbeat("gastown/polecats/alive")
+    settings.CONVOY_WORKER_TIMEOUT = 10 * 365 * 24 * 3600  # ten years: nobody is dead yet
+    assert ready_ids() == []
+    settings.CONVOY_WORKER_TIMEOUT = 600
+    # hk3's worker reports, hk4 waits on hk1, hk5 is deferred
+    assert ready_ids() == ["gt-hk1", "gt-hk2"]
+    for item in Bead.objects.all():
+        assert is_ready(item) is (item.pk in ("gt-hk1", "gt-hk2")), item.pk

@@ -12,13 +12,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ..dispatchers import Outcome, get_dispatcher
 from ..events import record
 from ..models import ACTIVE_WORK_STATUSES, Bead, Dispatch, Worker
-from ..readiness import dead_worker_cutoff
+from ..readiness import worker_dead
 
 log = logging.getLogger("convoys.dispatch")
 
@@ -106,13 +105,7 @@ def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
         # Only work whose worker is dead may be taken over (SPEC §2); a live worker keeps it.
         if bead.status not in ("open", *ACTIVE_WORK_STATUSES) or not bead.assignee:
             return None
-        target = target.filter(
-            Exists(
-                Worker.objects.filter(
-                    name=OuterRef("assignee"), last_seen__lt=dead_worker_cutoff(now)
-                )
-            )
-        )
+        target = target.filter(worker_dead(now))
     worker = pick_worker(bead.rig_id)
     won = target.update(status="hooked", assignee=worker, updated_at=now)
     if won != 1:
