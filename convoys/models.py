@@ -109,6 +109,11 @@ class Bead(models.Model):
     def symbol(self):
         return status_symbol(self.status)
 
+    @property
+    def sourced(self):
+        """Its SourcedRecord when it came from a `beads sync` source, else None."""
+        return SourcedRecord.objects.filter(pk=self.pk).first()
+
 
 def status_symbol(status):
     if status in DONE_STATUSES:
@@ -297,6 +302,34 @@ class Lease(models.Model):
     name = models.CharField(max_length=120, primary_key=True)
     holder = models.CharField(max_length=120, blank=True, default="")
     expires_at = models.DateTimeField()
+
+
+class SyncSource(models.Model):
+    """A bd source `beads sync` reads (a file path or `cmd:<command line>`) and how its
+    passes went: the last good one, and the error of the failure streak it is in, if any."""
+
+    name = models.CharField(max_length=500, primary_key=True)
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+    records = models.IntegerField(default=0)
+    changed = models.IntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    failing_since = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return self.name
+
+
+class SourcedRecord(models.Model):
+    """A bead or convoy that came from a sync source: a digest of its record as last read
+    (content, computed counts left out) and since when the source no longer has it."""
+
+    id = models.CharField(max_length=255, primary_key=True)
+    source = models.CharField(max_length=500, db_index=True)
+    digest = models.CharField(max_length=32)
+    missing_since = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return self.id
 
 
 class Subscription(models.Model):

@@ -1,9 +1,11 @@
-"""`manage.py beads import|export|show|create|update|close|reopen|dep|ready|heartbeat`."""
+"""`manage.py beads import|export|sync|show|create|update|close|reopen|dep|ready|heartbeat`."""
+
+import orjson
 
 from ...models import Bead, Dependency, TrackedBead
 from ...readiness import blocked_by, ready_beads
 from ...services import beads as bead_service
-from ...services import jsonl
+from ...services import jsonl, sync
 from ..base import ServiceCommand, error
 
 
@@ -14,6 +16,12 @@ class Command(ServiceCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         p = sub.add_parser("import", help="import a bd JSONL export (all or nothing)")
         p.add_argument("file")
+        p.add_argument("--routes", help="a routes.jsonl mapping prefixes to rigs")
+        self.add_json(p)
+        p = sub.add_parser("sync", help="mirror a bd JSONL file or `cmd:<command>` (changes only)")
+        p.add_argument("source", help="a bd JSONL file, or cmd:<command line> printing one")
+        p.add_argument("--once", action="store_true", help="one pass (the default)")
+        p.add_argument("--every", type=float, metavar="SECONDS", help="a pass every SECONDS")
         p.add_argument("--routes", help="a routes.jsonl mapping prefixes to rigs")
         self.add_json(p)
         p = sub.add_parser("export", help="write bd-compatible JSONL")
@@ -82,6 +90,26 @@ class Command(ServiceCommand):
             )
         if report.routes:
             self.stdout.write(f"  {report.routes} routes")
+
+    def do_sync(self, source, once, every, routes, json, **_):
+        if every is not None and (once or every <= 0):
+            raise error("--every needs a positive number of seconds, without --once")
+        for _, result in sync.passes([sync.source_for(source)], routes, every):
+            if isinstance(result, sync.SyncFailed):
+                if every is None:
+                    raise error(str(result))
+                if result.first:  # once per failure streak
+                    self.stderr.write(f"error: {result}")
+            elif result is None:
+                self.stderr.write(f"{source}: another process is syncing it; skipped")
+            elif json:
+                self.stdout.write(orjson.dumps(result.as_dict()).decode())
+            else:
+                self.stdout.write(
+                    f"Synced {result.source}: {result.records} records, {result.created} new, "
+                    f"{result.updated} updated, {result.missing} missing, {result.returned} "
+                    f"back, {result.events} events in {result.seconds:.2f} s"
+                )
 
     def do_export(self, output, **_):
         if output:

@@ -1,0 +1,335 @@
+"""Continuous, incremental sync from bd (`manage.py beads sync`, the task cluster's ticker).
+
+A source yields bd JSONL: a file, or the standard output of a command (`cmd:bd export`). A
+pass reads the whole source, checks every line as the import does (convoys/beadfile.py), and
+writes only the records whose content changed since the last pass (a digest per record,
+computed counts left out: `updated_at` from another clock is not trusted). Changed records go
+through the import service, which compares field by field and writes each change with its
+event, so a close in bd is a `bead.closed` event that feeds the next bead as a local close
+does. A record the source no longer has is never deleted: it is marked missing.
+
+A pass is one transaction: a bad source (unreadable file, failing command, any bad line)
+changes nothing and keeps the last good state. Its error is kept on the source's SyncSource
+row and logged once per failure streak. A lease per source keeps two passes (two clusters, a
+cluster and a command line) from running at once.
+"""
+
+import hashlib
+import io
+import json
+import logging
+import os
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import orjson
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .. import beadfile
+from ..beadfile import BadLine
+from ..events import record_many
+from ..models import Bead, SourcedRecord, SyncSource
+from . import discovered, jsonl, leases
+from .errors import ServiceError
+
+log = logging.getLogger("convoys.sync")
+
+NAME_MAX = SyncSource._meta.get_field("name").max_length
+LEASE_TTL = 600.0  # a pass longer than this loses its lease to the next one
+STDERR_SHOWN = 500  # characters of a failing command's standard error kept in the error
+IGNORED_KEYS = beadfile.COUNTED  # recomputed by bd from other records: not this one's content
+
+
+class SyncFailed(ServiceError):
+    """A pass that changed nothing: the message names the source and what was wrong.
+    `first` tells whether it starts a failure streak (the only one logged)."""
+
+    first = True
+
+
+class Source:
+    """Where bd JSONL comes from. A new kind of source is one subclass: a `name` (shown on the
+    dashboard, at most NAME_MAX characters) and `open()`, a binary stream of JSONL lines that
+    raises SyncFailed when the source cannot be read."""
+
+    name = ""
+
+    def open(self):
+        raise NotImplementedError
+
+
+class FileSource(Source):
+    def __init__(self, path):
+        self.path = self.name = str(path)
+
+    def open(self):
+        try:
+            return open(self.path, "rb")
+        except OSError as exc:
+            raise SyncFailed(f"{self.name}: {exc.strerror}")
+
+
+class CommandSource(Source):
+    """`cmd:<command line>`: the command's standard output, run without a shell."""
+
+    def __init__(self, command, timeout=None):
+        self.name = f"cmd:{command}"
+        try:
+            self.argv = shlex.split(command)
+        except ValueError as exc:
+            raise SyncFailed(f"{self.name}: {exc}")
+        if not self.argv:
+            raise SyncFailed("cmd: source names no command")
+        self.timeout = timeout
+
+    def open(self):
+        timeout = self.timeout or settings.CONVOY_SYNC_TIMEOUT
+        try:
+            done = subprocess.run(
+                self.argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            raise SyncFailed(f"{self.name}: no answer within {timeout:g} s")
+        except OSError as exc:
+            raise SyncFailed(f"{self.name}: cannot run {self.argv[0]!r}: {exc.strerror}")
+        if done.returncode:
+            stderr = done.stderr.decode("utf-8", "replace").strip()
+            if len(stderr) > STDERR_SHOWN:
+                stderr = "…" + stderr[-STDERR_SHOWN:]
+            raise SyncFailed(
+                f"{self.name}: exited with status {done.returncode}"
+                + (f": {' / '.join(stderr.splitlines())}" if stderr else "")
+            )
+        return io.BytesIO(done.stdout)
+
+
+def source_for(text):
+    """A source from its spelling: `cmd:<command line>` or a file path."""
+    text = (text or "").strip()
+    if not text:
+        raise SyncFailed("sync source must not be empty")
+    if len(text) > NAME_MAX:
+        raise SyncFailed(f"sync source is {len(text)} characters long (at most {NAME_MAX})")
+    if text.startswith("cmd:"):
+        return CommandSource(text[len("cmd:") :])
+    return FileSource(text)
+
+
+@dataclass
+class SyncReport:
+    source: str
+    records: int = 0
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    missing: int = 0
+    returned: int = 0
+    events: int = 0
+    seconds: float = 0.0
+
+    @property
+    def changed(self):
+        return self.created + self.updated + self.missing + self.returned
+
+    def as_dict(self):
+        return {**asdict(self), "changed": self.changed}
+
+
+def digest(record):
+    """The content of a record, as 32 hex digits (key order and computed counts ignored)."""
+    content = {k: v for k, v in record.items() if k not in IGNORED_KEYS}
+    try:
+        text = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # integers beyond 64 bits
+        text = json.dumps(content, sort_keys=True).encode()
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+def default_holder():
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def lease_name(source_name):
+    return "sync:" + hashlib.blake2b(source_name.encode(), digest_size=16).hexdigest()
+
+
+def sync(source, routes_path=None, holder=None, actor="sync"):
+    """One pass over `source` under its lease. Returns a SyncReport, or None when another
+    holder is syncing that source now; raises SyncFailed (nothing written) for a bad source."""
+    holder = holder or default_holder()
+    lease = lease_name(source.name)
+    if not leases.acquire(lease, holder, ttl=LEASE_TTL):
+        return None
+    try:
+        started = time.monotonic()
+        try:
+            report = _pass(source, routes_path, actor)
+        except (SyncFailed, BadLine, ServiceError) as exc:
+            failure = SyncFailed(str(exc))
+            failure.first = _failed(source.name, failure)
+            raise failure from None
+        report.seconds = round(time.monotonic() - started, 3)
+        _succeeded(source.name, report)
+        return report
+    finally:
+        leases.release(lease, holder)
+
+
+def _pass(source, routes_path, actor):
+    report = SyncReport(source=source.name)
+    stream = source.open()
+    with stream, transaction.atomic():
+        if routes_path:
+            try:
+                with open(routes_path, "rb") as routes:
+                    jsonl.import_routes(routes, str(routes_path))
+            except OSError as exc:
+                raise SyncFailed(f"{routes_path}: {exc.strerror}")
+        stored = {
+            row[0]: row[1:]
+            for row in SourcedRecord.objects.filter(source=source.name).values_list(
+                "id", "digest", "missing_since"
+            )
+        }
+        imported = jsonl.ImportReport(file=source.name)
+        importer = jsonl._Importer(imported, actor)
+        present, digests = _read(source.name, stream, stored, importer, report)
+        discovered.join(importer.discovered_edges, actor=actor)
+        report.created = imported.beads_created + imported.convoys_created
+        report.updated = imported.beads_updated + imported.convoys_updated
+        report.unchanged = report.records - report.created - report.updated
+        report.events = imported.events
+        _keep_digests(source.name, digests)
+        _mark_presence(source.name, stored, present, report, actor)
+    return report
+
+
+def _read(name, stream, stored, importer, report):
+    """Check every line; hand the records whose digest changed to the importer, a batch at a
+    time. Returns {id: line} of every record read and {id: new digest} of the changed ones."""
+    present, digests, batch, memories = {}, {}, [], []
+    for number, record in beadfile.read_records(stream, name, settings.CONVOY_IMPORT_MAX_LINE):
+        if type(record) is beadfile.MemoryLine:
+            memories.append(record)
+            continue
+        if beadfile.skipped(record):
+            continue
+        item_id = record["id"]
+        first = present.setdefault(item_id, number)
+        if first != number:
+            raise BadLine(f"{name}:{number}: duplicate id '{item_id}' (first on line {first})")
+        report.records += 1
+        content = digest(record)
+        kept = stored.get(item_id)
+        if kept is not None and kept[0] == content:
+            continue
+        digests[item_id] = content
+        if beadfile.is_convoy_record(record):
+            batch.append((number, record, None))
+        else:
+            batch.append((number, None, jsonl._prepare(record, importer.routes, importer.now)))
+        if len(batch) >= jsonl.BATCH:
+            importer.add(batch)
+            batch = []
+    importer.add(batch)
+    if memories:
+        importer.memories(memories)
+    return present, digests
+
+
+def _keep_digests(name, digests):
+    SourcedRecord.objects.bulk_create(
+        [SourcedRecord(id=i, source=name, digest=d) for i, d in digests.items()],
+        batch_size=jsonl.BATCH,
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["source", "digest", "missing_since"],
+    )
+
+
+def _mark_presence(name, stored, present, report, actor):
+    """Mark the records the source no longer has as missing (never deleted), and clear the
+    mark of those it has again; each bead among them gets an event saying so."""
+    gone = [i for i, (_, missing) in stored.items() if missing is None and i not in present]
+    back = [i for i, (_, missing) in stored.items() if missing is not None and i in present]
+    now = timezone.now()
+    events = []
+    for ids, since, is_missing in ((gone, now, True), (back, None, False)):
+        for start in range(0, len(ids), jsonl.BATCH):
+            part = ids[start : start + jsonl.BATCH]
+            SourcedRecord.objects.filter(pk__in=part).update(missing_since=since)
+            for bead in Bead.objects.filter(pk__in=part).only("id", "status", "title"):
+                events.append(
+                    dict(
+                        kind="bead.updated",
+                        bead_id=bead.id,
+                        actor=actor,
+                        data={
+                            "status": bead.status,
+                            "title": bead.title,
+                            "source": name,
+                            "missing_from_source": is_missing,
+                            "changes": ["missing_from_source"],
+                        },
+                    )
+                )
+    report.missing, report.returned = len(gone), len(back)
+    report.events += record_many(events, instances=False)
+
+
+def _failed(name, failure):
+    """Keep the error on the source's row; True when it starts a failure streak (then it is
+    logged; later failures of the same streak are not)."""
+    row, _ = SyncSource.objects.get_or_create(name=name)
+    first = not row.error
+    if first:
+        log.error("sync failed, nothing changed: %s", failure)
+        row.failing_since = timezone.now()
+    row.error = str(failure)
+    row.save(update_fields=["error", "failing_since"])
+    return first
+
+
+def _succeeded(name, report):
+    row, _ = SyncSource.objects.get_or_create(name=name)
+    if row.error:
+        log.info("sync of %s works again (failing since %s)", name, row.failing_since)
+    row.last_pass_at = timezone.now()
+    row.records, row.changed = report.records, report.changed
+    row.error, row.failing_since = "", None
+    row.save()
+
+
+def passes(sources, routes_path=None, every=None, stop=None):
+    """Sync each source once, or every `every` seconds until `stop` (a threading.Event) is
+    set; yields (source, SyncReport, or None when another holder had it, or SyncFailed)."""
+    stop = stop or threading.Event()
+    holder = default_holder()
+    while True:
+        due = time.monotonic() + (every or 0)
+        for source in sources:
+            try:
+                yield source, sync(source, routes_path, holder)
+            except SyncFailed as failure:
+                yield source, failure
+        if every is None or stop.wait(max(due - time.monotonic(), 0)):
+            return
+
+
+def sync_configured():
+    """One pass over each of CONVOY_SYNC_SOURCES (the task the cluster's ticker enqueues);
+    a failing source is logged by `sync` and does not stop the others."""
+    sources = []
+    for spelling in settings.CONVOY_SYNC_SOURCES:
+        try:
+            sources.append(source_for(spelling))
+        except SyncFailed as failure:
+            _failed(spelling[:NAME_MAX], failure)
+    for _source, _result in passes(sources):
+        pass

@@ -1,0 +1,201 @@
+"""`manage.py beads sync` (issue 18): a bd JSONL file or `cmd:` source mirrored pass by pass,
+only what changed written, through the import service, each change with its event."""
+
+import io
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from convoys.models import Bead, Convoy, Dispatch, Event, SourcedRecord, SyncSource
+from convoys.services import leases, staging, sync
+from convoys.services.launch import launch_staged
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "sync_town.jsonl"
+
+
+@pytest.fixture
+def town(tmp_path):
+    """A copy of the fixture town, and a way to rewrite one record in it."""
+    path = tmp_path / "town.jsonl"
+    path.write_bytes(FIXTURE.read_bytes())
+    return path
+
+
+def records(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def rewrite(path, bead_id, **fields):
+    lines = []
+    for record in records(path):
+        if record["id"] == bead_id:
+            record.update(fields)
+        lines.append(json.dumps(record))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def drop(path, bead_id):
+    kept = [json.dumps(r) for r in records(path) if r["id"] != bead_id]
+    path.write_text("\n".join(kept) + "\n")
+
+
+def run_sync(*args, capture=None):
+    out = io.StringIO()
+    if capture is None:
+        call_command("beads", "sync", *map(str, args), "--json", stdout=out)
+    else:
+        with capture(execute=True):
+            call_command("beads", "sync", *map(str, args), "--json", stdout=out)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def status(bead_id):
+    return Bead.objects.get(pk=bead_id).status
+
+
+def test_a_pass_creates_the_beads_and_a_second_unchanged_pass_writes_nothing(routes, town):
+    [first] = run_sync(town)
+    assert first["created"] == 3 and first["records"] == 3
+    assert Bead.objects.get(pk="gt-s2").dependencies.get().depends_on_id == "gt-s1"
+    assert Event.objects.filter(kind="bead.created").count() == 3
+    events = Event.objects.count()
+    [second] = run_sync(town)
+    assert second["changed"] == 0 and second["unchanged"] == 3 and second["events"] == 0
+    assert Event.objects.count() == events
+    row = SyncSource.objects.get(name=str(town))
+    assert row.last_pass_at and row.records == 3 and not row.error
+
+
+def test_key_order_and_recomputed_counts_are_not_changes(routes, town):
+    run_sync(town)
+    lines = []
+    for record in records(town):
+        record["dependent_count"] = 7
+        lines.append(json.dumps(dict(reversed(record.items()))))
+    town.write_text("\n".join(lines) + "\n")
+    [report] = run_sync(town)
+    assert report["changed"] == 0 and report["events"] == 0
+
+
+def test_a_close_in_the_source_closes_the_bead_and_feeds_the_convoy(
+    routes, town, django_capture_on_commit_callbacks
+):
+    run_sync(town)
+    plan = staging.stage(["gt-s0", "gt-s1", "gt-s2"], actor="test")
+    with django_capture_on_commit_callbacks(execute=True):
+        launch_staged(plan.convoy_id, force=True)
+    assert status("gt-s0") == "hooked"
+    # A dispatch of ours stands while the source still shows the bead as it was.
+    run_sync(town, capture=django_capture_on_commit_callbacks)
+    assert status("gt-s0") == "hooked"
+
+    rewrite(town, "gt-s0", status="closed", closed_at="2026-11-30T10:00:00Z", close_reason="Done")
+    [report] = run_sync(town, capture=django_capture_on_commit_callbacks)
+    assert report["updated"] == 1 and report["unchanged"] == 2
+    closed = Event.objects.get(kind="bead.closed", bead_id="gt-s0")
+    assert closed.actor == "sync" and closed.data["convoys"] == [plan.convoy_id]
+    assert status("gt-s0") == "closed" and status("gt-s1") == "hooked"
+    assert Dispatch.objects.filter(bead_id="gt-s1", path="event").count() == 1
+
+    for bead_id in ("gt-s1", "gt-s2"):
+        rewrite(town, bead_id, status="closed", closed_at="2026-11-30T11:00:00Z")
+        run_sync(town, capture=django_capture_on_commit_callbacks)
+    assert Convoy.objects.get(pk=plan.convoy_id).status == "closed"
+    assert Dispatch.objects.filter(bead_id="gt-s2").count() == 1
+
+
+def test_a_record_the_source_drops_is_marked_missing_not_deleted(routes, town, client):
+    run_sync(town)
+    drop(town, "gt-s2")
+    [report] = run_sync(town)
+    assert report["missing"] == 1
+    assert Bead.objects.filter(pk="gt-s2").exists()
+    assert SourcedRecord.objects.get(pk="gt-s2").missing_since is not None
+    event = Event.objects.filter(bead_id="gt-s2").latest("seq")
+    assert event.data["missing_from_source"] is True
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    page = client.get("/beads/gt-s2/").content.decode()
+    assert "missing from its source" in page and str(town) in page
+    assert "missing from its source" not in client.get("/beads/gt-s1/").content.decode()
+
+    town.write_bytes(FIXTURE.read_bytes())
+    [report] = run_sync(town)
+    assert report["returned"] == 1 and report["missing"] == 0
+    assert SourcedRecord.objects.get(pk="gt-s2").missing_since is None
+    [again] = run_sync(town)
+    assert again["changed"] == 0
+
+
+def test_a_bad_line_changes_nothing_and_names_the_line(routes, town, caplog):
+    run_sync(town)
+    rewrite(town, "gt-s0", status="closed")
+    with town.open("a") as stream:
+        stream.write('{"id": "gt-s9", "title": "Bad", "priority": 9}\n')
+    events = Event.objects.count()
+    for _ in range(2):
+        with pytest.raises(CommandError, match=rf"{town}:4: field 'priority': expected 0\.\.4"):
+            run_sync(town)
+    assert status("gt-s0") == "open" and not Bead.objects.filter(pk="gt-s9").exists()
+    assert Event.objects.count() == events
+    row = SyncSource.objects.get(name=str(town))
+    assert ":4: field 'priority'" in row.error and row.failing_since and row.last_pass_at
+    # Logged once for the streak, not once per pass.
+    assert [r.message for r in caplog.records if r.name == "convoys.sync"] == [
+        f"sync failed, nothing changed: {row.error}"
+    ]
+    rewrite(town, "gt-s9", priority=2)
+    [report] = run_sync(town)
+    assert report["created"] == 1 and report["updated"] == 1
+    assert not SyncSource.objects.get(name=str(town)).error
+
+
+def test_an_unreadable_file_changes_nothing(db, tmp_path):
+    with pytest.raises(CommandError, match="absent.jsonl: No such file or directory"):
+        run_sync(tmp_path / "absent.jsonl")
+    assert not Bead.objects.exists()
+
+
+def python_source(script):
+    return "cmd:" + shlex.join([sys.executable, "-c", script])
+
+
+def test_a_command_source_is_read_from_its_standard_output(routes):
+    script = f"import sys; sys.stdout.write(open({str(FIXTURE)!r}).read())"
+    [report] = run_sync(python_source(script))
+    assert report["created"] == 3
+    assert SyncSource.objects.get().name.startswith("cmd:")
+
+
+def test_a_failing_command_changes_nothing_and_keeps_its_stderr(routes, town):
+    run_sync(town)
+    script = "import sys; print('{}'); sys.stderr.write('bd: database is locked\\n'); sys.exit(3)"
+    with pytest.raises(CommandError, match="exited with status 3: bd: database is locked"):
+        run_sync(python_source(script))
+    with pytest.raises(CommandError, match="cannot run 'no-such-bd-here'"):
+        run_sync("cmd:no-such-bd-here export")
+    assert Bead.objects.count() == 3
+
+
+def test_a_command_that_never_answers_is_stopped(db, settings):
+    settings.CONVOY_SYNC_TIMEOUT = 0.5
+    with pytest.raises(CommandError, match=r"no answer within 0\.5 s"):
+        run_sync(python_source("import time; time.sleep(30)"))
+
+
+def test_a_source_another_holder_is_syncing_is_skipped(routes, town):
+    name = sync.lease_name(str(town))
+    assert leases.acquire(name, "other-cluster", ttl=60)
+    err = io.StringIO()
+    call_command("beads", "sync", str(town), stderr=err)
+    assert "another process is syncing it" in err.getvalue()
+    assert not Bead.objects.exists()
+    leases.release(name, "other-cluster")
+    [report] = run_sync(town)
+    assert report["created"] == 3
