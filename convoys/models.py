@@ -87,6 +87,9 @@ class Bead(models.Model):
     updated_at = models.DateTimeField()
     closed_at = models.DateTimeField(null=True, blank=True)
     rig = models.ForeignKey(Rig, null=True, blank=True, on_delete=models.SET_NULL)
+    # Failed dispatches in a row (reset by a good one or `beads retry`); at
+    # CONVOY_MAX_DISPATCH_FAILURES the breaker is open: no path dispatches the bead.
+    dispatch_failures = models.PositiveIntegerField(default=0)
     # Unknown keys of the beads record, exported again unchanged.
     extra = models.JSONField(default=dict, blank=True)
 
@@ -174,6 +177,10 @@ class Convoy(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
     close_reason = models.TextField(blank=True, default="")
     completion_notified_at = models.DateTimeField(null=True, blank=True)
+    # Paused: no path dispatches its beads (the claim reads this) until resumed.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=255, blank=True, default="")
+    pause_reason = models.TextField(blank=True, default="")
     labels = models.JSONField(default=list, blank=True)
     extra = models.JSONField(default=dict, blank=True)
 

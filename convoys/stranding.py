@@ -36,6 +36,7 @@ STRANDED_KINDS = (FEEDABLE, STUCK, EMPTY)
 # Root causes, most actionable first; the first present names a stuck convoy.
 CAUSES = (
     "complete",
+    "paused",
     "dispatch_failing",
     "parked_rig",
     "gated",
@@ -47,6 +48,7 @@ CAUSES = (
 )
 CAUSE_WORDS = {
     "complete": "waiting to land",
+    "paused": "stuck: paused",
     "dispatch_failing": "stuck: dispatch failing",
     "parked_rig": "stuck: parked rig",
     "gated": "stuck: gated",
@@ -115,6 +117,8 @@ def classify(convoys, now=None, explain=False, loaded=None):
     for convoy in open_:
         statuses = {i: status_of[i][0] for i in per_convoy[convoy.pk] if i in status_of}
         verdict = _first_pass(convoy, per_convoy[convoy.pk], statuses, ready, cooling)
+        if convoy.paused_at and verdict.code not in ("empty", "complete"):
+            verdict = _paused(convoy, verdict)
         result[convoy.pk] = verdict
         if (verdict.kind == STUCK and not verdict.code) or (
             explain and verdict.kind in (FEEDABLE, MOVING)
@@ -164,6 +168,14 @@ def _first_pass(convoy, ids, statuses, ready, cooling):
             text += f" (max in flight {convoy.max_in_flight}; {len(dispatchable)} ready waiting)"
         return Verdict(MOVING, text, "in_progress", [], len(ids))
     return Verdict(STUCK, "", "", [], len(ids))
+
+
+def _paused(convoy, verdict):
+    """A paused convoy is stuck whatever its beads do: nothing feeds it until resumed."""
+    text = f"paused by {convoy.paused_by or 'someone'}" + (
+        f": {convoy.pause_reason}" if convoy.pause_reason else ""
+    )
+    return Verdict(STUCK, text, "paused", [], verdict.tracked_count, [Cause("paused", text)])
 
 
 def _stalled(bead_id, status, ready, cooling):

@@ -3,6 +3,10 @@
 Only the caller whose UPDATE matched the row it read wins; a second feeder, cluster or scan
 racing it updates zero rows and walks away (SPEC §5, reliability §4). A failed dispatch
 releases the claim, and the bead cools down before it is tried again.
+
+Two operator controls are enforced here, so every path (launch, close, catch-up, scan, sling)
+obeys them: a bead tracked by a paused convoy is not claimed, and a bead whose dispatch
+failed CONVOY_MAX_DISPATCH_FAILURES times in a row is parked (the breaker) until retried.
 """
 
 import logging
@@ -11,12 +15,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..dispatchers import Outcome, get_dispatcher
 from ..events import record
-from ..models import ACTIVE_WORK_STATUSES, Bead, Dispatch, Worker
+from ..models import ACTIVE_WORK_STATUSES, Bead, Convoy, Dispatch, TrackedBead, Worker
 from ..readiness import worker_dead
 
 log = logging.getLogger("convoys.dispatch")
@@ -54,30 +59,59 @@ class Claim:
     previous_status: str
 
 
+def max_failures():
+    return settings.CONVOY_MAX_DISPATCH_FAILURES
+
+
+def parked_beads():
+    """Beads whose breaker is open (failed dispatches in a row at the limit)."""
+    return Bead.objects.filter(dispatch_failures__gte=max_failures())
+
+
 def in_cooldown(bead_id, now=None):
-    now = now or timezone.now()
-    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
-    return Dispatch.objects.filter(bead_id=bead_id, ok=False, created_at__gte=since).exists()
+    return bool(cooling_down([bead_id], now))
 
 
 def cooling_down(bead_ids, now=None):
+    """The beads among `bead_ids` not to try now: a dispatch failed within the cooldown, or
+    the breaker parked them."""
     now = now or timezone.now()
     since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
-    return set(
-        Dispatch.objects.filter(bead_id__in=bead_ids, ok=False, created_at__gte=since).values_list(
-            "bead_id", flat=True
-        )
-    )
+    failed = Dispatch.objects.filter(bead_id__in=bead_ids, ok=False, created_at__gte=since)
+    parked = parked_beads().filter(pk__in=bead_ids)
+    return set(failed.values_list("bead_id", flat=True)) | set(parked.values_list("pk", flat=True))
 
 
 def recent_failures(now=None):
-    """Every bead whose dispatch failed within the cooldown: one range scan of the (few)
-    recent attempts, cheaper than a long IN list when many beads are ready."""
+    """Every bead whose dispatch failed within the cooldown, or that the breaker parked: one
+    range scan of the (few) recent attempts, cheaper than a long IN list when many beads are
+    ready."""
     now = now or timezone.now()
     since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
-    return set(
-        Dispatch.objects.filter(created_at__gte=since, ok=False).values_list("bead_id", flat=True)
+    failed = Dispatch.objects.filter(created_at__gte=since, ok=False)
+    return set(failed.values_list("bead_id", flat=True)) | set(
+        parked_beads().values_list("pk", flat=True)
     )
+
+
+def paused_convoys(bead_id, convoy_id=""):
+    """Ids of the paused convoys that track `bead_id` or that the dispatch is for.
+
+    Called inside the claim's transaction. On PostgreSQL the convoy rows are read FOR KEY
+    SHARE: a pause locks its row FOR UPDATE, so a claim in flight holds the pause back until
+    it commits, and a claim that starts while a pause is in flight waits for it and then
+    reads it (other claims and counter updates of the row do not wait). SQLite runs write
+    transactions one at a time (IMMEDIATE), which gives the same order."""
+    holders = Q(pk__in=TrackedBead.objects.filter(bead_id=bead_id).values("convoy_id"))
+    if convoy_id:
+        holders |= Q(pk=convoy_id)
+    query = Convoy.objects.filter(holders).order_by("pk").values_list("pk", "paused_at")
+    if connection.vendor != "postgresql":
+        return [pk for pk, paused_at in query if paused_at]
+    sql, params = query.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " FOR KEY SHARE", params)
+        return [pk for pk, paused_at in cursor.fetchall() if paused_at]
 
 
 def pick_worker(rig):
@@ -98,9 +132,17 @@ def pick_worker(rig):
 @transaction.atomic
 def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
     """Claim `bead` as read by the caller; return a Claim, or None if someone else won.
-    `forced`: sent past open blockers by `sling --force` (recorded on the attempt)."""
+    `forced`: sent past open blockers by `sling --force` (recorded on the attempt).
+    Nobody wins a bead held by a paused convoy or parked by the breaker."""
+    if paused_convoys(bead.pk, convoy_id):
+        return None
     now = timezone.now()
-    target = Bead.objects.filter(pk=bead.pk, status=bead.status, assignee=bead.assignee)
+    target = Bead.objects.filter(
+        pk=bead.pk,
+        status=bead.status,
+        assignee=bead.assignee,
+        dispatch_failures__lt=max_failures(),
+    )
     if bead.status != "open" or bead.assignee:
         # Only work whose worker is dead may be taken over (SPEC §2); a live worker keeps it.
         if bead.status not in ("open", *ACTIVE_WORK_STATUSES) or not bead.assignee:
@@ -160,9 +202,16 @@ def _record(claim_, outcome, started):
         Dispatch.objects.filter(pk=claim_.dispatch_id).update(
             ok=outcome.ok, error=outcome.error, output=outcome.output, duration_ms=duration
         )
-        if not outcome.ok:
+        if outcome.ok:
+            Bead.objects.filter(pk=claim_.bead_id, dispatch_failures__gt=0).update(
+                dispatch_failures=0
+            )
+        else:
             Bead.objects.filter(pk=claim_.bead_id, status="hooked", assignee=claim_.worker).update(
                 status="open", assignee="", updated_at=timezone.now()
+            )
+            Bead.objects.filter(pk=claim_.bead_id).update(
+                dispatch_failures=F("dispatch_failures") + 1
             )
             record(
                 "dispatch.failed",
@@ -176,6 +225,7 @@ def _record(claim_, outcome, started):
                     "path": claim_.path,
                 },
             )
+            _check_breaker(claim_, outcome)
         _check_spin(claim_)
     return {
         "id": claim_.bead_id,
@@ -185,6 +235,17 @@ def _record(claim_, outcome, started):
         "ok": outcome.ok,
         "error": outcome.error,
     }
+
+
+def _check_breaker(claim_, outcome):
+    """Park the bead when this failure is the one that reaches the limit, and ask its
+    convoys' people to act (once: only the failure that lands on the limit does)."""
+    failures = Bead.objects.filter(pk=claim_.bead_id).values_list("dispatch_failures", flat=True)
+    if failures.first() != max_failures():
+        return
+    from .controls import breaker_tripped
+
+    breaker_tripped(claim_.bead_id, claim_.title, claim_.convoy_id, outcome.error)
 
 
 def _check_spin(claim_):

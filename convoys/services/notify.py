@@ -16,6 +16,7 @@ from ..models import Convoy, Notification, Subscription, status_symbol
 from .errors import NotFound, ServiceError
 
 log = logging.getLogger("convoys.notify")
+ACTION_NEEDED = "action_needed"  # a Notification kind: someone must act (not a receipt)
 
 
 def format_duration(delta):
@@ -85,6 +86,13 @@ def notify_landing(convoy):
         convoy.refresh_from_db()
         subject, body = landing_message(convoy, tracked_details([convoy])[convoy.pk])
         return _deliver(convoy, Notification.LANDED, subject, body, recipients(convoy), now)
+
+
+def notify_action_needed(convoy, subject, body):
+    """Tell the convoy's owner, notify addresses and subscribers that someone must act
+    (a parked bead): inbox rows, live events, e-mails, in the caller's transaction."""
+    subject = " ".join(subject.split())[:600]
+    return _deliver(convoy, ACTION_NEEDED, subject, body, recipients(convoy), timezone.now())
 
 
 @transaction.atomic

@@ -80,6 +80,15 @@ def refuse_unslingable(beads):
             raise ServiceError(f"bead {bead.pk} is closed (work already completed)")
 
 
+def refuse_paused(paused, what):
+    """A paused convoy is fed by no path; say so, rather than "claimed by another"."""
+    if paused:
+        raise ServiceError(
+            f"{what} paused convoy {paused[0]}: nothing is dispatched until "
+            f"`convoy resume {paused[0]}`"
+        )
+
+
 def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=False, actor="cli"):
     if not bead_ids:
         raise ServiceError("give at least one bead id")
@@ -112,6 +121,8 @@ def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=F
         raise ServiceError(
             f"rig {rig} is {rig_row.state}: use `rigs un{rig_row.state[:-2]} {rig}` or --force"
         )
+    for bead_id in bead_ids:
+        refuse_paused(dispatch.paused_convoys(bead_id), f"cannot sling {bead_id}: it is in")
     blockers = blocked_by(bead_ids)
     if blockers and not force:
         raise ServiceError(
@@ -172,6 +183,7 @@ def sling_convoy(convoy_id, *, force=False, actor="cli"):
             )
         if convoy.status != CONVOY_OPEN:
             raise ServiceError(f"convoy {convoy.pk} is {convoy.status}")
+        refuse_paused([convoy.pk] if convoy.paused_at else [], "cannot sling")
         ids = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
         if not ids:
             raise ServiceError(f"convoy {convoy.pk} tracks no beads")

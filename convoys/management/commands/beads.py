@@ -5,7 +5,7 @@ import orjson
 from ...models import Bead, Dependency, TrackedBead
 from ...readiness import blocked_by, ready_beads
 from ...services import beads as bead_service
-from ...services import jsonl, sync
+from ...services import controls, jsonl, sync
 from ..base import ServiceCommand, error
 
 
@@ -67,6 +67,9 @@ class Command(ServiceCommand):
         self.add_json(p)
         p = sub.add_parser("heartbeat", help="report that a worker is alive")
         p.add_argument("worker")
+        p = sub.add_parser("retry", help="clear a bead parked by the dispatch breaker")
+        p.add_argument("id")
+        p.add_argument("--actor", default="cli", help="who retries it (default: cli)")
 
     def handle(self, *args, action, **options):
         getattr(self, "do_" + action)(**options)
@@ -246,3 +249,10 @@ class Command(ServiceCommand):
     def do_heartbeat(self, worker, **_):
         when = bead_service.heartbeat(worker)
         self.stdout.write(f"♥ {worker} at {when.isoformat()}")
+
+    def do_retry(self, id, actor, **_):
+        bead, changed = controls.retry(id, actor=actor)
+        if changed:
+            self.stdout.write(f"↻ {bead.id}: breaker cleared; every path may dispatch it again")
+        else:
+            self.stdout.write(f"○ {bead.id} has no failed dispatches in a row: nothing to clear")

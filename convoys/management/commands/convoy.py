@@ -1,13 +1,13 @@
 """`manage.py convoy create|add|check|status|list|close|land|watch|unwatch|stranded|stage|launch|
-feed`."""
+pause|resume|feed`."""
 
 from django.utils import timezone
 
 from ... import selectors, stranding
 from ...formatting import render_launch
 from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
+from ...services import controls, feeding, launch, notify, staging
 from ...services import convoys as convoy_service
-from ...services import feeding, launch, notify, staging
 from ...services.notify import format_duration
 from ..base import ServiceCommand, error
 
@@ -165,6 +165,15 @@ class Command(ServiceCommand):
             self.add_json(p)
             if name == "stage":
                 p.add_argument("--launch", action="store_true")
+        p = sub.add_parser("pause", help="stop every path from dispatching a convoy's beads")
+        p.add_argument("convoy")
+        p.add_argument("--reason", default="", help="why (shown on the page and in status)")
+        p.add_argument("--actor", default="cli", help="who pauses it (default: cli)")
+        self.add_json(p)
+        p = sub.add_parser("resume", help="resume a paused convoy and feed it at once")
+        p.add_argument("convoy")
+        p.add_argument("--actor", default="cli", help="who resumes it (default: cli)")
+        self.add_json(p)
         p = sub.add_parser("feed", help="run one catch-up pass and one stranded scan now")
         p.add_argument("--once", action="store_true", help="(the only mode; for cron and tests)")
         self.add_json(p)
@@ -328,7 +337,7 @@ class Command(ServiceCommand):
                 self.stdout.write(f"🚚 {row.id}: {row.title}  {s['done']}/{s['total']}")
             return
         row = convoy_service.get_convoy(convoy)
-        data = selectors.convoy_status_json(row)
+        data = {**selectors.convoy_status_json(row), "paused": controls.pause_json(row)}
         if json:
             self.write_json(data)
             return
@@ -337,6 +346,9 @@ class Command(ServiceCommand):
             f"  Status: {row.status}   Progress: {data['completed']}/{data['total']}"
             f" done" + (f"   Owner: {row.owner}" if row.owner else "")
         )
+        paused = controls.pause_summary(row)
+        if paused:
+            self.stdout.write(_pause_line(paused))
         now = timezone.now()
         for item in data["tracked"]:
             symbol = status_symbol(item["status"])
@@ -348,6 +360,26 @@ class Command(ServiceCommand):
                 )
             title = item["title"] or "(not in database)"
             self.stdout.write(f"    {symbol} {item['id']:<16} {title}{worker}")
+
+    def do_pause(self, convoy, reason, actor, json, **_):
+        row, changed = controls.pause(convoy, actor=actor, reason=reason)
+        if json:
+            self.write_json({"id": row.id, "changed": changed, "paused": controls.pause_json(row)})
+        elif changed:
+            self.stdout.write(f"⏸ Paused convoy 🚚 {row.id}: nothing is dispatched until resumed")
+        else:
+            self.stdout.write(f"○ Convoy {row.id} is already paused")
+            self.stdout.write(_pause_line(controls.pause_summary(row)))
+
+    def do_resume(self, convoy, actor, json, **_):
+        row, changed, fed = controls.resume(convoy, actor=actor)
+        if json:
+            self.write_json({"id": row.id, "changed": changed, "dispatched": fed})
+        elif changed:
+            names = ", ".join(f"{r['id']} → {r['worker']}" for r in fed) or "nothing ready"
+            self.stdout.write(f"▶ Resumed convoy 🚚 {row.id}; dispatched {names}")
+        else:
+            self.stdout.write(f"○ Convoy {row.id} is not paused")
 
     def do_list(self, all, status, tree, json, **_):
         queryset = Convoy.objects.order_by("id")
@@ -467,6 +499,15 @@ class Command(ServiceCommand):
                 f"empty {', '.join(scan['closed_empty']) or 'none'}; landed "
                 f"{', '.join(scan['landed']) or 'none'}"
             )
+
+
+def _pause_line(paused):
+    since = paused["dispatches_since"]
+    return (
+        f"  ⏸ Paused by {paused['by'] or '?'} at {paused['at']:%Y-%m-%d %H:%M:%S} UTC"
+        + (f" — {paused['reason']}" if paused["reason"] else "")
+        + f" ({since} dispatch{'es' if since != 1 else ''} since pause)"
+    )
 
 
 def _remaining(info):
