@@ -8,9 +8,12 @@ Every open convoy is exactly one of:
   blocked outside the convoy, dispatch failing, no rig, not dispatchable, held, unknown beads,
   or complete and waiting to land);
 - empty: it tracks nothing.
-Feedable, stuck and empty convoys are stranded. The dashboard badge, the convoy page, the
-API, the stranded page, `convoy stranded` and the stranded scan all read `classify`; the
-convoy page's ETA asks `estimate_blocker`.
+Feedable, stuck and empty convoys are stranded: they need attention and wear a badge.
+`convoy stranded`, /stranded/ and /api/stranded list every open convoy, as the original's
+`gt convoy stranded` does (reference §4.4: its "stuck" is any convoy with tracked work and none
+ready, so it covers our moving convoys too), each with its cause (`Verdict.detail`). The
+dashboard badge, the convoy page, the API, the stranded page, `convoy stranded` and the
+stranded scan all read `classify`; the convoy page's ETA asks `estimate_blocker`.
 """
 
 from dataclasses import dataclass, field
@@ -83,6 +86,14 @@ class Verdict:
         return self.kind in STRANDED_KINDS
 
     @property
+    def detail(self):
+        """The reason, and for a moving convoy what else holds its stalled beads (`explain`):
+        "1 in progress; gt-roll gated by gt-go"."""
+        if self.kind != MOVING or not self.causes:
+            return self.reason
+        return "; ".join([self.reason, *(cause.text for cause in self.causes)])
+
+    @property
     def label(self):
         """Words for a badge: "stranded", "stuck: gated", "empty", "in progress"."""
         if self.kind == STUCK:
@@ -141,10 +152,10 @@ def classify_one(convoy, now=None, explain=True):
     return classify([convoy], now, explain)[convoy.pk]
 
 
-def open_verdicts(now=None):
+def open_verdicts(now=None, explain=False):
     """[(convoy, Verdict)] for every open convoy, by id."""
     convoys = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
-    verdicts = classify(convoys, now)
+    verdicts = classify(convoys, now, explain)
     return [(c, verdicts[c.pk]) for c in convoys]
 
 

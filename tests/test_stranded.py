@@ -5,6 +5,7 @@ import html
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -16,6 +17,8 @@ from convoys.services.launch import launch_staged
 
 from .factories import bead, blocks, signed_in
 from .factories import command as cli
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture
@@ -59,23 +62,27 @@ def assert_surfaces_agree(client):
         assert page_badge(client, convoy.pk) == (expected, verdict.reason if expected else "")
     listed = {c["id"]: c for c in client.get("/api/convoys?status=all&limit=1000").json()}
     assert {i for i, c in listed.items() if c["progress"]["stranded"]} == stranded
+    # The listings hold every open convoy, as `gt convoy stranded` does, each with its cause.
+    explained = stranding.classify(every, explain=True)
+    open_ = {i for i, v in explained.items() if v.kind}
     api_rows = client.get("/api/stranded").json()
-    assert {r["id"]: (r["kind"], r["reason"]) for r in api_rows} == {
-        i: (verdicts[i].kind, verdicts[i].reason) for i in stranded
+    assert {r["id"]: (r["kind"], r["cause"], r["reason"]) for r in api_rows} == {
+        i: (explained[i].kind, explained[i].code, explained[i].detail) for i in open_
     }
     for row in api_rows:
-        assert row["ready_issues"] == verdicts[row["id"]].ready
+        assert row["ready_issues"] == explained[row["id"]].ready
+        assert row["ready_count"] == len(row["ready_issues"])
     page = client.get("/stranded/").content.decode()
-    assert set(re.findall(r'href="/convoys/([^/"]+)/"', page)) == stranded
-    for convoy_id in stranded:
-        assert html.escape(verdicts[convoy_id].reason) in page
+    assert set(re.findall(r'href="/convoys/([^/"]+)/"', page)) == open_
+    for convoy_id in open_:
+        assert html.escape(explained[convoy_id].detail) in page
     cli_rows = json.loads(cli("convoy", "stranded", "--json"))
-    assert {r["id"] for r in cli_rows} == stranded
+    assert [r["id"] for r in cli_rows] == sorted(open_)
     text = cli("convoy", "stranded")
-    for convoy_id in stranded:
+    for convoy_id in open_:
         assert convoy_id in text
-        if verdicts[convoy_id].kind == stranding.STUCK:
-            assert verdicts[convoy_id].reason in text
+        if explained[convoy_id].kind in (stranding.STUCK, stranding.MOVING):
+            assert explained[convoy_id].detail in text
     return verdicts
 
 
@@ -133,17 +140,23 @@ def one(routes):
     return launch
 
 
-def verdict(convoy):
-    return stranding.classify_one(Convoy.objects.get(pk=convoy.pk))
-
-
-def test_gated_convoy_is_stuck_naming_its_gate_and_has_no_eta(one, client):
+@pytest.fixture
+def gated(one):
+    """gt-prep (being worked) then gt-roll, which the untracked decision gt-go also gates."""
     bead("gt-go", "Go / no-go", type="decision")
     bead("gt-prep")
     bead("gt-roll")
     blocks("gt-prep", "gt-roll")
     blocks("gt-go", "gt-roll")
-    convoy = one("gt-prep", "gt-roll")
+    return one("gt-prep", "gt-roll")
+
+
+def verdict(convoy):
+    return stranding.classify_one(Convoy.objects.get(pk=convoy.pk))
+
+
+def test_gated_convoy_is_stuck_naming_its_gate_and_has_no_eta(gated, client):
+    convoy = gated
     assert verdict(convoy).kind == stranding.MOVING  # gt-prep is being worked
     page = client.get(f"/convoys/{convoy.pk}/").content.decode()
     assert "No estimate: gt-roll gated by gt-go." in page
@@ -246,3 +259,62 @@ def test_landed_convoy_page_has_no_eta(one, client):
     convoys.close(convoy.pk, force=True, actor="test")
     page = client.get(f"/convoys/{convoy.pk}/").content.decode()
     assert "Critical path and ETA" not in page and "stranded-badge" not in page
+
+
+def test_imported_hooked_work_of_silent_workers_is_listed_and_rescued(routes, client, settings):
+    """Issue 15 item 4: bd's hooked work whose assignee never reports here is ready once the
+    bead is CONVOY_WORKER_TIMEOUT old; `convoy stranded` lists it and `convoy feed` rescues it,
+    one bead per convoy per scan (reference §7.2)."""
+    settings.CONVOY_WORKER_TIMEOUT = 600
+    cli("beads", "import", str(FIXTURES / "hooked.jsonl"))
+    cli("beads", "heartbeat", "gastown/polecats/alive")
+    [row] = json.loads(cli("convoy", "stranded", "--json"))
+    assert (row["id"], row["tracked_count"], row["ready_issues"]) == (
+        "hq-cv-hk",
+        4,
+        ["gt-hk1", "gt-hk2"],
+    )
+    assert "2 ready: gt-hk1, gt-hk2" in cli("convoy", "stranded")
+    assert_surfaces_agree(client)
+    for rescued in ("gt-hk1", "gt-hk2"):
+        scan = json.loads(cli("convoy", "feed", "--once", "--json"))["stranded"]
+        assert scan["dispatched"] == [rescued]
+        bead_now = Bead.objects.get(pk=rescued)
+        assert bead_now.status == "hooked" and bead_now.assignee != "gastown/polecats/ghost"
+        assert Dispatch.objects.get(bead_id=rescued).path == "stranded"
+    assert json.loads(cli("convoy", "feed", "--once", "--json"))["stranded"]["dispatched"] == []
+    [row] = json.loads(cli("convoy", "stranded", "--json"))
+    assert row["ready_issues"] == [] and row["ready_count"] == 0
+    assert "stuck behind work in progress: 4 in progress (4 tracked, 0 ready)" in cli(
+        "convoy", "stranded"
+    )
+    assert_surfaces_agree(client)
+
+
+def test_convoy_stuck_behind_work_in_progress_is_listed_with_its_cause(gated, client):
+    """Issue 15 item 6: the original lists every open convoy; one with no ready work while
+    beads are in progress is its "stuck", here with what holds the rest (reference §4.4)."""
+    convoy = gated
+    assert verdict(convoy).kind == stranding.MOVING
+    assert cli("convoy", "stranded").splitlines() == [
+        f"🚚 {convoy.pk}: {convoy.title}",
+        "    stuck behind work in progress: 1 in progress; gt-roll gated by gt-go"
+        " (2 tracked, 0 ready)",
+    ]
+    [row] = client.get("/api/stranded").json()
+    assert (row["kind"], row["cause"], row["ready_count"]) == ("moving", "in_progress", 0)
+    assert row["reason"] == "1 in progress; gt-roll gated by gt-go"
+    [cli_row] = json.loads(cli("convoy", "stranded", "--json"))
+    assert set(cli_row) == {
+        "id",
+        "title",
+        "tracked_count",
+        "ready_count",
+        "ready_issues",
+        "created_at",
+    }  # the original's shape (I-10: parseable JSON)
+    assert dashboard_badges(client)[convoy.pk] is None  # moving: no badge, nothing to do
+    bead("gt-later")
+    staged = staging.stage(["gt-later"], actor="test")  # a staged convoy is never listed (I-7)
+    assert staged.convoy_id not in {r["id"] for r in client.get("/api/stranded").json()}
+    assert_surfaces_agree(client)

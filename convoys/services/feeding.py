@@ -168,12 +168,11 @@ def catch_up(batch=1000):
 
 
 def stranded(now=None):
-    """The stranded convoys (reference §4.4 JSON shape, plus kind and reason): feedable,
-    stuck and empty ones, classified by the one rule in `stranding`."""
+    """Every open convoy, as the original's `gt convoy stranded` lists them (reference §4.4
+    JSON shape, plus kind, cause and reason): feedable, moving (its "stuck" behind work in
+    progress), stuck and empty, classified by the one rule in `stranding`."""
     result = []
-    for convoy, verdict in stranding.open_verdicts(now):
-        if not verdict.stranded:
-            continue
+    for convoy, verdict in stranding.open_verdicts(now, explain=True):
         item = {
             "id": convoy.id,
             "title": convoy.title,
@@ -182,7 +181,8 @@ def stranded(now=None):
             "ready_issues": verdict.ready,
             "created_at": convoy.created_at.isoformat(),
             "kind": verdict.kind,
-            "reason": verdict.reason,
+            "cause": verdict.code,
+            "reason": verdict.detail,
         }
         if convoy.base_branch:
             item["base_branch"] = convoy.base_branch
