@@ -425,10 +425,9 @@ class Command(ServiceCommand):
     def do_stranded(self, json, **_):
         rows = feeding.stranded()
         if json:
-            # The original's shape: kind and reason are ours.
-            self.write_json(
-                [{k: v for k, v in r.items() if k not in ("kind", "reason")} for r in rows]
-            )
+            # The original's shape: kind, cause and reason are ours.
+            ours = ("kind", "cause", "reason")
+            self.write_json([{k: v for k, v in r.items() if k not in ours} for r in rows])
             return
         if not rows:
             self.stdout.write("No stranded convoys.")
@@ -437,8 +436,9 @@ class Command(ServiceCommand):
                 note = "Empty convoy (0 tracked issues) — needs cleanup"
             elif row["kind"] == "feedable":
                 note = f"{row['ready_count']} ready: {', '.join(row['ready_issues'])}"
-            else:
-                note = f"stuck: {row['reason']} ({row['tracked_count']} tracked, 0 ready)"
+            else:  # the original's "stuck": tracked work, none ready
+                lead = "stuck behind work in progress" if row["kind"] == "moving" else "stuck"
+                note = f"{lead}: {row['reason']} ({row['tracked_count']} tracked, 0 ready)"
             self.stdout.write(f"🚚 {row['id']}: {row['title']}\n    {note}")
 
     # --- stage / launch / feed --------------------------------------------------------------
