@@ -394,3 +394,19 @@ class ApiToken(models.Model):
 
     def __str__(self):
         return f"{self.name} ({self.user})"
+
+
+class Memory(models.Model):
+    """A bd memory (`bd remember`): a `_type: "memory"` line of a bd export, kept by the
+    import and written again, as it came, by the export."""
+
+    key = models.CharField(max_length=255, primary_key=True)
+    value = models.TextField()
+    line = models.TextField()  # the JSON line as it was imported
+
+    class Meta:
+        ordering = ["key"]
+        verbose_name_plural = "memories"
+
+    def __str__(self):
+        return self.key
