@@ -3,12 +3,15 @@ values a record carries. No Django here: the import service (services/jsonl.py) 
 
 A bad line raises BadLine with a one-line message naming the file, the line and the field.
 Timestamps are checked here and stay text (RFC 3339, any offset, up to 9 fractional digits);
-the store converts them once.
+the store converts them once and keeps the text of those it could not write back the same
+(`keep_texts`), so an export writes what came in (`export_timestamp`). `KEY_ORDER` and
+`to_line` write a record as bd's Go encoder does.
 """
 
 import json
 import sqlite3
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import orjson
 
@@ -31,7 +34,45 @@ BEAD_COLUMNS = (
     "closed_at",
 )
 BEAD_KEYS = frozenset(("id", "dependencies", *BEAD_COLUMNS))
-COMPUTED = {"_type", "dependency_count", "dependent_count", "comment_count", "parent"}
+COUNTED = frozenset(("dependency_count", "dependent_count", "comment_count", "parent"))
+COMPUTED = COUNTED | {"_type"}
+BEAD_TIMESTAMPS = ("created_at", "updated_at", "closed_at")
+# Kept in a row's `extra` for the export, never written as keys: the text of a timestamp as it
+# came ("_created_at", ...), the shape of bd record it came in ("_shape"), a dependency without
+# metadata ("_no_metadata"). A record may not bring them.
+RESERVED_KEYS = frozenset(("_shape", "_no_metadata", *(f"_{name}" for name in BEAD_TIMESTAMPS)))
+# Which computed keys bd wrote with the record: `bd list --json` (the Feb-2026 exports) adds
+# the counts and `parent`; `bd export` since Apr 2026 adds `_type` and the counts, no parent.
+SHAPE_LIST, SHAPE_EXPORT = "list", "export"
+
+# The order in which bd writes an issue's keys: Go's encoding/json writes struct fields in
+# declaration order. bd's Issue struct (internal/types/types.go) kept one relative order across
+# versions; fields removed since (tombstone, HOP, slot, agent fields) stand where they stood.
+# `bd export` writes `_type` first; IssueWithCounts adds the counts and `parent` last.
+KEY_ORDER = (
+    "_type",
+    *("id", "title", "description", "design", "acceptance_criteria", "notes", "spec_id"),
+    *("status", "priority", "issue_type", "assignee", "owner", "estimated_minutes"),
+    *("created_at", "created_by", "updated_at", "started_at", "closed_at", "close_reason"),
+    *("closed_by_session", "due_at", "defer_until", "external_ref", "source_system", "metadata"),
+    *("compaction_level", "compacted_at", "compacted_at_commit", "original_size"),
+    *("labels", "dependencies", "comments"),
+    *("deleted_at", "deleted_by", "delete_reason", "original_type"),
+    *("sender", "ephemeral", "no_history", "wisp_type", "pinned", "is_template", "bonded_from"),
+    *("creator", "validations", "quality_score", "crystallizes"),
+    *("await_type", "await_id", "timeout", "waiters", "holder"),
+    *("source_formula", "source_location"),
+    *("hook_bead", "role_bead", "agent_state", "last_activity", "role_type", "rig"),
+    *("mol_type", "work_type", "event_kind", "actor", "target", "payload"),
+    *("dependency_count", "dependent_count", "comment_count", "parent"),
+)
+DEPENDENCY_ORDER = (
+    *("issue_id", "depends_on_id", "type", "created_at", "created_by", "metadata", "thread_id"),
+)
+COMMENT_ORDER = ("id", "issue_id", "author", "text", "created_at")
+KEY_POSITION = {name: index for index, name in enumerate(KEY_ORDER)}
+# Keys bd does not write (another tool's) follow bd's own, before the computed ones.
+UNKNOWN_POSITION = KEY_POSITION["dependency_count"] - 0.5
 STRING_FIELDS = (
     "id",
     "title",
@@ -74,11 +115,57 @@ def parse_timestamp(value):
     return parsed
 
 
-def format_timestamp(value):
+def format_timestamp(value, zone=UTC):
+    """RFC 3339 as Go writes a time (time.RFC3339Nano): no trailing zeros in the fraction,
+    "Z" for a zero offset. In UTC, or in `zone` (the offset of the text it replaces)."""
     if value is None:
         return None
-    text = value.astimezone(UTC).isoformat()
-    return text.replace("+00:00", "Z")
+    try:
+        local = value.astimezone(zone)
+    except OverflowError:  # the time has no equivalent in that offset
+        local = value.astimezone(UTC)
+    text = local.replace(tzinfo=None).isoformat()
+    if local.microsecond:
+        text = text.rstrip("0")
+    offset = local.utcoffset()
+    if not offset:
+        return text + "Z"
+    minutes = offset // timedelta(minutes=1)
+    sign = "-" if minutes < 0 else "+"
+    return f"{text}{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def export_timestamp(value, text=None):
+    """A stored timestamp as an export writes it: the text it was imported as while that
+    still says the same time (nanoseconds and offset kept); else Go's RFC 3339 in that
+    text's offset, or in UTC (a time with no text came in Go's UTC form or was made here)."""
+    if value is None:
+        return None
+    kept = _parsed(text)
+    if kept == value:
+        return text
+    return format_timestamp(value, kept.tzinfo if kept else UTC)
+
+
+def _parsed(text):
+    try:
+        return parse_timestamp(text) if text else None
+    except ValueError:
+        return None
+
+
+def keep_texts(values, extra, names=BEAD_TIMESTAMPS):
+    """Note in `extra` the text of each timestamp in `values` that the export could not
+    write back from the stored value (another offset, nanoseconds, another spelling)."""
+    for name in names:
+        text = values[name]
+        if type(text) is str and text_needed(text):
+            extra[f"_{name}"] = text
+
+
+def text_needed(text):
+    """Whether a (checked) timestamp's text differs from what its stored value writes."""
+    return text[-1] != "Z" or format_timestamp(parse_timestamp(text)) != text
 
 
 def _reject_constant(name):
@@ -179,6 +266,21 @@ def _timestamp(record, name, value):
         raise ValueError(f"field '{name}': invalid timestamp {value[:40]!r}")
 
 
+def _count(record, name, value):
+    _integer(record, name, value)
+    if value < 0:
+        raise ValueError(f"field '{name}': expected 0 or more, got {value}")
+
+
+def _array(record, name, value):
+    if value is not None and not isinstance(value, list):
+        raise ValueError(f"field '{name}': expected array, got {_kind(value)}")
+
+
+def _reserved(record, name, value):
+    raise ValueError(f"field '{name}': reserved for convoyweb's own bookkeeping")
+
+
 def _labels(record, name, value):
     if value is None:
         return
@@ -194,6 +296,12 @@ def _dependencies(record, name, deps):
     for index, dep in enumerate(deps):
         if not isinstance(dep, dict):
             raise ValueError(f"field 'dependencies[{index}]': expected object, got {_kind(dep)}")
+        reserved = dep.keys() & RESERVED_KEYS
+        if reserved:
+            name = min(reserved)
+            raise ValueError(
+                f"field 'dependencies[{index}].{name}': reserved for convoyweb's own bookkeeping"
+            )
         target = dep.get("depends_on_id")
         if not isinstance(target, str) or not target.strip():
             raise ValueError(
@@ -224,8 +332,11 @@ FIELD_CHECKS = {
     **dict.fromkeys(TIMESTAMP_FIELDS, _timestamp),
     "assignee": _assignee,
     "priority": _priority,
+    **dict.fromkeys(RESERVED_KEYS, _reserved),
     "labels": _labels,
     "dependencies": _dependencies,
+    "comments": _array,
+    "comment_count": _count,
 }
 
 
@@ -252,7 +363,13 @@ def read_records(stream, name, max_line):
         if not isinstance(record, dict):
             raise BadLine(f"{name}:{number}: expected a JSON object, got {_kind(record)}")
         if record.get("_type") == "memory":
-            yield number, record
+            try:
+                memory = _memory(record, raw)
+                if slow or b"\\u0000" in raw:
+                    _refuse_unstorable(record)
+            except ValueError as exc:
+                raise BadLine(f"{name}:{number}: {exc}")
+            yield number, memory
             continue
         try:
             _check(record)
@@ -265,6 +382,65 @@ def read_records(stream, name, max_line):
         except RecursionError:
             raise BadLine(f"{name}:{number}: nesting too deep")
         yield number, record
+
+
+class MemoryLine(NamedTuple):
+    """A `_type: "memory"` line (`bd remember`): its key, its value, and the line as it came,
+    which the export writes again."""
+
+    key: str
+    value: str
+    line: str
+
+
+MEMORY_KEY_MAX = 255
+
+
+def _memory(record, raw):
+    """A memory line as bd import reads it (key and value strings; one without either is
+    skipped, so the record itself is returned for `skipped` to name)."""
+    for field in ("key", "value"):
+        value = record.get(field)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"field '{field}': expected string, got {_kind(value)}")
+    key, value = record.get("key") or "", record.get("value") or ""
+    if not key or not value:
+        return record
+    if len(key) > MEMORY_KEY_MAX:
+        raise ValueError(f"field 'key': is {len(key)} characters long (at most {MEMORY_KEY_MAX})")
+    return MemoryLine(key, value, raw.rstrip(b"\r\n").decode("utf-8"))
+
+
+DEPENDENCY_POSITION = {name: index for index, name in enumerate(DEPENDENCY_ORDER)}
+COMMENT_POSITION = {name: index for index, name in enumerate(COMMENT_ORDER)}
+
+
+def in_bd_order(fields, position=KEY_POSITION, unknown=UNKNOWN_POSITION):
+    """`fields` with its keys in the order bd writes them (others keep theirs, after them)."""
+    return {name: fields[name] for name in sorted(fields, key=lambda k: position.get(k, unknown))}
+
+
+_GO_ESCAPES = (
+    ("<", "\\u003c"),
+    (">", "\\u003e"),
+    ("&", "\\u0026"),
+    ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"),
+)
+
+
+def to_line(record):
+    """A record as one line of JSON the way Go's json.Marshal writes it (bd's encoder):
+    compact, keys in the record's order, non-ASCII as it is, and <, >, &, U+2028 and U+2029
+    escaped (its HTML-safe default)."""
+    try:
+        text = orjson.dumps(record).decode()
+    except TypeError:  # integers beyond 64 bits, which the standard library writes
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    for char, escape in _GO_ESCAPES:
+        if char in text:
+            text = text.replace(char, escape)
+    return text
 
 
 def _refuse_unstorable(value, path=""):
@@ -332,9 +508,18 @@ def bead_values(record, now):
 
 
 def unknown_keys(record, known=BEAD_KEYS):
-    """The keys the product has no column for, kept to be written back on export."""
+    """The keys the product has no column for, kept to be written back on export; with the
+    shape of record bd wrote when it added computed keys, and the comment_count when the
+    comments themselves are not in the record (nothing here could count them then)."""
     unknown = record.keys() - known - COMPUTED
-    return {k: v for k, v in record.items() if k in unknown} if unknown else {}
+    extra = {k: v for k, v in record.items() if k in unknown} if unknown else {}
+    if "_type" in record:
+        extra["_shape"] = SHAPE_EXPORT
+    elif record.keys() & COUNTED:
+        extra["_shape"] = SHAPE_LIST
+    if "comment_count" in record and "comments" not in record:
+        extra["comment_count"] = record["comment_count"]
+    return extra
 
 
 def dependency_values(record):
@@ -355,13 +540,16 @@ def dependency_values(record):
         extra = {k: v for k, v in dep.items() if k in unknown} if unknown else {}
         if "metadata" not in dep:
             extra["_no_metadata"] = True
+        created = get("created_at") or None
+        if created is not None and text_needed(created):
+            extra["_created_at"] = created
         values.append(
             {
                 "issue_id": issue_id,
                 "depends_on_id": target,
                 "raw_target": raw if raw != target else "",
                 "type": get("type") or "blocks",
-                "created_at": get("created_at") or None,
+                "created_at": created,
                 "created_by": get("created_by") or "",
                 "metadata": metadata,
                 "extra": extra,
@@ -395,7 +583,8 @@ def read_routes(stream, name):
 
 
 def skipped(record):
-    """Why `bd import` skips a record ("memories", "tombstones" or "wisps"), or None."""
+    """Why `bd import` skips a record ("memories" without a key or a value, "tombstones" or
+    "wisps"), or None."""
     if record.get("_type") == "memory":
         return "memories"
     if record.get("status") == "tombstone":

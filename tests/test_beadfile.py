@@ -3,6 +3,7 @@
 import io
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -82,3 +83,61 @@ def test_seen_ids_refuse_a_repeat_with_its_first_line():
     with pytest.raises(beadfile.BadLine, match="f.jsonl:3: duplicate id 'gt-1' .first on line 1."):
         seen.check()
     seen.close()
+
+
+def test_lines_are_written_as_go_writes_them():
+    record = {"b": "<a & b>\u2028é\t", "a": [1, 2**70]}
+    assert beadfile.to_line(record) == (
+        '{"b":"\\u003ca \\u0026 b\\u003e\\u2028é\\t","a":[1,1180591620717411303424]}'
+    )
+
+
+@pytest.mark.parametrize(
+    "value,zone,text",
+    [
+        (datetime(2026, 1, 1, 1, 2, 3, 500000, tzinfo=UTC), UTC, "2026-01-01T01:02:03.5Z"),
+        (
+            datetime(2026, 1, 1, tzinfo=UTC),
+            timezone(timedelta(hours=-7)),
+            "2025-12-31T17:00:00-07:00",
+        ),
+        (
+            datetime(2026, 1, 1, 0, 0, 0, 120, tzinfo=UTC),
+            timezone(timedelta(hours=5, minutes=45)),
+            "2026-01-01T05:45:00.00012+05:45",
+        ),
+        (
+            datetime(9999, 12, 31, 23, tzinfo=UTC),
+            timezone(timedelta(hours=5)),
+            "9999-12-31T23:00:00Z",
+        ),
+    ],
+)
+def test_times_are_written_as_go_writes_rfc3339_nano(value, zone, text):
+    assert beadfile.format_timestamp(value, zone) == text
+
+
+def test_an_unchanged_time_keeps_its_text_and_a_changed_one_its_offset():
+    text = "2026-02-14T11:59:05.502615373-07:00"
+    value = beadfile.parse_timestamp(text)
+    assert beadfile.export_timestamp(value, text) == text
+    later = value + timedelta(seconds=1)
+    assert beadfile.export_timestamp(later, text) == "2026-02-14T11:59:06.502615-07:00"
+    assert beadfile.export_timestamp(value) == "2026-02-14T18:59:05.502615Z"
+    assert beadfile.text_needed(text) and beadfile.text_needed("2026-02-28T03:42:10.50Z")
+    assert not beadfile.text_needed("2026-02-28T03:42:10.5Z")
+
+
+def test_keys_are_put_in_bds_order_with_unknown_ones_before_the_counts():
+    fields = {"parent": "p", "zeta": 1, "labels": ["a"], "id": "x", "_type": "issue", "alpha": 2}
+    fields["dependency_count"] = 0
+    assert list(beadfile.in_bd_order(fields)) == [
+        *("_type", "id", "labels", "zeta", "alpha", "dependency_count", "parent")
+    ]
+
+
+def test_memory_lines_keep_their_text_and_one_without_a_value_is_skipped():
+    line = b'{"_type": "memory", "key": "k", "value": "v"}'
+    records = read(line + b'\r\n{"_type":"memory","key":"e","value":""}\n')
+    assert records[0] == (1, beadfile.MemoryLine("k", "v", line.decode()))
+    assert beadfile.skipped(records[1][1]) == "memories"

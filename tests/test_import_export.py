@@ -1,12 +1,30 @@
+"""bd JSONL import and export through `manage.py beads import|export`.
+
+An export after an import gives the file back. The only differences allowed (the same list
+as in convoys/services/jsonl.py, checked below on the real files and on our own fixtures):
+- lines `bd import` skips are not imported, so not exported: tombstones, wisps (ephemeral),
+  memory lines without a key or a value;
+- a line bd did not write with Go's encoder (steveyegge+beads+issues.jsonl went through
+  Python's json.dumps) comes back as Go writes the same record: the same keys in the same
+  order with the same values, no spaces between tokens, <, >, &, U+2028, U+2029 escaped;
+- a line out of bd's order (one appended to steveyegge+gastown+issues.jsonl) comes back in
+  its place in bd's order;
+- keys with an empty value ("", [], null, false) are left out, as Go's omitempty does (no
+  real file has any); a dependency's metadata given as an object comes back as a string;
+- on PostgreSQL, objects nested in unknown keys (e.g. `metadata`) keep jsonb's key order.
+"""
+
 import io
 import json
+import re
+from datetime import datetime
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from convoys import readahead
-from convoys.models import Bead, Convoy, Dependency, Event, Route, TrackedBead
+from convoys import beadfile, readahead
+from convoys.models import Bead, Convoy, Dependency, Event, Memory, Route, TrackedBead
 from convoys.services import jsonl
 
 from .conftest import FIXTURES, shared_file
@@ -18,6 +36,15 @@ REAL_FILES = {
     "steveyegge+gastown+issues.jsonl": (2668, 0, 1, 0),
     "Cygnus-Wealth+gas-town-hq+issues.jsonl": (1162, 102, 0, 0),
 }
+# Lines written by Python's json.dumps (", " and ": " between tokens), not by bd's encoder.
+NOT_GO_LINES = {"steveyegge+beads+issues.jsonl": 152}
+# Lines out of bd's order in the file.
+OUT_OF_ORDER = {"steveyegge+gastown+issues.jsonl": {"gt-3qw5s"}}
+# Files of our own, one per shape of bd export: bd up to v0.49 (no computed keys, by id),
+# `bd list --json` of Feb 2026 (counts and parent), `bd export` since Apr 2026 (`_type`,
+# counts, memory lines); nanosecond and offset timestamps, HTML characters, a convoy.
+OUR_FILES = ("bd-plain.jsonl", "bd-list.jsonl", "bd-export.jsonl")
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
 
 
 @pytest.fixture(params=["in-process", "read-ahead"])
@@ -45,6 +72,7 @@ def counts():
         TrackedBead.objects.count(),
         Event.objects.count(),
         Route.objects.count(),
+        Memory.objects.count(),
     )
 
 
@@ -229,6 +257,42 @@ BAD_LINES = [
         b'{"id": "gt-x1", "title": "t", "created_at": "0001-01-01T00:00:00+08:00"}\n',
         "field 'created_at': invalid timestamp",
     ),
+    (
+        "a key the import keeps for itself",
+        b'{"id": "gt-x1", "title": "t", "_created_at": "2026-01-01T00:00:00Z"}\n',
+        "field '_created_at': reserved for convoyweb's own bookkeeping",
+    ),
+    (
+        "a dependency key the import keeps for itself",
+        b'{"id": "gt-x1", "title": "t", "dependencies": '
+        b'[{"depends_on_id": "gt-a1", "_no_metadata": true}]}\n',
+        "field 'dependencies[0]._no_metadata': reserved",
+    ),
+    (
+        "negative comment_count",
+        b'{"id": "gt-x1", "title": "t", "comment_count": -1}\n',
+        "field 'comment_count': expected 0 or more, got -1",
+    ),
+    (
+        "comments not an array",
+        b'{"id": "gt-x1", "title": "t", "comments": "none"}\n',
+        "field 'comments': expected array, got string",
+    ),
+    (
+        "memory value not a string",
+        b'{"_type": "memory", "key": "k", "value": 5}\n',
+        "field 'value': expected string, got integer",
+    ),
+    (
+        "NUL in a memory key",
+        b'{"_type": "memory", "key": "k\\u0000", "value": "v"}\n',
+        "field 'key': contains a NUL character",
+    ),
+    (
+        "long memory key",
+        b'{"_type": "memory", "key": "' + b"k" * 256 + b'", "value": "v"}\n',
+        "field 'key': is 256 characters long (at most 255)",
+    ),
 ]
 
 
@@ -281,17 +345,46 @@ def test_missing_file_is_one_line_error(db):
         run("beads", "import", "/nonexistent/issues.jsonl")
 
 
+def bd_line_order(record):
+    """Where bd writes a record: by id, or (Dolt-era files, with computed keys) by priority,
+    newest first, then id."""
+    if "dependency_count" in record:
+        created = datetime.fromisoformat(record["created_at"]).timestamp()
+        return (record["priority"], -created, record["id"])
+    return (0, 0, record["id"])
+
+
 @pytest.mark.parametrize("name", sorted(REAL_FILES))
-def test_real_exports_import_with_matching_counts(db, name):
+def test_real_exports_import_and_come_back_as_they_came(db, tmp_path, name):
     path = shared_file(name)
     routes = shared_file("Cygnus-Wealth+gas-town-hq+routes.jsonl") if "Cygnus" in name else None
     report = jsonl.import_file(path, routes_path=routes)
     beads, convoys, tombstones, wisps = REAL_FILES[name]
-    lines = sum(1 for line in path.read_bytes().splitlines() if line.strip())
+    lines = path.read_text(encoding="utf-8").splitlines()
     assert (report.beads, report.convoys) == (beads, convoys)
     assert (report.skipped_tombstones, report.skipped_wisps) == (tombstones, wisps)
-    assert report.beads + report.convoys + tombstones + wisps + report.skipped_memories == lines
+    assert report.beads + report.convoys + tombstones + wisps == len(lines)
     assert Bead.objects.count() == beads and Convoy.objects.count() == convoys
+
+    exported = tmp_path / "export.jsonl"
+    run("beads", "export", "-o", str(exported))
+    out = exported.read_text(encoding="utf-8").splitlines()
+    kept = [json.loads(line) for line in lines]
+    kept = [(r, line) for r, line in zip(kept, lines, strict=True) if not beadfile.skipped(r)]
+    out_ids = [json.loads(line)["id"] for line in out]
+    in_ids = [r["id"] for r, _ in kept]
+    moved = OUT_OF_ORDER.get(name, set())
+    assert out_ids == [r["id"] for r, _ in sorted(kept, key=lambda k: bd_line_order(k[0]))]
+    assert [i for i in out_ids if i not in moved] == [i for i in in_ids if i not in moved]
+    # line by line: each line as it came, or (not written by Go) Go's writing of its record
+    by_id = dict(zip(out_ids, out, strict=True))
+    rewritten = 0
+    for record, line in kept:
+        if by_id[record["id"]] != line:
+            assert by_id[record["id"]] == beadfile.to_line(record), record["id"]
+            rewritten += 1
+    assert rewritten == NOT_GO_LINES.get(name, 0)
+
     # the same file again changes nothing and says so
     events = Event.objects.count()
     again = jsonl.import_file(path, routes_path=routes)
@@ -299,28 +392,104 @@ def test_real_exports_import_with_matching_counts(db, name):
     assert Event.objects.count() == events
 
 
-def test_real_export_round_trips(db, tmp_path):
-    path = shared_file("steveyegge+gastown+issues.jsonl")
-    jsonl.import_file(path)
-    first = tmp_path / "a.jsonl"
-    with first.open("w") as stream:
-        jsonl.export_to(stream)
-    originals = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        originals[record["id"]] = record
-    exported = [json.loads(line) for line in first.read_text().splitlines()]
-    for record in exported:
-        original = originals[record["id"]]
-        for key in ("title", "status", "priority", "issue_type", "assignee", "close_reason"):
-            assert record.get(key) == original.get(key), (record["id"], key)
-        assert len(record.get("dependencies", [])) == len(original.get("dependencies", []))
-    Bead.objects.all().delete()
-    jsonl.import_file(first)
-    second = tmp_path / "b.jsonl"
-    with second.open("w") as stream:
-        jsonl.export_to(stream)
-    assert first.read_text() == second.read_text()
+@pytest.mark.parametrize("name", OUR_FILES)
+def test_our_bd_files_come_back_byte_for_byte(db, tmp_path, both_paths, name):
+    run("beads", "import", str(FIXTURES / name))
+    target = tmp_path / "export.jsonl"
+    run("beads", "export", "-o", str(target))
+    assert target.read_bytes() == (FIXTURES / name).read_bytes()
+
+
+def exported():
+    out, _ = run("beads", "export")
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def exported_by_id():
+    return {record.get("id"): record for record in exported()}
+
+
+def test_counts_and_parent_are_recomputed_from_the_stored_rows(db):
+    run("beads", "import", str(FIXTURES / "bd-list.jsonl"))
+    run("beads", "dep", "add", "ls-a", "ls-c")  # ls-a now waits for ls-c too
+    run("beads", "dep", "add", "ls-c", "ls-a", "--type", "parent-child")
+    records = exported_by_id()
+    assert (records["ls-a"]["dependency_count"], records["ls-c"]["dependent_count"]) == (1, 2)
+    assert records["ls-c"]["parent"] == "ls-a"
+    # its comments were not in the file, so the count that came with it stays
+    assert records["ls-a"]["comment_count"] == 2
+    run("beads", "dep", "remove", "ls-b", "ls-c")
+    records = exported_by_id()
+    assert (records["ls-b"]["dependency_count"], records["ls-c"]["dependent_count"]) == (0, 1)
+    assert records["ls-b"]["parent"] == "ls-a"
+
+
+def test_counts_follow_kept_comments_and_a_file_without_them_gets_none(db, tmp_path):
+    run("beads", "import", str(FIXTURES / "bd-export.jsonl"))
+    target = tmp_path / "more.jsonl"
+    record = next(r for r in exported() if r.get("id") == "ex-b")
+    record["comments"].append(dict(record["comments"][0], id="c-2", text="done"))
+    target.write_text(json.dumps(record) + "\n")
+    run("beads", "import", str(target))
+    assert exported_by_id()["ex-b"]["comment_count"] == 2
+
+    for model in (Bead, Convoy, Memory):
+        model.objects.all().delete()
+    run("beads", "import", str(FIXTURES / "bd-plain.jsonl"))
+    run("beads", "dep", "add", "pl-1", "pl-2", "--type", "parent-child")
+    for record in exported():
+        assert not record.keys() & {"_type", "dependency_count", "comment_count", "parent"}
+
+
+def test_a_changed_timestamp_is_rfc3339_in_its_offset_and_the_others_keep_their_text(db):
+    run("beads", "import", str(FIXTURES / "bd-list.jsonl"))
+    run("beads", "close", "ls-b", "--reason", "done")
+    bead = Bead.objects.get(pk="ls-b")
+    record = exported_by_id()["ls-b"]
+    assert record["created_at"] == "2026-02-21T10:00:00.123456789-08:00"
+    assert record["dependencies"][0]["created_at"] == "2026-02-21T10:00:00.123456789-08:00"
+    # a changed time in the offset its text had; a new one (no text) in UTC
+    assert RFC3339.fullmatch(record["updated_at"]) and record["updated_at"].endswith("-08:00")
+    assert RFC3339.fullmatch(record["closed_at"]) and record["closed_at"].endswith("Z")
+    for name in ("updated_at", "closed_at"):
+        assert datetime.fromisoformat(record[name]) == getattr(bead, name)
+    assert exported_by_id()["ls-a"]["updated_at"] == "2026-02-20T10:00:00Z"
+
+
+def test_a_bead_made_here_takes_the_shape_and_place_bd_gives_it(db):
+    run("beads", "import", str(FIXTURES / "bd-export.jsonl"))
+    run("beads", "create", "Made here", "--id", "ex-new", "--priority", "4")
+    records = exported()
+    made = records[-3]  # the lowest priority, before the memory lines
+    assert list(made)[:3] == ["_type", "id", "title"] and made["id"] == "ex-new"
+    assert (made["dependency_count"], made["dependent_count"], made["comment_count"]) == (0, 0, 0)
+    assert RFC3339.fullmatch(made["created_at"]) and made["created_at"].endswith("Z")
+    assert [r["_type"] for r in records[-2:]] == ["memory", "memory"]
+
+
+def test_memory_lines_are_kept_updated_and_written_last_by_key(db, tmp_path):
+    run("beads", "import", str(FIXTURES / "bd-export.jsonl"))
+    assert dict(Memory.objects.values_list("key", "value")) == {
+        "deploy-window": "Fridays < 5pm & never on holidays",
+        "owner": "mayor",
+    }
+    changed = tmp_path / "memories.jsonl"
+    owner = '{"_type": "memory", "key": "owner", "value": "deacon"}'
+    changed.write_text(
+        owner + "\n"
+        '{"_type":"memory","key":"alpha","value":"first"}\n'
+        '{"_type":"memory","key":"empty","value":""}\n'
+    )
+    out, _ = run("beads", "import", str(changed), "--json")
+    report = json.loads(out)
+    assert (report["memories"], report["skipped_memories"]) == (2, 1)
+    lines, _ = run("beads", "export")
+    assert lines.splitlines()[-3:] == [
+        '{"_type":"memory","key":"alpha","value":"first"}',
+        '{"_type":"memory","key":"deploy-window","value":"Fridays \\u003c 5pm \\u0026 never on'
+        ' holidays"}',
+        owner,  # as it came
+    ]
 
 
 def test_cygnus_convoys_show_unknown_and_never_land(db):

@@ -7,19 +7,24 @@ Tombstones, wisps (ephemeral) and memory lines are skipped, as `bd import` does.
 are read and turned into table rows in a forked child while this process writes them.
 """
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Prefetch
+from django.db.models import Count
 from django.utils import timezone
 
 from .. import beadfile, bulk, convoy_fields, readahead
-from ..beadfile import BadLine, format_timestamp, parse_timestamp, unwrap_external
+from ..beadfile import (
+    BadLine,
+    export_timestamp,
+    format_timestamp,
+    parse_timestamp,
+    unwrap_external,
+)
 from ..events import record_many
-from ..models import Bead, Convoy, Dependency, TrackedBead
+from ..models import Bead, Convoy, Dependency, Memory, TrackedBead
 from . import discovered
 from .errors import ServiceError
 from .rigs import rig_for, route_map, upsert_route
@@ -47,6 +52,7 @@ class ImportReport:
     skipped_tombstones: int = 0
     skipped_wisps: int = 0
     skipped_memories: int = 0
+    memories: int = 0
     routes: int = 0
     events: int = 0
     warnings: list = field(default_factory=list)
@@ -202,9 +208,6 @@ class _Importer:
         events = []
         for _, record in batch:
             values = beadfile.bead_values(record, self.now)
-            for name in ("created_at", "updated_at", "closed_at"):
-                if isinstance(values[name], str):
-                    values[name] = parse_timestamp(values[name])
             fields, text = convoy_fields.split_description(values["description"])
             notified = fields.get("completion_notified_at")
             extra = beadfile.unknown_keys(
@@ -223,6 +226,10 @@ class _Importer:
                     "created_by",
                 },
             )
+            beadfile.keep_texts(values, extra)
+            for name in beadfile.BEAD_TIMESTAMPS:
+                if isinstance(values[name], str):
+                    values[name] = parse_timestamp(values[name])
             extra["convoy_fields"] = {
                 k: v for k, v in fields.items() if k in ("watchers", "nudge_watchers")
             }
@@ -290,6 +297,18 @@ class _Importer:
                 )
             )
         self.report.events += len(record_many(events))
+
+    def memories(self, memories):
+        """Memory lines, kept to be exported again (the last line of a key wins, as in bd)."""
+        lines = {memory.key: memory for memory in memories}
+        stored = dict(Memory.objects.filter(key__in=list(lines)).values_list("key", "line"))
+        Memory.objects.bulk_create(
+            [Memory(*memory) for key, memory in lines.items() if stored.get(key) != memory.line],
+            update_conflicts=True,
+            unique_fields=["key"],
+            update_fields=["value", "line"],
+        )
+        self.report.memories += len(memories)
 
     @staticmethod
     def _convoy_state(convoy, rows=None):
@@ -359,8 +378,10 @@ def import_stream(stream, name, report, actor="import", read_ahead=False):
     else:
         batches = _batches(*args)
     try:
-        for batch, tally in batches:
+        for batch, memories, tally in batches:
             importer.add(batch)
+            if memories:
+                importer.memories(memories)
             for name_, count in tally.items():
                 setattr(report, name_, count)
     except ChildProcessError as exc:  # killed (out of memory, say): say so in one line
@@ -373,14 +394,17 @@ def import_stream(stream, name, report, actor="import", read_ahead=False):
 
 def _batches(stream, name, routes, now, max_line):
     """Validated records in batches of (line number, convoy record or None, prepared bead rows
-    or None), each with the tally of lines read and skipped so far (the last batch may be
-    empty, to carry the final tally)."""
+    or None), each with the memory lines read since the last batch and the tally of lines read
+    and skipped so far (the last batch may be empty, to carry the final tally)."""
     seen = beadfile.SeenIds(name)
-    batch = []
+    batch, memories = [], []
     tally = dict(lines=0, skipped_memories=0, skipped_tombstones=0, skipped_wisps=0)
     try:
         for number, record in beadfile.read_records(stream, name, max_line):
             tally["lines"] = number
+            if type(record) is beadfile.MemoryLine:
+                memories.append(record)
+                continue
             skipped = beadfile.skipped(record)
             if skipped:
                 tally[f"skipped_{skipped}"] += 1
@@ -392,22 +416,23 @@ def _batches(stream, name, routes, now, max_line):
                 batch.append((number, None, _prepare(record, routes, now)))
             if len(batch) >= BATCH:
                 seen.check()
-                yield batch, dict(tally)
-                batch = []
+                yield batch, memories, dict(tally)
+                batch, memories = [], []
         seen.check()
     except BadLine:
         seen.check()  # a duplicate on an earlier line of this batch is the first error
         raise
     finally:
         seen.close()
-    yield batch, tally
+    yield batch, memories, tally
 
 
 def _prepare(record, routes, now):
     """A bead record's stored row and its dependencies' stored rows."""
     values = beadfile.bead_values(record, now)
     values["id"] = record["id"]
-    values["extra"] = beadfile.unknown_keys(record)
+    values["extra"] = extra = beadfile.unknown_keys(record)
+    beadfile.keep_texts(values, extra)
     values["rig_id"] = rig_for(record["id"], routes)
     dependencies = bulk.table(Dependency).row
     return bulk.table(Bead).row(values), [
@@ -416,26 +441,83 @@ def _prepare(record, routes, now):
 
 
 # --- export -----------------------------------------------------------------------------------
+#
+# The export writes what bd writes, so that importing a bd export and exporting it again gives
+# the file back. What may still differ (tests/test_import_export.py checks the real files):
+# - lines `bd import` skips are not imported, so not exported: tombstones, wisps (ephemeral),
+#   memory lines without a key or a value;
+# - a line not written by Go's encoder (e.g. through Python's json.dumps) comes back as Go
+#   writes it: no spaces between tokens, non-ASCII as it is, <, >, &, U+2028, U+2029 escaped;
+# - keys with an empty value ("", [], null, false; 0 for the counts never) are left out, as
+#   Go's omitempty does (bd's files hold none);
+# - a dependency's metadata given as a JSON object comes back as a string (bd's type);
+# - on PostgreSQL, keys of objects nested in unknown fields (e.g. `metadata`) come back in
+#   jsonb's order; bd's own nested records (dependencies, comments) keep bd's order.
+# Line order is bd's: by id for files without computed keys (bd up to v0.49), else by
+# priority, newest first, then id (bd's Dolt-era SearchIssues); memory lines last, by key.
+
+EXPORT_CHUNK = 1000
+NOT_WRITTEN = beadfile.RESERVED_KEYS | {"comment_count"}  # comment_count: see _counts
+CONVOY_KEPT = NOT_WRITTEN | {"convoy_fields", "other_dependencies", "priority", "issue_type"}
+
+
+def _plain(extra, hidden=NOT_WRITTEN):
+    return {k: v for k, v in extra.items() if k not in hidden}
 
 
 def _dep_record(issue_id, dep):
+    extra = dep.extra
     row = {
         "issue_id": issue_id,
         "depends_on_id": dep.raw_target or dep.depends_on_id,
         "type": dep.type,
     }
     if dep.created_at:
-        row["created_at"] = format_timestamp(dep.created_at)
+        row["created_at"] = export_timestamp(dep.created_at, extra.get("_created_at"))
     if dep.created_by:
         row["created_by"] = dep.created_by
-    extra = dict(dep.extra)
-    if not extra.pop("_no_metadata", False):
+    if not extra.get("_no_metadata"):
         row["metadata"] = dep.metadata
-    row.update(extra)
+    if extra:
+        row.update(_plain(extra))
+        row = beadfile.in_bd_order(row, beadfile.DEPENDENCY_POSITION, len(row))
     return row
 
 
-def bead_record(bead):
+def _ordered_nested(fields):
+    """bd's nested records in bd's key order (jsonb, on PostgreSQL, keeps its own)."""
+    comments = fields.get("comments")
+    if isinstance(comments, list):
+        fields["comments"] = [
+            beadfile.in_bd_order(c, beadfile.COMMENT_POSITION, len(c)) if isinstance(c, dict) else c
+            for c in comments
+        ]
+
+
+def _counts(fields, item_id, extra, deps, shape, dependents):
+    """The computed keys bd writes for `shape`, from the stored rows: blocking dependencies
+    and dependents (bd counts `blocks` edges only), comments (as kept, else the count that
+    came with the record), and for `bd list --json`-shaped files the first parent."""
+    if shape == beadfile.SHAPE_EXPORT:
+        fields["_type"] = "issue"
+    fields["dependency_count"] = sum(1 for d in deps if d.get("type") == "blocks")
+    fields["dependent_count"] = dependents.get(item_id, 0)
+    comments = extra.get("comments")
+    kept = len(comments) if isinstance(comments, list) else extra.get("comment_count", 0)
+    fields["comment_count"] = kept
+    if shape == beadfile.SHAPE_LIST:
+        parent = next((d["depends_on_id"] for d in deps if d.get("type") == "parent-child"), None)
+        if parent:
+            fields["parent"] = parent
+
+
+def bead_record(bead, dependencies=None, shape=None, dependents=None):
+    """A bead as bd writes it: keys in bd's order, timestamps as they came while unchanged,
+    and for a `shape` with computed keys, those recomputed (`dependents`: {id: blocks edges
+    pointing at it})."""
+    if dependencies is None:
+        dependencies = bead.dependencies.order_by("id")
+    extra = bead.extra
     values = {
         "id": bead.id,
         "title": bead.title,
@@ -445,23 +527,28 @@ def bead_record(bead):
         "issue_type": bead.issue_type,
         "assignee": bead.assignee,
         "owner": bead.owner,
-        "created_at": format_timestamp(bead.created_at),
+        "created_at": export_timestamp(bead.created_at, extra.get("_created_at")),
         "created_by": bead.created_by,
-        "updated_at": format_timestamp(bead.updated_at),
-        "closed_at": format_timestamp(bead.closed_at),
+        "updated_at": export_timestamp(bead.updated_at, extra.get("_updated_at")),
+        "closed_at": export_timestamp(bead.closed_at, extra.get("_closed_at")),
         "close_reason": bead.close_reason,
         "labels": bead.labels,
     }
-    record = {k: v for k, v in values.items() if v not in ("", None, []) or k == "priority"}
-    record.update(bead.extra)
-    deps = [_dep_record(bead.id, dep) for dep in bead.dependencies.all()]
+    fields = {k: v for k, v in values.items() if v not in ("", None, []) or k == "priority"}
+    fields.update(_plain(extra))
+    _ordered_nested(fields)
+    deps = [_dep_record(bead.id, dep) for dep in dependencies]
     if deps:
-        record["dependencies"] = deps
-    return record
+        fields["dependencies"] = deps
+    if shape:
+        _counts(fields, bead.id, extra, deps, shape, dependents or {})
+    return beadfile.in_bd_order(fields)
 
 
-def convoy_record(convoy):
-    fields = dict(convoy.extra.get("convoy_fields", {}))
+def convoy_record(convoy, shape=None, dependents=None):
+    """A convoy as the bd record it is (a `convoy` bead tracking its beads), like bead_record."""
+    extra = convoy.extra
+    fields = dict(extra.get("convoy_fields", {}))
     fields.update(
         owner=convoy.owner,
         notify=convoy.notify,
@@ -470,9 +557,6 @@ def convoy_record(convoy):
         base_branch=convoy.base_branch,
         completion_notified_at=format_timestamp(convoy.completion_notified_at),
     )
-    extra = {
-        k: v for k, v in convoy.extra.items() if k not in ("convoy_fields", "other_dependencies")
-    }
     labels = list(convoy.labels)
     if convoy.owned and "gt:owned" not in labels:
         labels.append("gt:owned")
@@ -481,17 +565,18 @@ def convoy_record(convoy):
         "title": convoy.title,
         "description": convoy_fields.join_description(convoy.description, fields),
         "status": convoy.status,
-        "priority": extra.pop("priority", 2),
-        "issue_type": extra.pop("issue_type", "convoy"),
-        "created_at": format_timestamp(convoy.created_at),
+        "priority": extra.get("priority", 2),
+        "issue_type": extra.get("issue_type", "convoy"),
+        "created_at": export_timestamp(convoy.created_at, extra.get("_created_at")),
         "created_by": convoy.created_by,
-        "updated_at": format_timestamp(convoy.updated_at),
-        "closed_at": format_timestamp(convoy.closed_at),
+        "updated_at": export_timestamp(convoy.updated_at, extra.get("_updated_at")),
+        "closed_at": export_timestamp(convoy.closed_at, extra.get("_closed_at")),
         "close_reason": convoy.close_reason,
         "labels": labels,
     }
     record = {k: v for k, v in values.items() if v not in ("", None, []) or k == "priority"}
-    record.update(extra)
+    record.update(_plain(extra, CONVOY_KEPT))
+    _ordered_nested(record)
     deps = [
         {
             "issue_id": convoy.id,
@@ -501,26 +586,70 @@ def convoy_record(convoy):
         }
         for t in convoy.tracked.all()
     ]
-    deps += convoy.extra.get("other_dependencies", [])
+    deps += extra.get("other_dependencies", [])
+    deps = [beadfile.in_bd_order(d, beadfile.DEPENDENCY_POSITION, len(d)) for d in deps]
     if deps:
         record["dependencies"] = deps
-    return record
+    if shape:
+        _counts(record, convoy.id, extra, deps, shape, dependents or {})
+    return beadfile.in_bd_order(record)
 
 
-def export_records():
-    in_file_order = Prefetch("dependencies", queryset=Dependency.objects.order_by("id"))
-    beads = Bead.objects.order_by("id").prefetch_related(in_file_order)
-    for bead in beads.iterator(chunk_size=2000):
-        yield bead_record(bead)
-    for convoy in (
-        Convoy.objects.order_by("id").prefetch_related("tracked").iterator(chunk_size=500)
-    ):
-        yield convoy_record(convoy)
+def _store_shape():
+    """The newest shape of bd record the stored beads came in (None: no computed keys)."""
+    for shape in (beadfile.SHAPE_EXPORT, beadfile.SHAPE_LIST):
+        for model in (Bead, Convoy):
+            if model.objects.filter(extra___shape=shape).exists():
+                return shape
+    return None
+
+
+def _line_order(shape):
+    """[(is a convoy, id)] in the order bd writes its lines."""
+    rows = [(False, *row) for row in Bead.objects.values_list("id", "priority", "created_at")]
+    for convoy_id, extra, created in Convoy.objects.values_list("id", "extra", "created_at"):
+        rows.append((True, convoy_id, extra.get("priority", 2), created))
+    if shape:
+        rows.sort(key=lambda row: (row[2], -row[3].timestamp(), row[1]))
+    else:
+        rows.sort(key=lambda row: row[1])
+    return [row[:2] for row in rows]
+
+
+def _dependents():
+    """{id: blocks edges pointing at it, written as that id}, as bd counts dependents."""
+    edges = Dependency.objects.filter(type="blocks", raw_target="")
+    counted = edges.values("depends_on_id").annotate(n=Count("id"))
+    return {row["depends_on_id"]: row["n"] for row in counted}
+
+
+def export_lines():
+    """Every stored bead and convoy, then every memory, as the lines of a bd export."""
+    shape = _store_shape()
+    dependents = _dependents() if shape else None
+    order = _line_order(shape)
+    for start in range(0, len(order), EXPORT_CHUNK):
+        chunk = order[start : start + EXPORT_CHUNK]
+        bead_ids = [item_id for is_convoy, item_id in chunk if not is_convoy]
+        convoy_ids = [item_id for is_convoy, item_id in chunk if is_convoy]
+        beads = Bead.objects.in_bulk(bead_ids)
+        deps = {}
+        for dep in Dependency.objects.filter(issue_id__in=bead_ids).order_by("id"):
+            deps.setdefault(dep.issue_id, []).append(dep)
+        convoys = Convoy.objects.prefetch_related("tracked").in_bulk(convoy_ids)
+        for is_convoy, item_id in chunk:
+            if is_convoy:
+                record = convoy_record(convoys[item_id], shape, dependents)
+            else:
+                record = bead_record(beads[item_id], deps.get(item_id, ()), shape, dependents)
+            yield beadfile.to_line(record)
+    yield from (line for _, line in sorted(Memory.objects.values_list("key", "line")))
 
 
 def export_to(stream):
+    """Write the export to a text stream; returns the number of lines."""
     count = 0
-    for record in export_records():
-        stream.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    for line in export_lines():
+        stream.write(line + "\n")
         count += 1
     return count
