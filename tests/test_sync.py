@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from convoys.models import Bead, Convoy, Dispatch, Event, SourcedRecord, SyncSource
-from convoys.services import leases, staging, sync
+from convoys.services import leases, staging, sync, ticker
 from convoys.services.launch import launch_staged
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "sync_town.jsonl"
@@ -199,3 +199,18 @@ def test_a_source_another_holder_is_syncing_is_skipped(routes, town):
     leases.release(name, "other-cluster")
     [report] = run_sync(town)
     assert report["created"] == 3
+
+
+def test_the_cluster_ticker_syncs_the_configured_sources(routes, town, settings):
+    settings.CONVOY_SYNC_SOURCES = [str(town), "cmd:"]
+    assert ticker.SYNC_JOB in ticker.jobs()
+    _, func, setting = ticker.SYNC_JOB
+    assert func == "convoys.services.sync.sync_configured" and setting == "CONVOY_SYNC_INTERVAL"
+    sync.sync_configured()  # what the enqueued task runs
+    assert Bead.objects.count() == 3
+    assert SyncSource.objects.get(name="cmd:").error == "cmd: source names no command"
+
+
+def test_no_sync_job_without_sources(settings):
+    settings.CONVOY_SYNC_SOURCES = []
+    assert ticker.SYNC_JOB not in ticker.jobs()

@@ -1,7 +1,9 @@
 """The clock for the periodic jobs. django-q2's scheduler wakes only every ~30 s and its finest
 schedule is one minute, so a thread in each task-cluster process enqueues the catch-up feeder
 every CONVOY_FEED_INTERVAL seconds and the stranded scan every CONVOY_STRANDED_INTERVAL
-seconds. A lease per job keeps several clusters from enqueueing the same tick twice."""
+seconds, and with CONVOY_SYNC_SOURCES set a sync pass (convoys/services/sync.py) every
+CONVOY_SYNC_INTERVAL seconds. A lease per job keeps several clusters from enqueueing the same
+tick twice (and a lease per sync source keeps two passes over one source apart)."""
 
 import logging
 import time
@@ -17,6 +19,11 @@ JOBS = (
     ("catch-up", "convoys.tasks.catch_up", "CONVOY_FEED_INTERVAL"),
     ("stranded-scan", "convoys.tasks.stranded_scan", "CONVOY_STRANDED_INTERVAL"),
 )
+SYNC_JOB = ("sync", "convoys.services.sync.sync_configured", "CONVOY_SYNC_INTERVAL")
+
+
+def jobs():
+    return (*JOBS, SYNC_JOB) if settings.CONVOY_SYNC_SOURCES else JOBS
 
 
 def run(stop, holder, enqueue=None):
@@ -27,10 +34,10 @@ def run(stop, holder, enqueue=None):
         def enqueue(func, name):
             enqueue_task(func, task_name=name, group="ticker")
 
-    due = dict.fromkeys((name for name, _, _ in JOBS), time.monotonic())
+    due = dict.fromkeys((name for name, _, _ in jobs()), time.monotonic())
     while not stop.is_set():
         now = time.monotonic()
-        for name, func, setting in JOBS:
+        for name, func, setting in jobs():
             interval = float(getattr(settings, setting))
             if now < due[name]:
                 continue
