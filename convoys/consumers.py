@@ -24,6 +24,7 @@ import time
 import weakref
 from urllib.parse import parse_qs
 
+from autobahn.exception import Disconnected
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
@@ -345,5 +346,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             text = json.dumps({"type": "event", **event}, ensure_ascii=False)
         await self.send(text_data=text)
 
+    async def send(self, text_data=None, bytes_data=None, close=False):
+        try:
+            await super().send(text_data, bytes_data, close)
+        except Disconnected:
+            # The client left while its handshake or a replay was still being served (daphne
+            # has not told this consumer yet): stop sending. Left to daphne, each one was an
+            # error with a formatted traceback, a tenth of a reconnect storm's CPU time.
+            self.closing = True
+
     async def send_json(self, data):
-        await self.send(text_data=json.dumps(data, ensure_ascii=False))
+        if not self.closing:
+            await self.send(text_data=json.dumps(data, ensure_ascii=False))
