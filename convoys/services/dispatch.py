@@ -21,7 +21,15 @@ from django.utils import timezone
 
 from ..dispatchers import Outcome, get_dispatcher
 from ..events import record
-from ..models import ACTIVE_WORK_STATUSES, Bead, Convoy, Dispatch, TrackedBead, Worker
+from ..models import (
+    ACTIVE_WORK_STATUSES,
+    CONVOY_OPEN,
+    Bead,
+    Convoy,
+    Dispatch,
+    TrackedBead,
+    Worker,
+)
 from ..readiness import worker_dead
 
 log = logging.getLogger("convoys.dispatch")
@@ -114,6 +122,30 @@ def paused_convoys(bead_id, convoy_id=""):
         return [pk for pk, paused_at in cursor.fetchall() if paused_at]
 
 
+def full_convoys(bead, convoy_id=""):
+    """Ids of the open convoys tracking `bead` (or that the dispatch is for) whose
+    `max_in_flight` its claim would exceed: every path claims, so the limit holds on all.
+
+    Called inside the claim's transaction. The capped convoys' rows are locked (FOR NO KEY
+    UPDATE on PostgreSQL; SQLite runs write transactions one at a time), so two claims for one
+    convoy count in turn. A dead worker's bead taken over is in flight already: not counted."""
+    holders = Q(pk__in=TrackedBead.objects.filter(bead_id=bead.pk).values("convoy_id"))
+    if convoy_id:
+        holders |= Q(pk=convoy_id)
+    capped = (
+        Convoy.objects.filter(holders, status=CONVOY_OPEN, max_in_flight__isnull=False)
+        .order_by("pk")
+        .select_for_update(no_key=True)
+    )
+    full = []
+    for pk, limit in capped.values_list("pk", "max_in_flight"):
+        tracked = TrackedBead.objects.filter(convoy_id=pk).values("bead_id")
+        busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES)
+        if busy.exclude(pk=bead.pk).count() >= limit:
+            full.append(pk)
+    return full
+
+
 def pick_worker(rig):
     busy = set(
         Bead.objects.filter(
@@ -133,8 +165,9 @@ def pick_worker(rig):
 def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
     """Claim `bead` as read by the caller; return a Claim, or None if someone else won.
     `forced`: sent past open blockers by `sling --force` (recorded on the attempt).
-    Nobody wins a bead held by a paused convoy or parked by the breaker."""
-    if paused_convoys(bead.pk, convoy_id):
+    Nobody wins a bead held by a paused convoy, one at its max in flight, or parked by the
+    breaker."""
+    if paused_convoys(bead.pk, convoy_id) or full_convoys(bead, convoy_id):
         return None
     now = timezone.now()
     target = Bead.objects.filter(

@@ -89,10 +89,10 @@ def _drain(convoy, path, limit, me, name):
         return []
     tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     if limit is None:
-        limit = 1
-        if convoy.max_in_flight:
-            busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES).count()
-            limit = max(convoy.max_in_flight - busy, 0)
+        limit = 1 if not convoy.max_in_flight else convoy.max_in_flight
+    if convoy.max_in_flight:  # every caller, credits and scans too (the claim checks again)
+        busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES).count()
+        limit = min(limit, convoy.max_in_flight - busy)
     results = []
     if limit <= 0:
         return results

@@ -130,7 +130,10 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
                 if won:
                     claims.append(won)
                     continue
-                skipped.append({"id": bead_id, "reason": "claimed by another dispatcher"})
+                reason = "claimed by another dispatcher"
+                if dispatch.full_convoys(bead, convoy.id):
+                    reason = f"convoy at max in flight ({convoy.max_in_flight})"
+                skipped.append({"id": bead_id, "reason": reason})
             else:
                 skipped.append({"id": bead_id, "reason": why_not_ready(bead, blockers, cooling)})
     result = LaunchResult(convoy.id, convoy.status, waves, skipped=skipped)

@@ -1,0 +1,129 @@
+"""`max_in_flight` holds on every path at once (issue 15 item 5): launch, close feeding,
+catch-up, the stranded scan and `sling <convoy>` race in real processes on one database, and
+the event log (gap-free, in commit order) never shows a convoy with a limit of 2 holding 3."""
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from convoys.models import Bead, Convoy, Dispatch, Event
+from convoys.services import convoys, dispatch, feeding, staging
+
+from .factories import bead
+from .factories import command as cli
+from .test_processes import python
+
+LIMIT, BEADS = 2, 16
+
+# Each child loops on its path until the convoy lands (or a generous deadline passes).
+LOOP = """
+    import io, time
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+    from convoys.models import Convoy
+    deadline = time.monotonic() + 240
+    def open_(cid):
+        return Convoy.objects.get(pk=cid).status != "closed" and time.monotonic() < deadline
+    while Convoy.objects.get(pk="{cid}").status != "open" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    while open_("{cid}"):
+"""
+PATHS = {
+    "launch": """
+    import io
+    from django.core.management import call_command
+    call_command("convoy", "launch", "{cid}", "--force", stdout=io.StringIO())
+""",
+    "close": LOOP
+    + """
+        from convoys.models import Bead, Event, TrackedBead
+        from convoys.services import feeding
+        busy = Bead.objects.filter(
+            pk__in=TrackedBead.objects.filter(convoy_id="{cid}").values("bead_id"),
+            status="hooked",
+        ).order_by("pk").first()
+        if busy is None:
+            time.sleep(0.02)
+            continue
+        call_command("beads", "close", busy.pk, stdout=io.StringIO())
+        seq = Event.objects.filter(kind="bead.closed", bead_id=busy.pk).latest("seq").seq
+        feeding.handle_close_event(seq)  # what the close task runs
+""",
+    "catch-up and scan": LOOP
+    + """
+        call_command("convoy", "feed", "--once", stdout=io.StringIO())
+""",
+    "sling": LOOP
+    + """
+        try:
+            call_command("sling", "{cid}", "--json", stdout=io.StringIO())
+        except CommandError:
+            pass  # nothing ready to sling right now
+""",
+}
+
+
+def most_in_flight(convoy_id):
+    """Replay the event log in order: the most beads of the convoy hooked at one time."""
+    tracked = set(Dispatch.objects.filter(convoy_id=convoy_id).values_list("bead_id", flat=True))
+    in_flight, most = set(), 0
+    for kind, bead_id in (
+        Event.objects.filter(bead_id__in=tracked).order_by("seq").values_list("kind", "bead_id")
+    ):
+        if kind == "bead.dispatched":
+            in_flight.add(bead_id)
+        elif kind in ("bead.closed", "dispatch.failed"):
+            in_flight.discard(bead_id)
+        most = max(most, len(in_flight))
+    return most
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_max_in_flight_holds_with_every_path_racing(routes):
+    ids = [bead(f"gt-m{i:02d}").id for i in range(BEADS)]  # one wide wave
+    plan = staging.stage(ids, actor="test")
+    convoys.update_fields(plan.convoy_id, max_in_flight=LIMIT, actor="test")
+    feeding.catch_up()  # seeds the catch-up mark
+    procs = {name: python(code.replace("{cid}", plan.convoy_id)) for name, code in PATHS.items()}
+    outputs = {name: p.communicate(timeout=300) for name, p in procs.items()}
+    assert all(p.returncode == 0 for p in procs.values()), {
+        name: out[1][-2000:] for name, out in outputs.items()
+    }
+    convoy = Convoy.objects.get(pk=plan.convoy_id)
+    assert convoy.status == "closed"  # every bead was fed, closed, and the convoy landed
+    assert most_in_flight(convoy.pk) == LIMIT
+    paths = set(Dispatch.objects.filter(convoy_id=convoy.pk).values_list("path", flat=True))
+    assert "launch" in paths and paths - {"launch"}, paths  # the others fed it too
+    status = io.StringIO()
+    call_command("convoy", "status", convoy.pk, "--json", stdout=status)
+    assert json.loads(status.getvalue())["completed"] == BEADS
+
+
+def test_launch_and_every_feeder_keep_to_max_in_flight(routes):
+    """Each path alone, through the CLI where it has one: launch dispatches only up to the
+    limit and says why it skipped the rest; a feeder's pass, the scan, a container sling and
+    a direct claim dispatch nothing more while the convoy is full."""
+    ids = [bead(f"gt-l{i}").id for i in range(4)]
+    plan = staging.stage(ids, actor="test")
+    convoys.update_fields(plan.convoy_id, max_in_flight=LIMIT, actor="test")
+    launched = json.loads(cli("convoy", "launch", plan.convoy_id, "--json"))
+    assert [d["id"] for d in launched["dispatched"]] == ["gt-l0", "gt-l1"]
+    assert {s["id"]: s["reason"] for s in launched["skipped"]} == {
+        "gt-l2": "convoy at max in flight (2)",
+        "gt-l3": "convoy at max in flight (2)",
+    }
+    convoy = Convoy.objects.get(pk=plan.convoy_id)
+    assert feeding.feed_convoy(convoy, "event", limit=5) == []  # a credit round
+    fed = json.loads(cli("convoy", "feed", "--once", "--json"))
+    assert fed["stranded"]["dispatched"] == []
+    slung = json.loads(cli("sling", convoy.pk, "--json"))
+    assert {s["reason"] for s in slung["skipped"] if s["id"] in ("gt-l2", "gt-l3")} == {
+        "convoy at max in flight (2)"
+    }
+    assert dispatch.claim(Bead.objects.get(pk="gt-l2"), path="manual") is None
+    assert Bead.objects.filter(pk__in=ids, status="hooked").count() == LIMIT
+    cli("beads", "close", "gt-l0")
+    assert [r["id"] for r in feeding.feed_convoy(convoy, "event", limit=5)] == ["gt-l2"]
