@@ -143,6 +143,11 @@ def retry(bead_id, *, actor):
     return bead, True
 
 
+def last_error(bead):
+    failed = Dispatch.objects.filter(bead_id=bead.pk, ok=False).order_by("-created_at").first()
+    return failed.error if failed else ""
+
+
 def is_parked(bead):
     from .dispatch import max_failures
 

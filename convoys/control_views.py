@@ -1,0 +1,64 @@
+"""The operator controls on the pages: pause and resume a convoy, retry a bead the dispatch
+breaker parked. POST only, with the change permission; every rule is the service's."""
+
+from django.contrib import messages
+from django.http import Http404, HttpResponseBadRequest
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from .edit_views import actor, needs
+from .services import controls
+from .services.errors import NotFound, ServiceError
+
+
+def _run(request, call, target):
+    """Run a control; a missing row is a 404, a refusal a 400 naming what is wrong."""
+    try:
+        line = call()
+    except NotFound as exc:
+        raise Http404(str(exc))
+    except ServiceError as exc:
+        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+    messages.success(request, line)
+    return redirect(*target)
+
+
+@require_POST
+@needs("convoys.change_convoy")
+def pause(request, convoy_id):
+    def call():
+        convoy, changed = controls.pause(
+            convoy_id, actor=actor(request), reason=request.POST.get("reason", "")
+        )
+        return (
+            f"Paused {convoy.pk}: nothing is dispatched until resumed."
+            if changed
+            else (f"{convoy.pk} was already paused.")
+        )
+
+    return _run(request, call, ("convoy", convoy_id))
+
+
+@require_POST
+@needs("convoys.change_convoy")
+def resume(request, convoy_id):
+    def call():
+        convoy, changed, fed = controls.resume(convoy_id, actor=actor(request))
+        if not changed:
+            return f"{convoy.pk} was not paused."
+        names = ", ".join(r["id"] for r in fed) or "nothing ready"
+        return f"Resumed {convoy.pk}; dispatched {names}."
+
+    return _run(request, call, ("convoy", convoy_id))
+
+
+@require_POST
+@needs("convoys.change_bead")
+def retry(request, bead_id):
+    def call():
+        bead, changed = controls.retry(bead_id, actor=actor(request))
+        if not changed:
+            return f"{bead.pk} has no failed dispatches in a row."
+        return f"{bead.pk}: breaker cleared; it will be dispatched again."
+
+    return _run(request, call, ("bead", bead_id))

@@ -1,0 +1,33 @@
+"""The controls partials: a convoy's pause panel and a bead's breaker panel. Each reads
+what it shows from the services (the pause proof counts dispatch rows)."""
+
+from django import template
+
+from ..services import controls
+from ..services.dispatch import max_failures
+
+register = template.Library()
+
+
+@register.inclusion_tag("convoys/_pause_panel.html", takes_context=True)
+def pause_panel(context, convoy):
+    user = context["request"].user
+    return {
+        "convoy": convoy,
+        "paused": controls.pause_summary(convoy),
+        "can_change": user.has_perm("convoys.change_convoy") and convoy.status != "closed",
+        "csrf_token": context.get("csrf_token"),
+    }
+
+
+@register.inclusion_tag("convoys/_breaker_panel.html", takes_context=True)
+def breaker_panel(context, bead):
+    user = context["request"].user
+    return {
+        "bead": bead,
+        "parked": controls.is_parked(bead),
+        "limit": max_failures(),
+        "last_error": controls.last_error(bead) if controls.is_parked(bead) else "",
+        "can_retry": user.has_perm("convoys.change_bead"),
+        "csrf_token": context.get("csrf_token"),
+    }
