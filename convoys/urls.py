@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from . import edit_views, views
+from . import control_views, edit_views, views
 from .api import api
 from .ids import from_url_segment, to_url_segment
 
@@ -24,6 +24,8 @@ register_converter(IdConverter, "id")
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("convoys/<id:convoy_id>/", views.convoy_detail, name="convoy"),
+    path("convoys/<id:convoy_id>/pause/", control_views.pause, name="convoy-pause"),
+    path("convoys/<id:convoy_id>/resume/", control_views.resume, name="convoy-resume"),
     path("convoys/<id:convoy_id>/<str:action>/", views.convoy_action, name="convoy-action"),
     path("stage/", views.stage, name="stage"),
     path("create/", edit_views.create, name="create-bead"),
@@ -36,6 +38,7 @@ urlpatterns = [
     path("rigs/<str:name>/restore/", edit_views.restore_rig, name="rig-restore"),
     path("stranded/", views.stranded, name="stranded"),
     path("beads/<id:bead_id>/", views.bead_detail, name="bead"),
+    path("beads/<id:bead_id>/retry/", control_views.retry, name="bead-retry"),
     path("beads/<id:bead_id>/<str:action>/", views.bead_action, name="bead-action"),
     path("inbox/", views.inbox, name="inbox"),
     path("subscriptions/", views.subscriptions, name="subscriptions"),
