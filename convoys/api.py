@@ -34,7 +34,7 @@ from .models import ApiToken, Bead, Convoy
 from .readiness import blocked_by, ready_beads
 from .selectors import convoy_graph
 from .services import beads as bead_service
-from .services import feeding, launch, staging
+from .services import controls, feeding, launch, staging
 from .services.errors import NotFound, ServiceError
 
 
@@ -419,3 +419,23 @@ def launch_convoy(request, payload: LaunchIn):
     return launch.launch(
         payload.ids, force=payload.force, title=payload.title, actor=f"api:{request.user}"
     ).as_json()
+
+
+class PauseIn(Body):
+    reason: text(max_length=500) = ""
+
+
+@api.post("/convoys/{convoy_id}/pause", response=responses(dict, 404, 413), tags=["convoys"])
+def pause_convoy(request, convoy_id: Text, payload: PauseIn):
+    """Stop every path from dispatching the convoy's beads (issue 16); answers the proof."""
+    need(request, "change_convoy")
+    convoy, changed = controls.pause(convoy_id, actor=f"api:{request.user}", reason=payload.reason)
+    return {"id": convoy.pk, "changed": changed, "paused": controls.pause_json(convoy)}
+
+
+@api.post("/convoys/{convoy_id}/resume", response=responses(dict, 404), tags=["convoys"])
+def resume_convoy(request, convoy_id: Text):
+    """Resume a paused convoy and feed it at once; answers what that feed dispatched."""
+    need(request, "change_convoy")
+    convoy, changed, fed = controls.resume(convoy_id, actor=f"api:{request.user}")
+    return {"id": convoy.pk, "changed": changed, "dispatched": fed}
