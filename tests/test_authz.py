@@ -78,6 +78,21 @@ PAGES = {
         ("POST", "/convoys/{convoy}/add/", {"ids": "gt-x"}, (L, 403, 403, 302, 302)),
         ("POST", "/convoys/{convoy}/bogus/", {}, (L, 403, 403, 404, 404)),
     ],
+    "convoys/<id:convoy_id>/pause/": [
+        ("GET", "/convoys/{staged}/pause/", None, (405,) * 5),
+        ("POST", "/convoys/{staged}/pause/", {"reason": "r"}, (L, 403, 403, 302, 302)),
+        ("POST", f"/convoys/{MISSING}/pause/", {}, (L, 403, 403, 404, 404)),
+    ],
+    "convoys/<id:convoy_id>/resume/": [
+        ("GET", "/convoys/{staged}/resume/", None, (405,) * 5),
+        ("POST", "/convoys/{staged}/resume/", {}, (L, 403, 403, 302, 302)),
+        ("POST", f"/convoys/{MISSING}/resume/", {}, (L, 403, 403, 404, 404)),
+    ],
+    "beads/<id:bead_id>/retry/": [
+        ("GET", "/beads/gt-x/retry/", None, (405,) * 5),
+        ("POST", "/beads/gt-x/retry/", {}, (L, 403, 403, 302, 302)),
+        ("POST", "/beads/gt-nope/retry/", {}, (L, 403, 403, 404, 404)),
+    ],
     "stage/": [
         ("GET", "/stage/?ids=gt-x", None, (L, 403, 200, 200, 200)),
         ("POST", "/stage/", {"ids": "gt-x", "do": "stage"}, (L, 403, 403, 302, 302)),
@@ -248,6 +263,8 @@ API = [
     ("/api/stranded", "GET", None, READ),
     ("/api/stage", "POST", {"ids": ["gt-x"]}, WRITE),
     ("/api/launch", "POST", {"ids": ["{staged}"], "force": True}, WRITE),
+    ("/api/convoys/{staged}/pause", "POST", {"reason": "r"}, WRITE),
+    ("/api/convoys/{staged}/resume", "POST", {}, WRITE),
     # the document and its page: any signed-in user or token holder
     ("/api/openapi.json", "GET", None, (401, 200, 200, 200, 200)),
     ("/api/docs", "GET", None, (L, 200, 200, 200, 200)),
