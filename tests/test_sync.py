@@ -214,3 +214,22 @@ def test_the_cluster_ticker_syncs_the_configured_sources(routes, town, settings)
 def test_no_sync_job_without_sources(settings):
     settings.CONVOY_SYNC_SOURCES = []
     assert ticker.SYNC_JOB not in ticker.jobs()
+
+
+def test_a_known_line_repeated_is_a_duplicate(routes, town):
+    run_sync(town)
+    with town.open("a") as stream:
+        stream.write(FIXTURE.read_text().splitlines()[0] + "\n")
+    with pytest.raises(CommandError, match=rf"{town}:4: duplicate id 'gt-s0' \(first on line 1\)"):
+        run_sync(town)
+
+
+def test_a_line_known_to_this_process_is_read_again_when_another_pass_changed_its_bead(
+    routes, town
+):
+    run_sync(town)
+    # Another process synced another version of gt-s1 meanwhile.
+    Bead.objects.filter(pk="gt-s1").update(title="Another version")
+    SourcedRecord.objects.filter(pk="gt-s1").update(digest="0" * 32)
+    [report] = run_sync(town)
+    assert report["updated"] == 1 and Bead.objects.get(pk="gt-s1").title == "Run the train"

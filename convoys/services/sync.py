@@ -8,6 +8,11 @@ through the import service, which compares field by field and writes each change
 event, so a close in bd is a `bead.closed` event that feeds the next bead as a local close
 does. A record the source no longer has is never deleted: it is marked missing.
 
+Most lines of a pass are the lines of the last one: a process remembers, per source, a hash of
+each line its last good pass read with that record's id and digest, and such a line, while the
+stored digest still agrees, is handed to the checks blank (its line number kept), so an
+unchanged pass costs a hash per line rather than a parse and a check.
+
 A pass is one transaction: a bad source (unreadable file, failing command, any bad line)
 changes nothing and keeps the last good state. Its error is kept on the source's SyncSource
 row and logged once per failure streak. A lease per source keeps two passes (two clusters, a
@@ -44,6 +49,7 @@ NAME_MAX = SyncSource._meta.get_field("name").max_length
 LEASE_TTL = 600.0  # a pass longer than this loses its lease to the next one
 STDERR_SHOWN = 500  # characters of a failing command's standard error kept in the error
 IGNORED_KEYS = beadfile.COUNTED  # recomputed by bd from other records: not this one's content
+_known_lines = {}  # source name -> {line hash: (id, digest)} of this process's last good pass
 
 
 class SyncFailed(ServiceError):
@@ -169,7 +175,8 @@ def sync(source, routes_path=None, holder=None, actor="sync"):
     try:
         started = time.monotonic()
         try:
-            report = _pass(source, routes_path, actor)
+            report, known = _pass(source, routes_path, actor)
+            _known_lines[source.name] = known
         except (SyncFailed, BadLine, ServiceError) as exc:
             failure = SyncFailed(str(exc))
             failure.first = _failed(source.name, failure)
@@ -199,7 +206,10 @@ def _pass(source, routes_path, actor):
         }
         imported = jsonl.ImportReport(file=source.name)
         importer = jsonl._Importer(imported, actor)
-        present, digests = _read(source.name, stream, stored, importer, report)
+        lines = _KnownLines(source.name, stream, _known_lines.get(source.name, {}), stored)
+        digests = _read(source.name, lines, importer, report)
+        present = lines.present
+        report.records = len(present)
         discovered.join(importer.discovered_edges, actor=actor)
         report.created = imported.beads_created + imported.convoys_created
         report.updated = imported.beads_updated + imported.convoys_updated
@@ -207,26 +217,61 @@ def _pass(source, routes_path, actor):
         report.events = imported.events
         _keep_digests(source.name, digests)
         _mark_presence(source.name, stored, present, report, actor)
-    return report
+    return report, lines.kept
 
 
-def _read(name, stream, stored, importer, report):
-    """Check every line; hand the records whose digest changed to the importer, a batch at a
-    time. Returns {id: line} of every record read and {id: new digest} of the changed ones."""
-    present, digests, batch, memories = {}, {}, [], []
-    for number, record in beadfile.read_records(stream, name, settings.CONVOY_IMPORT_MAX_LINE):
+class _KnownLines:
+    """The source's stream as `beadfile.read_records` reads it, with each line the last good
+    pass read (same bytes, its digest still the stored one) blanked out: the checks skip it,
+    its line number stays. Notes every record's id and line in `present`, refusing a
+    duplicate, and in `kept` the lines to remember for the next pass."""
+
+    def __init__(self, name, stream, known, stored):
+        self.name, self.stream, self.known, self.stored = name, stream, known, stored
+        self.number = 0
+        self.present = {}  # id -> its line
+        self.hashes = {}  # line number -> hash, of the lines handed on to be read
+        self.kept = {}  # line hash -> (id, digest)
+
+    def readline(self, size=-1):
+        raw = self.stream.readline(size)
+        if not raw:
+            return raw
+        self.number += 1
+        key = hashlib.blake2b(raw, digest_size=16).digest()
+        hit = self.known.get(key)
+        if hit is not None and self.stored.get(hit[0], ("",))[0] == hit[1]:
+            self.note(hit[0], self.number)
+            self.kept[key] = hit
+            return b"\n"
+        self.hashes[self.number] = key
+        return raw
+
+    def note(self, item_id, number):
+        first = self.present.setdefault(item_id, number)
+        if first != number:
+            raise BadLine(f"{self.name}:{number}: duplicate id '{item_id}' (first on line {first})")
+
+    def read(self, item_id, number, content):
+        """A record read and checked on line `number`, whose content digest is `content`."""
+        self.note(item_id, number)
+        self.kept[self.hashes.pop(number)] = (item_id, content)
+
+
+def _read(name, lines, importer, report):
+    """Check every line not known from the last pass; hand the records whose digest changed
+    to the importer, a batch at a time. Returns {id: new digest} of the changed ones."""
+    digests, batch, memories = {}, [], []
+    for number, record in beadfile.read_records(lines, name, settings.CONVOY_IMPORT_MAX_LINE):
         if type(record) is beadfile.MemoryLine:
             memories.append(record)
             continue
         if beadfile.skipped(record):
             continue
         item_id = record["id"]
-        first = present.setdefault(item_id, number)
-        if first != number:
-            raise BadLine(f"{name}:{number}: duplicate id '{item_id}' (first on line {first})")
-        report.records += 1
         content = digest(record)
-        kept = stored.get(item_id)
+        lines.read(item_id, number, content)
+        kept = lines.stored.get(item_id)
         if kept is not None and kept[0] == content:
             continue
         digests[item_id] = content
@@ -240,7 +285,7 @@ def _read(name, stream, stored, importer, report):
     importer.add(batch)
     if memories:
         importer.memories(memories)
-    return present, digests
+    return digests
 
 
 def _keep_digests(name, digests):
