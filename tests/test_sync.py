@@ -233,3 +233,18 @@ def test_a_line_known_to_this_process_is_read_again_when_another_pass_changed_it
     SourcedRecord.objects.filter(pk="gt-s1").update(digest="0" * 32)
     [report] = run_sync(town)
     assert report["updated"] == 1 and Bead.objects.get(pk="gt-s1").title == "Run the train"
+
+
+def test_the_dashboard_shows_each_source_its_last_pass_and_its_error(routes, town, client):
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    assert "Sync sources" not in client.get("/").content.decode()
+    run_sync(town)
+    page = client.get("/").content.decode()
+    assert "Sync sources" in page and str(town) in page and "failing since" not in page
+    town.write_text("not json\n")
+    with pytest.raises(CommandError):
+        run_sync(town)
+    page = client.get("/").content.decode()
+    assert "failing since" in page and f"{town}:1: invalid JSON" in page

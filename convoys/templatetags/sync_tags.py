@@ -1,0 +1,13 @@
+"""The dashboard's view of `beads sync` sources (convoys/services/sync.py)."""
+
+from django import template
+
+from ..models import SyncSource
+
+register = template.Library()
+
+
+@register.simple_tag
+def sync_sources():
+    """Every source a sync pass has run over, by name."""
+    return list(SyncSource.objects.order_by("name"))
