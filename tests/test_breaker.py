@@ -75,6 +75,12 @@ def test_three_failures_in_a_row_park_the_bead_on_every_path(convoy, failing):
     assert (verdict.kind, verdict.code) == ("stuck", "dispatch_failing")
     command("convoy", "check", convoy.pk)
     assert Convoy.objects.get(pk=convoy.pk).status == "open"
+    assert "⚠ gt-a" in command("convoy", "status", convoy.pk)
+    assert "parked: dispatch failed 3 times in a row" in command("convoy", "status", convoy.pk)
+    shown = command("beads", "show", "gt-a")
+    assert "⚠ parked: 3 failed dispatches in a row (last: worker pool unreachable)" in shown
+    assert json.loads(command("beads", "show", "gt-a", "--json"))["parked"] is True
+    assert slung["skipped"][0]["reason"].startswith("parked after 3 failed dispatches in a row")
 
     # The owner and the subscriber are told to act, once.
     notes = Notification.objects.filter(kind=ACTION_NEEDED)

@@ -148,6 +148,13 @@ def last_error(bead):
     return failed.error if failed else ""
 
 
+def parked_among(bead_ids):
+    """{bead id: failed dispatches in a row} of the parked beads among `bead_ids`."""
+    from .dispatch import parked_beads
+
+    return dict(parked_beads().filter(pk__in=bead_ids).values_list("pk", "dispatch_failures"))
+
+
 def is_parked(bead):
     from .dispatch import max_failures
 

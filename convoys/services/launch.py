@@ -154,6 +154,11 @@ def why_not_ready(bead, blockers, cooling):
         return f"already {bead.status}"
     if not bead.is_slingable:
         return f'non-slingable type "{bead.issue_type}"'
+    if bead.dispatch_failures >= dispatch.max_failures():
+        return (
+            f"parked after {bead.dispatch_failures} failed dispatches in a row "
+            f"(`beads retry {bead.pk}` once the cause is fixed)"
+        )
     if bead.pk in cooling:
         return "dispatch failed recently (cooling down)"
     if bead.assignee:

@@ -139,6 +139,8 @@ class Command(ServiceCommand):
         ready = ready_beads(Bead.objects.filter(pk=bead.pk)).exists()
         if json:
             record.update(
+                dispatch_failures=bead.dispatch_failures,
+                parked=controls.is_parked(bead),
                 rig=bead.rig_id,
                 ready=ready,
                 blocked_by=blockers,
@@ -161,6 +163,11 @@ class Command(ServiceCommand):
         )
         if bead.close_reason:
             self.stdout.write(f"  close reason: {bead.close_reason}")
+        if controls.is_parked(bead):
+            self.stdout.write(
+                f"  ⚠ parked: {bead.dispatch_failures} failed dispatches in a row (last: "
+                f"{controls.last_error(bead)}); `beads retry {bead.id}` clears it"
+            )
         if blockers:
             self.stdout.write(f"  blocked by: {', '.join(blockers)}")
         for title, deps, key in (

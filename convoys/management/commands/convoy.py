@@ -349,9 +349,10 @@ class Command(ServiceCommand):
         paused = controls.pause_summary(row)
         if paused:
             self.stdout.write(_pause_line(paused))
+        parked = controls.parked_among([item["id"] for item in data["tracked"]])
         now = timezone.now()
         for item in data["tracked"]:
-            symbol = status_symbol(item["status"])
+            symbol = "⚠" if item["id"] in parked else status_symbol(item["status"])
             worker = ""
             if item["assignee"]:
                 age = item.get("worker_seen")
@@ -359,6 +360,8 @@ class Command(ServiceCommand):
                     f" ({format_duration(now - age)} ago)" if age else ""
                 )
             title = item["title"] or "(not in database)"
+            if item["id"] in parked:
+                worker = f"  parked: dispatch failed {parked[item['id']]} times in a row"
             self.stdout.write(f"    {symbol} {item['id']:<16} {title}{worker}")
 
     def do_pause(self, convoy, reason, actor, json, **_):
