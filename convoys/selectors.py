@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.core.cache import cache
-from django.db.models import Max, Min, Q
+from django.db.models import Max, Min, OuterRef, Q, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
@@ -33,25 +33,55 @@ from .models import (
 )
 from .readiness import blocked_by, ready_beads
 
-SEGMENTS = ("done", "active", "ready", "blocked", "unknown")
+SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
 
 
-def segment_of(bead, ready_ids):
+def segment_of(bead, ready_ids, failed_ids=frozenset()):
     if bead is None:
         return "unknown"
-    return segment_for(bead.pk, bead.status, ready_ids)
+    return segment_for(bead.pk, bead.status, ready_ids, failed_ids)
 
 
-def segment_for(bead_id, status, ready_ids):
+def segment_for(bead_id, status, ready_ids, failed_ids=frozenset()):
     if status is None:
         return "unknown"
     if status in DONE_STATUSES:
         return "done"
+    if bead_id in failed_ids:
+        return "failed"
     if bead_id in ready_ids:
         return "ready"
     if status in ACTIVE_WORK_STATUSES:
         return "active"
     return "blocked"
+
+
+def failed_beads(beads):
+    """Ids among `beads` (a queryset) whose last dispatch failed and that are neither running
+    nor done (seed 003's `failed`): one query."""
+    last_ok = Dispatch.objects.filter(bead_id=OuterRef("pk")).order_by("-created_at", "-pk")
+    candidates = beads.exclude(status__in=(*ACTIVE_WORK_STATUSES, *DONE_STATUSES)).filter(
+        pk__in=Dispatch.objects.filter(ok=False).values("bead_id")
+    )
+    return set(
+        candidates.annotate(last_ok=Subquery(last_ok.values("ok")[:1]))
+        .filter(last_ok=False)
+        .values_list("pk", flat=True)
+    )
+
+
+def progress_json(summary):
+    """Seed 003's progress shape, from a summary."""
+    return {
+        "total": summary["total"],
+        "complete": summary["done"],
+        "inProgress": summary["active"],
+        "ready": summary["ready"],
+        "blocked": summary["blocked"],
+        "failed": summary["failed"],
+        "unknown": summary["unknown"],
+        "percentComplete": summary["percent_complete"],
+    }
 
 
 # What a convoy's page and API show of each tracked bead: a light row, not a model instance.
@@ -85,9 +115,9 @@ def convoy_summary(convoy, tracked, beads, now=None):
     rows = [(convoy.pk, bead_id) for bead_id in tracked]
     loaded = {b.pk: (b.status, b.updated_at) for b in beads.values()}
     verdicts = stranding.classify([convoy], now, explain=True, loaded=(rows, loaded, ready_ids))
-    summary = summarise([convoy], rows, loaded, ready_ids, spinning([convoy.pk], now), verdicts)[
-        convoy.pk
-    ]
+    failed = failed_beads(Bead.objects.filter(pk__in=tracking))
+    spin = spinning([convoy.pk], now)
+    summary = summarise([convoy], rows, loaded, ready_ids, spin, verdicts, failed)[convoy.pk]
     return summary, ready_ids
 
 
@@ -104,7 +134,8 @@ def convoy_summaries(convoys, now=None):
     beads = {row[0]: row[1:] for row in tracked_beads.values_list("id", "status", "updated_at")}
     ready_ids = set(ready_beads(tracked_beads, now).values_list("pk", flat=True))
     verdicts = stranding.classify(convoys, now, loaded=(rows, beads, ready_ids))
-    return summarise(convoys, rows, beads, ready_ids, spinning(ids, now), verdicts)
+    failed = failed_beads(tracked_beads)
+    return summarise(convoys, rows, beads, ready_ids, spinning(ids, now), verdicts, failed)
 
 
 def spinning(convoy_ids, now):
@@ -116,9 +147,10 @@ def spinning(convoy_ids, now):
     )
 
 
-def summarise(convoys, rows, beads, ready_ids, spin, verdicts):
+def summarise(convoys, rows, beads, ready_ids, spin, verdicts, failed_ids=frozenset()):
     """The summaries from loaded data: `rows` (convoy id, bead id), `beads` {id: (status,
-    updated_at)}, the ready bead ids, the spinning convoy ids and `stranding.classify`."""
+    updated_at)}, the ready bead ids, the spinning convoy ids, `stranding.classify` and the
+    beads whose last dispatch failed."""
     result = {}
     for convoy in convoys:
         result[convoy.pk] = dict.fromkeys(SEGMENTS, 0) | {
@@ -129,13 +161,14 @@ def summarise(convoys, rows, beads, ready_ids, spin, verdicts):
     for convoy_id, bead_id in rows:
         status, updated = beads.get(bead_id, (None, None))
         summary = result[convoy_id]
-        summary[segment_for(bead_id, status, ready_ids)] += 1
+        summary[segment_for(bead_id, status, ready_ids, failed_ids)] += 1
         summary["total"] += 1
         if updated is not None and updated > summary["last_activity"]:
             summary["last_activity"] = updated
     for convoy_id, summary in result.items():
         total = summary["total"] or 1
         summary["percent"] = {k: round(100 * summary[k] / total, 2) for k in SEGMENTS}
+        summary["percent_complete"] = 100 * summary["done"] // total  # 100 only when all done
         # The one stranded rule (stranding.py): kind, reason and badge words.
         summary["state"] = verdicts[convoy_id]
         summary["stranded"] = verdicts[convoy_id].stranded
@@ -174,6 +207,7 @@ def convoy_status_json(convoy):
         "tracked": items,
         "completed": completed,
         "total": len(items),
+        "progress": progress_json(convoy_summaries([convoy])[convoy.pk]),
     }
 
 
