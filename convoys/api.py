@@ -133,6 +133,8 @@ class Progress(Schema):
     ready: int
     blocked: int
     unknown: int
+    failed: int  # last dispatch failed, not running (seed 003)
+    percent: int  # percent of tracked beads done, 100 only when all are
     stranded: bool
     spin: bool
 
@@ -277,8 +279,19 @@ def _convoy_out(convoy, summary):
         "close_reason": convoy.close_reason,
         "progress": {
             k: summary[k]
-            for k in ("total", "done", "active", "ready", "blocked", "unknown", "stranded", "spin")
-        },
+            for k in (
+                "total",
+                "done",
+                "active",
+                "ready",
+                "blocked",
+                "unknown",
+                "failed",
+                "stranded",
+                "spin",
+            )
+        }
+        | {"percent": summary["percent_complete"]},
     }
 
 
