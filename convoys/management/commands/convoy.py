@@ -342,9 +342,12 @@ class Command(ServiceCommand):
             self.write_json(data)
             return
         self.stdout.write(f"🚚 {row.id}: {row.title}")
+        progress = data["progress"]
+        failed = f", {progress['failed']} failed" if progress["failed"] else ""
         self.stdout.write(
             f"  Status: {row.status}   Progress: {data['completed']}/{data['total']}"
-            f" done" + (f"   Owner: {row.owner}" if row.owner else "")
+            f" done ({progress['percentComplete']}%{failed})"
+            + (f"   Owner: {row.owner}" if row.owner else "")
         )
         paused = controls.pause_summary(row)
         if paused:
@@ -402,6 +405,7 @@ class Command(ServiceCommand):
                         "created_at": c.created_at,
                         "completed": summaries[c.id]["done"],
                         "total": summaries[c.id]["total"],
+                        "progress": selectors.progress_json(summaries[c.id]),
                     }
                     for c in rows
                 ]
