@@ -124,7 +124,7 @@ def convoy_summary(convoy, tracked, beads, now=None):
 def convoy_summaries(convoys, now=None):
     """{convoy id: counts per segment, total, last activity, stranded and spin flags}.
 
-    Five queries whatever the number of convoys and beads; tracked beads are selected by
+    Six queries whatever the number of convoys and beads; tracked beads are selected by
     subquery, never by a long list of ids."""
     now = now or timezone.now()
     ids = [c.pk for c in convoys]
