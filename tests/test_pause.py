@@ -185,3 +185,19 @@ def test_api_pause_and_resume(paused_chain):
     answer = editor.post("/api/convoys/hq-cv-nope/pause", {}, content_type="application/json")
     assert answer.status_code == 404
     assert answer.json() == {"detail": "convoy 'hq-cv-nope' not found"}
+
+
+def test_the_open_page_learns_of_a_pause_live(routes):
+    """A pause from the CLI reaches an open convoy page: its live request answers the pause
+    panel (the convoy.paused event names the convoy, so the page asks)."""
+    convoy = launched(chain(2))
+    editor = signed_in("editor", "view_convoy", "change_convoy")
+    url = f"/convoys/{convoy.pk}/"
+    before = editor.get(url, headers={"X-Live": "1"}).json()
+    assert f'action="/convoys/{convoy.pk}/pause/"' in before["fragments"]["convoy-pause"]
+    command("convoy", "pause", convoy.pk, "--reason", "hold", "--actor", "ops")
+    since = str(before["seq"])
+    after = editor.get(url, headers={"X-Live": "1", "X-Live-Since": since}).json()
+    panel = after["fragments"]["convoy-pause"]
+    assert panel.startswith('<div id="convoy-pause">') and "Paused by <strong>ops</strong>" in panel
+    assert "0 dispatches since pause" in panel
