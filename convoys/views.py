@@ -140,6 +140,7 @@ def _convoy_fragments(request, page):
     fragments = [
         Fragment("convoy-head", "convoys/_convoy_head.html"),
         Fragment("convoy-actions", "convoys/_convoy_actions.html"),
+        Fragment("convoy-pause", "convoys/_pause.html"),
         Fragment("convoy-staging", "convoys/_convoy_staging.html"),
         Fragment("critical", "convoys/_convoy_critical.html"),
         Fragment("timeline", "convoys/_timeline.html", {"events": page.timeline}),
