@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import CommandError
 
 from convoys import stranding
 from convoys.models import Bead, Convoy, Dispatch, Event, Notification
@@ -81,6 +82,9 @@ def test_three_failures_in_a_row_park_the_bead_on_every_path(convoy, failing):
     assert "⚠ parked: 3 failed dispatches in a row (last: worker pool unreachable)" in shown
     assert json.loads(command("beads", "show", "gt-a", "--json"))["parked"] is True
     assert slung["skipped"][0]["reason"].startswith("parked after 3 failed dispatches in a row")
+    with pytest.raises(CommandError, match="cannot sling gt-a: parked after 3 failed dispatches"):
+        command("sling", "gt-a")
+    assert attempts() == 3
 
     # The owner and the subscriber are told to act, once.
     notes = Notification.objects.filter(kind=ACTION_NEEDED)
@@ -138,7 +142,5 @@ def test_bead_page_shows_the_breaker_and_retry_clears_it(convoy):
 
 
 def test_retry_refuses_an_unknown_bead(db):
-    from django.core.management import CommandError
-
     with pytest.raises(CommandError, match="bead 'gt-nope' not found"):
         command("beads", "retry", "gt-nope")

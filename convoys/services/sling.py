@@ -123,6 +123,12 @@ def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=F
         )
     for bead_id in bead_ids:
         refuse_paused(dispatch.paused_convoys(bead_id), f"cannot sling {bead_id}: it is in")
+        failures = beads[bead_id].dispatch_failures
+        if failures >= dispatch.max_failures():
+            raise ServiceError(
+                f"cannot sling {bead_id}: parked after {failures} failed dispatches in a row; "
+                f"fix the cause, then `beads retry {bead_id}`"
+            )
     blockers = blocked_by(bead_ids)
     if blockers and not force:
         raise ServiceError(
