@@ -200,7 +200,7 @@ def test_blocked_outside_held_unknown_and_empty(routes, client):
     held = convoys.create("Held", ["gt-later"], actor="test")
     ghost = convoys.create("Ghost", ["gt-nothere"], actor="test")
     empty = convoys.create("Empty", actor="test")
-    bead("gt-held", assignee="gastown/polecats/ace")  # no heartbeat yet: not a dead worker
+    bead("gt-held", assignee="gastown/polecats/ace")  # no heartbeat, updated now: not dead yet
     assigned = convoys.create("Assigned", ["gt-held"], actor="test")
     assert verdict(assigned).reason == "gt-held is assigned to gastown/polecats/ace"
     assert verdict(outside).reason == "gt-in blocked by gt-out outside the convoy"
