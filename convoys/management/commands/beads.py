@@ -97,13 +97,17 @@ class Command(ServiceCommand):
     def do_sync(self, source, once, every, routes, json, **_):
         if every is not None and (once or every <= 0):
             raise error("--every needs a positive number of seconds, without --once")
+        failing = False
         for _, result in sync.passes([sync.source_for(source)], routes, every):
             if isinstance(result, sync.SyncFailed):
                 if every is None:
                     raise error(str(result))
-                if result.first:  # once per failure streak
+                if not failing:  # once per failure streak
                     self.stderr.write(f"error: {result}")
-            elif result is None:
+                failing = True
+                continue
+            failing = False
+            if result is None:
                 self.stderr.write(f"{source}: another process is syncing it; skipped")
             elif json:
                 self.stdout.write(orjson.dumps(result.as_dict()).decode())
