@@ -112,8 +112,8 @@ def test_launch_and_every_feeder_keep_to_max_in_flight(routes):
     launched = json.loads(cli("convoy", "launch", plan.convoy_id, "--json"))
     assert [d["id"] for d in launched["dispatched"]] == ["gt-l0", "gt-l1"]
     assert {s["id"]: s["reason"] for s in launched["skipped"]} == {
-        "gt-l2": "convoy at max in flight (2)",
-        "gt-l3": "convoy at max in flight (2)",
+        "gt-l2": f"convoy {plan.convoy_id} at max in flight (2)",
+        "gt-l3": f"convoy {plan.convoy_id} at max in flight (2)",
     }
     convoy = Convoy.objects.get(pk=plan.convoy_id)
     assert feeding.feed_convoy(convoy, "event", limit=5) == []  # a credit round
@@ -124,6 +124,8 @@ def test_launch_and_every_feeder_keep_to_max_in_flight(routes):
         "convoy at max in flight (2)"
     }
     assert dispatch.claim(Bead.objects.get(pk="gt-l2"), path="manual") is None
+    alone = json.loads(cli("sling", "gt-l2", "--no-convoy", "--json"))  # no convoy named
+    assert alone["dispatched"][0]["error"] == f"convoy {convoy.pk} at max in flight (2)"
     assert Bead.objects.filter(pk__in=ids, status="hooked").count() == LIMIT
     cli("beads", "close", "gt-l0")
     assert [r["id"] for r in feeding.feed_convoy(convoy, "event", limit=5)] == ["gt-l2"]

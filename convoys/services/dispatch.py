@@ -123,7 +123,7 @@ def paused_convoys(bead_id, convoy_id=""):
 
 
 def full_convoys(bead, convoy_id=""):
-    """Ids of the open convoys tracking `bead` (or that the dispatch is for) whose
+    """(id, limit) of the open convoys tracking `bead` (or that the dispatch is for) whose
     `max_in_flight` its claim would exceed: every path claims, so the limit holds on all.
 
     Called inside the claim's transaction. The capped convoys' rows are locked (FOR NO KEY
@@ -142,8 +142,17 @@ def full_convoys(bead, convoy_id=""):
         tracked = TrackedBead.objects.filter(convoy_id=pk).values("bead_id")
         busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES)
         if busy.exclude(pk=bead.pk).count() >= limit:
-            full.append(pk)
+            full.append((pk, limit))
     return full
+
+
+@transaction.atomic
+def refusal(bead, convoy_id=""):
+    """Why a claim of `bead` came back empty, in words for the caller's report."""
+    full = full_convoys(bead, convoy_id)
+    if full:
+        return "; ".join(f"convoy {pk} at max in flight ({limit})" for pk, limit in full)
+    return "claimed by another dispatcher"
 
 
 def pick_worker(rig):

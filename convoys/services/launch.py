@@ -130,10 +130,7 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
                 if won:
                     claims.append(won)
                     continue
-                reason = "claimed by another dispatcher"
-                if dispatch.full_convoys(bead, convoy.id):
-                    reason = f"convoy at max in flight ({convoy.max_in_flight})"
-                skipped.append({"id": bead_id, "reason": reason})
+                skipped.append({"id": bead_id, "reason": dispatch.refusal(bead, convoy.id)})
             else:
                 skipped.append({"id": bead_id, "reason": why_not_ready(bead, blockers, cooling)})
     result = LaunchResult(convoy.id, convoy.status, waves, skipped=skipped)
