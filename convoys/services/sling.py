@@ -169,7 +169,7 @@ def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=F
             "rig": rig,
             "worker": "",
             "ok": False,
-            "error": "claimed by another dispatcher",
+            "error": dispatch.refusal(bead, convoy.pk if convoy else ""),
         }
         results.append({**result, "forced": forced})
     return convoy, rig, results
