@@ -452,3 +452,11 @@ def resume_convoy(request, convoy_id: Text):
     need(request, "change_convoy")
     convoy, changed, fed = controls.resume(convoy_id, actor=f"api:{request.user}")
     return {"id": convoy.pk, "changed": changed, "dispatched": fed}
+
+
+@api.post("/beads/{bead_id}/retry", response=responses(dict, 404), tags=["beads"])
+def retry_bead(request, bead_id: Text):
+    """Clear a bead the dispatch breaker parked: every path may dispatch it again."""
+    need(request, "change_bead")
+    bead, changed = controls.retry(bead_id, actor=f"api:{request.user}")
+    return {"id": bead.pk, "changed": changed, "dispatch_failures": bead.dispatch_failures}

@@ -144,3 +144,17 @@ def test_bead_page_shows_the_breaker_and_retry_clears_it(convoy):
 def test_retry_refuses_an_unknown_bead(db):
     with pytest.raises(CommandError, match="bead 'gt-nope' not found"):
         command("beads", "retry", "gt-nope")
+
+
+def test_api_retry(convoy):
+    for _ in range(3):
+        feeding.feed_convoy(convoy, "event")
+    viewer = signed_in("viewer", "view_bead")
+    assert viewer.post("/api/beads/gt-a/retry").status_code == 403
+    editor = signed_in("editor", "view_bead", "change_bead")
+    answer = editor.post("/api/beads/gt-a/retry")
+    assert answer.status_code == 200, answer.content
+    assert answer.json() == {"id": "gt-a", "changed": True, "dispatch_failures": 0}
+    assert editor.post("/api/beads/gt-a/retry").json()["changed"] is False
+    assert Event.objects.get(kind="bead.retried").actor == "api:editor"
+    assert editor.post("/api/beads/gt-nope/retry").json() == {"detail": "bead 'gt-nope' not found"}
