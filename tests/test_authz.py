@@ -265,6 +265,8 @@ API = [
     ("/api/launch", "POST", {"ids": ["{staged}"], "force": True}, WRITE),
     ("/api/convoys/{staged}/pause", "POST", {"reason": "r"}, WRITE),
     ("/api/convoys/{staged}/resume", "POST", {}, WRITE),
+    ("/api/beads/gt-x/retry", "POST", {}, WRITE),
+    ("/api/beads/gt-nope/retry", "POST", {}, (401, 403, 403, 404, 404)),
     # the document and its page: any signed-in user or token holder
     ("/api/openapi.json", "GET", None, (401, 200, 200, 200, 200)),
     ("/api/docs", "GET", None, (L, 200, 200, 200, 200)),
