@@ -37,8 +37,8 @@ BEAD_KEYS = frozenset(("id", "dependencies", *BEAD_COLUMNS))
 COUNTED = frozenset(("dependency_count", "dependent_count", "comment_count", "parent"))
 COMPUTED = COUNTED | {"_type"}
 BEAD_TIMESTAMPS = ("created_at", "updated_at", "closed_at")
-# Kept in a row's `extra` for the export, never written as keys: the text of a timestamp as it
-# came ("_created_at", ...), the shape of bd record it came in ("_shape"), a dependency without
+# Kept in a row's `extra` for the export, never written as keys: what a timestamp's text has
+# that its stored value lacks ("_created_at", ...: see kept_text), the shape of bd record it came in ("_shape"), a dependency without
 # metadata ("_no_metadata"). A record may not bring them.
 RESERVED_KEYS = frozenset(("_shape", "_no_metadata", *(f"_{name}" for name in BEAD_TIMESTAMPS)))
 # Which computed keys bd wrote with the record: `bd list --json` (the Feb-2026 exports) adds
@@ -135,37 +135,67 @@ def format_timestamp(value, zone=UTC):
     return f"{text}{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-def export_timestamp(value, text=None):
-    """A stored timestamp as an export writes it: the text it was imported as while that
-    still says the same time (nanoseconds and offset kept); else Go's RFC 3339 in that
-    text's offset, or in UTC (a time with no text came in Go's UTC form or was made here)."""
+def export_timestamp(value, kept=None):
+    """A stored timestamp as an export writes it, from what the import kept of its text
+    (`kept_text`): that text while it still says the stored time (to the microsecond; its
+    nanoseconds and offset as they came); else Go's RFC 3339 in that text's offset, or in UTC
+    (nothing kept: the time came in Go's UTC form, or was made here)."""
     if value is None:
         return None
-    kept = _parsed(text)
-    if kept == value:
+    text, zone = _text_of(value, kept) if kept else (None, UTC)
+    if text is not None and _parsed(text) == value:
         return text
-    return format_timestamp(value, kept.tzinfo if kept else UTC)
+    return format_timestamp(value, zone)
+
+
+def _text_of(value, kept):
+    """(the imported text, were it of `value`; its zone) from a whole text or a tail."""
+    if kept[0].isdigit():
+        parsed = _parsed(kept)
+        return kept, parsed.tzinfo if parsed else UTC
+    parsed = _parsed("2000-01-01T00:00:00" + kept)
+    if parsed is None:
+        return None, UTC
+    try:
+        local = value.astimezone(parsed.tzinfo)
+    except OverflowError:
+        return None, UTC
+    return local.replace(tzinfo=None).isoformat()[:19] + kept, parsed.tzinfo
 
 
 def _parsed(text):
     try:
-        return parse_timestamp(text) if text else None
+        return parse_timestamp(text)
     except ValueError:
         return None
 
 
+def kept_text(text):
+    """What the import keeps of a (checked) timestamp's text beside its stored value, for the
+    export to write it back: nothing when the value gives it back (Go's UTC form); the tail
+    after the seconds (fraction and offset as written) when the rest is the plain date and
+    time, which the value gives back in that offset; else the whole text."""
+    if text[-1] == "Z" and format_timestamp(parse_timestamp(text)) == text:
+        return None
+    if (
+        len(text) > 19
+        and text[10] == "T"
+        and text[4] == text[7] == "-"
+        and text[13] == text[16] == ":"
+    ):
+        return text[19:]
+    return text
+
+
 def keep_texts(values, extra, names=BEAD_TIMESTAMPS):
-    """Note in `extra` the text of each timestamp in `values` that the export could not
-    write back from the stored value (another offset, nanoseconds, another spelling)."""
+    """Note in `extra` (as `_<name>`) what the export needs of each timestamp text in
+    `values` to write it back as it came (`kept_text`)."""
     for name in names:
         text = values[name]
-        if type(text) is str and text_needed(text):
-            extra[f"_{name}"] = text
-
-
-def text_needed(text):
-    """Whether a (checked) timestamp's text differs from what its stored value writes."""
-    return text[-1] != "Z" or format_timestamp(parse_timestamp(text)) != text
+        if type(text) is str:
+            kept = kept_text(text)
+            if kept is not None:
+                extra[f"_{name}"] = kept
 
 
 def _reject_constant(name):
@@ -541,8 +571,10 @@ def dependency_values(record):
         if "metadata" not in dep:
             extra["_no_metadata"] = True
         created = get("created_at") or None
-        if created is not None and text_needed(created):
-            extra["_created_at"] = created
+        if created is not None:
+            kept = kept_text(created)
+            if kept is not None:
+                extra["_created_at"] = kept
         values.append(
             {
                 "issue_id": issue_id,

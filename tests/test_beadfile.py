@@ -10,6 +10,7 @@ import pytest
 from convoys import beadfile
 
 from .conftest import ROOT
+from .test_import_export import RFC3339
 
 
 def read(text, max_line=1000):
@@ -117,15 +118,23 @@ def test_times_are_written_as_go_writes_rfc3339_nano(value, zone, text):
     assert beadfile.format_timestamp(value, zone) == text
 
 
-def test_an_unchanged_time_keeps_its_text_and_a_changed_one_its_offset():
-    text = "2026-02-14T11:59:05.502615373-07:00"
-    value = beadfile.parse_timestamp(text)
-    assert beadfile.export_timestamp(value, text) == text
-    later = value + timedelta(seconds=1)
-    assert beadfile.export_timestamp(later, text) == "2026-02-14T11:59:06.502615-07:00"
-    assert beadfile.export_timestamp(value) == "2026-02-14T18:59:05.502615Z"
-    assert beadfile.text_needed(text) and beadfile.text_needed("2026-02-28T03:42:10.50Z")
-    assert not beadfile.text_needed("2026-02-28T03:42:10.5Z")
+@pytest.mark.parametrize(
+    "text,kept,changed",
+    [
+        ("2026-02-14T11:59:05.502615373-07:00", ".502615373-07:00", "-07:00"),
+        ("2026-02-28T03:42:10.50Z", ".50Z", "Z"),
+        ("2026-01-05T09:00:00+0800", "+0800", "+08:00"),
+        ("2026-02-28T03:42:10.5Z", None, "Z"),  # Go's UTC form: the stored value gives it back
+        ("2026-01-05 09:00:00+08:00", "2026-01-05 09:00:00+08:00", "+08:00"),
+    ],
+)
+def test_an_unchanged_time_keeps_its_text_and_a_changed_one_its_offset(text, kept, changed):
+    assert beadfile.kept_text(text) == kept
+    value = beadfile.parse_timestamp(text).astimezone(UTC)
+    assert beadfile.export_timestamp(value, kept) == text
+    later = beadfile.export_timestamp(value + timedelta(seconds=1, microseconds=1), kept)
+    assert beadfile.parse_timestamp(later) == value + timedelta(seconds=1, microseconds=1)
+    assert later.endswith(changed) and RFC3339.fullmatch(later)
 
 
 def test_keys_are_put_in_bds_order_with_unknown_ones_before_the_counts():
