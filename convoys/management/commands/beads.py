@@ -89,8 +89,10 @@ class Command(ServiceCommand):
         if skipped:
             self.stdout.write(
                 f"  skipped {report.skipped_tombstones} tombstones, {report.skipped_wisps} "
-                f"wisps, {report.skipped_memories} memories"
+                f"wisps, {report.skipped_memories} memories without a key or a value"
             )
+        if report.memories:
+            self.stdout.write(f"  {report.memories} memories (kept for the export)")
         if report.routes:
             self.stdout.write(f"  {report.routes} routes")
 
