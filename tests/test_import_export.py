@@ -468,7 +468,8 @@ def test_a_bead_made_here_takes_the_shape_and_place_bd_gives_it(db):
 
 
 def test_memory_lines_are_kept_updated_and_written_last_by_key(db, tmp_path):
-    run("beads", "import", str(FIXTURES / "bd-export.jsonl"))
+    out, _ = run("beads", "import", str(FIXTURES / "bd-export.jsonl"))
+    assert "  2 memories (kept for the export)" in out.splitlines()
     assert dict(Memory.objects.values_list("key", "value")) == {
         "deploy-window": "Fridays < 5pm & never on holidays",
         "owner": "mayor",
