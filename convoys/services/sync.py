@@ -198,12 +198,9 @@ def _pass(source, routes_path, actor):
                     jsonl.import_routes(routes, str(routes_path))
             except OSError as exc:
                 raise SyncFailed(f"{routes_path}: {exc.strerror}")
-        stored = {
-            row[0]: row[1:]
-            for row in SourcedRecord.objects.filter(source=source.name).values_list(
-                "id", "digest", "missing_since"
-            )
-        }
+        records = SourcedRecord.objects.filter(source=source.name)
+        stored = dict(records.values_list("id", "digest"))
+        missing = set(records.filter(missing_since__isnull=False).values_list("id", flat=True))
         imported = jsonl.ImportReport(file=source.name)
         importer = jsonl._Importer(imported, actor)
         lines = _KnownLines(source.name, stream, _known_lines.get(source.name, {}), stored)
@@ -216,7 +213,7 @@ def _pass(source, routes_path, actor):
         report.unchanged = report.records - report.created - report.updated
         report.events = imported.events
         _keep_digests(source.name, digests)
-        _mark_presence(source.name, stored, present, report, actor)
+        _mark_presence(source.name, stored, missing, present, report, actor)
     return report, lines.kept
 
 
@@ -240,7 +237,7 @@ class _KnownLines:
         self.number += 1
         key = hashlib.blake2b(raw, digest_size=16).digest()
         hit = self.known.get(key)
-        if hit is not None and self.stored.get(hit[0], ("",))[0] == hit[1]:
+        if hit is not None and self.stored.get(hit[0]) == hit[1]:
             self.note(hit[0], self.number)
             self.kept[key] = hit
             return b"\n"
@@ -271,8 +268,7 @@ def _read(name, lines, importer, report):
         item_id = record["id"]
         content = digest(record)
         lines.read(item_id, number, content)
-        kept = lines.stored.get(item_id)
-        if kept is not None and kept[0] == content:
+        if lines.stored.get(item_id) == content:
             continue
         digests[item_id] = content
         if beadfile.is_convoy_record(record):
@@ -298,11 +294,11 @@ def _keep_digests(name, digests):
     )
 
 
-def _mark_presence(name, stored, present, report, actor):
+def _mark_presence(name, stored, missing, present, report, actor):
     """Mark the records the source no longer has as missing (never deleted), and clear the
     mark of those it has again; each bead among them gets an event saying so."""
-    gone = [i for i, (_, missing) in stored.items() if missing is None and i not in present]
-    back = [i for i, (_, missing) in stored.items() if missing is not None and i in present]
+    gone = [i for i in stored if i not in present and i not in missing]
+    back = sorted(i for i in missing if i in present)
     now = timezone.now()
     events = []
     for ids, since, is_missing in ((gone, now, True), (back, None, False)):
