@@ -176,6 +176,8 @@ def test_api_pause_and_resume(paused_chain):
     body = answer.json()
     assert body["changed"] is True and body["paused"]["by"] == "api:editor"
     assert body["paused"]["reason"] == "freeze" and body["paused"]["dispatches_since"] == 0
+    detail = editor.get(f"/api/convoys/{convoy.pk}").json()
+    assert detail["paused"] == body["paused"]
     answer = editor.post(
         f"/api/convoys/{convoy.pk}/pause", {"reason": "z" * 501}, content_type="application/json"
     )
