@@ -167,6 +167,7 @@ class ConvoyDetailOut(ConvoyOut):
     tracked: list[dict]
     waves: list[WaveOut]
     gated: list[str]
+    paused: dict | None  # who, when, why, dispatches since the pause (None: not paused)
 
 
 class BeadOut(Schema):
@@ -357,6 +358,7 @@ def get_convoy(request, convoy_id: Text):
             for n, wave in enumerate(waves, start=1)
         ],
         "gated": [g.id for g in gated],
+        "paused": controls.pause_json(convoy),
     }
 
 
