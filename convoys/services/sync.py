@@ -46,7 +46,9 @@ from .errors import ServiceError
 log = logging.getLogger("convoys.sync")
 
 NAME_MAX = SyncSource._meta.get_field("name").max_length
-LEASE_TTL = 600.0  # a pass longer than this loses its lease to the next one
+# A pass longer than this loses its lease to the next one (a pass is one transaction, so the
+# lease cannot be renewed during it); a cluster killed mid-pass holds the source this long.
+LEASE_TTL = 180.0
 STDERR_SHOWN = 500  # characters of a failing command's standard error kept in the error
 IGNORED_KEYS = beadfile.COUNTED  # recomputed by bd from other records: not this one's content
 _known_lines = {}  # source name -> {line hash: (id, digest)} of this process's last good pass
