@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..events import record
-from ..models import CONVOY_CLOSED, Bead, Convoy, Dispatch, TrackedBead
+from ..models import CONVOY_CLOSED, CONVOY_OPEN, Bead, Convoy, Dispatch, TrackedBead
 from .convoys import get_convoy
 from .errors import NotFound, ServiceError
 
@@ -69,7 +69,7 @@ def resume(convoy_id, *, actor):
         )
     from .feeding import feed_convoy
 
-    return convoy, True, feed_convoy(convoy, "event") if convoy.status == "open" else []
+    return convoy, True, feed_convoy(convoy, "event") if convoy.status == CONVOY_OPEN else []
 
 
 def pause_summary(convoy):

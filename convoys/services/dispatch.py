@@ -76,10 +76,6 @@ def parked_beads():
     return Bead.objects.filter(dispatch_failures__gte=max_failures())
 
 
-def in_cooldown(bead_id, now=None):
-    return bool(cooling_down([bead_id], now))
-
-
 def cooling_down(bead_ids, now=None):
     """The beads among `bead_ids` not to try now: a dispatch failed within the cooldown, or
     the breaker parked them."""
