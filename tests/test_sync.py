@@ -5,6 +5,7 @@ import io
 import json
 import shlex
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,12 @@ def test_the_dashboard_shows_each_source_its_last_pass_and_its_error(routes, tow
         run_sync(town)
     page = client.get("/").content.decode()
     assert "failing since" in page and f"{town}:1: invalid JSON" in page
+
+
+def test_passes_repeat_every_interval_until_stopped(routes, town):
+    stop, results = threading.Event(), []
+    for _source, result in sync.passes([sync.FileSource(town)], every=0.01, stop=stop):
+        results.append(result)
+        if len(results) == 3:
+            stop.set()
+    assert [(r.created, r.changed) for r in results] == [(3, 3), (0, 0), (0, 0)]
