@@ -206,7 +206,7 @@ def _pass(source, routes_path, actor):
         imported = jsonl.ImportReport(file=source.name)
         importer = jsonl._Importer(imported, actor)
         lines = _KnownLines(source.name, stream, _known_lines.get(source.name, {}), stored)
-        digests = _read(source.name, lines, importer, report)
+        digests = _read(lines, importer)
         present = lines.present
         report.records = len(present)
         discovered.join(importer.discovered_edges, actor=actor)
@@ -257,11 +257,12 @@ class _KnownLines:
         self.kept[self.hashes.pop(number)] = (item_id, content)
 
 
-def _read(name, lines, importer, report):
+def _read(lines, importer):
     """Check every line not known from the last pass; hand the records whose digest changed
     to the importer, a batch at a time. Returns {id: new digest} of the changed ones."""
     digests, batch, memories = {}, [], []
-    for number, record in beadfile.read_records(lines, name, settings.CONVOY_IMPORT_MAX_LINE):
+    max_line = settings.CONVOY_IMPORT_MAX_LINE
+    for number, record in beadfile.read_records(lines, lines.name, max_line):
         if type(record) is beadfile.MemoryLine:
             memories.append(record)
             continue
