@@ -48,6 +48,10 @@ REPLAY_REQUESTS = 100  # replay requests per socket
 USER_ROWS = 50000  # log rows a user's replays may read at once (their connect replays too)
 USER_ROWS_PER_S = 2000  # ... refilled at this rate
 
+# Group joins and leaves in flight at once per process: with Redis each may open a connection,
+# and a reconnect storm's 1,000 at once timed out connecting to Redis.
+LAYER_CALLS = 32
+
 BAD_FRAME = 4400
 STALLED = 4008
 TOO_MANY_REPLAYS = 4429
@@ -129,12 +133,21 @@ class UserReplays:
         return self.rows > 0
 
 
-_user_replays = weakref.WeakKeyDictionary()  # event loop -> {user pk: UserReplays}
+_per_loop = weakref.WeakKeyDictionary()  # event loop -> this process's shared limits
+
+
+def _limits():
+    loop = asyncio.get_running_loop()
+    if loop not in _per_loop:
+        _per_loop[loop] = {"layer": asyncio.Semaphore(LAYER_CALLS), "users": {}}
+    return _per_loop[loop]
 
 
 def user_replays(pk):
-    per_loop = _user_replays.setdefault(asyncio.get_running_loop(), {})
-    return per_loop.setdefault(pk, UserReplays())
+    users = _limits()["users"]
+    if pk not in users:
+        users[pk] = UserReplays()
+    return users[pk]
 
 
 class BadFrame(ValueError):
@@ -178,9 +191,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.sent_set = set()
         self.unacked = 0
         relay.ensure_running()
-        # Accept before any database work: daphne drops a handshake not accepted within 5 s,
-        # and after a web process restarts, 1,000 reconnecting pages arrive at once. Nothing
-        # is sent until the topics the user may see are known.
+        # Accept before this consumer's own reads (the session was read by wsgate): daphne
+        # drops a handshake not accepted within 5 s, and after a web process restarts, 1,000
+        # reconnecting pages arrive at once. Nothing is sent until the topics the user may
+        # see are known.
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         topics = ",".join(query.get("topics", [""])).split(",")
@@ -189,8 +203,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         # Everything up to `head` is covered by the replay below (or not wanted): an event the
         # relay sent before the joins shows up as a gap at the group's next message or tick.
         self.last_in_group = dict.fromkeys(self.groups_joined, head)
-        for group in self.groups_joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+        await self.join_groups()
         await self.send_json({"type": "hello", "seq": head, "topics": sorted(followed)})
         since = query.get("since", [""])[0]
         if since.isascii() and since.isdigit() and len(since) < 19:
@@ -210,11 +223,17 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.disconnect(message["code"])
         raise StopConsumer()
 
+    async def join_groups(self):
+        async with _limits()["layer"]:
+            for group in self.groups_joined:
+                await self.channel_layer.group_add(group, self.channel_name)
+
     async def disconnect(self, code):
         if getattr(self, "replay_timer", None):
             self.replay_timer.cancel()
-        for group in getattr(self, "groups_joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        async with _limits()["layer"]:
+            for group in getattr(self, "groups_joined", []):
+                await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None):
         if self.closing:
@@ -228,8 +247,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if kind == "ack":
             self.unacked = 0
         elif kind == "ping":
-            for group in self.groups_joined:  # refresh memberships (Redis group expiry)
-                await self.channel_layer.group_add(group, self.channel_name)
+            await self.join_groups()  # refresh memberships (Redis group expiry)
             await self.send_json({"type": "pong", "seq": await quick_read(_last)})
         else:
             await self.request_replay(message["since"])

@@ -13,11 +13,14 @@ else, a reconnect storm's handshakes waited past daphne's 5 s and were dropped.
 
 import asyncio
 import functools
+import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from channels.auth import AuthMiddleware, get_user
 from channels.security.websocket import WebsocketDenier
 from channels.sessions import CookieMiddleware, SessionMiddleware
+from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.db import connection
 from django.http import HttpRequest
@@ -25,6 +28,8 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.http import is_same_domain
 
 QUICK_THREADS = 4
+SESSION_SECONDS = 5.0
+MAX_SESSIONS = 10000
 _quick = ThreadPoolExecutor(QUICK_THREADS, thread_name_prefix="ws-quick")
 
 
@@ -94,11 +99,36 @@ class OriginGate:
 
 
 class PooledAuthMiddleware(AuthMiddleware):
-    """channels' AuthMiddleware, reading the session and user through quick_read."""
+    """channels' AuthMiddleware, reading the session and user through quick_read, and
+    remembering a logged-in session's user for SESSION_SECONDS: the pages of one browser
+    reconnecting together cost one lookup (and one permission read), not one each; handshakes
+    arriving while it runs wait for it. A logout or password change reaches new sockets that
+    much later (open ones are not closed by it either way)."""
+
+    lookups = weakref.WeakKeyDictionary()  # event loop -> {session key: (expiry, future)}
 
     async def resolve_scope(self, scope):
-        # get_user.func: channels' lookup itself, without its thread_sensitive wrapper
-        scope["user"]._wrapped = await quick_read(get_user.func, scope)
+        key = scope["cookies"].get(settings.SESSION_COOKIE_NAME)
+        recent = self.lookups.setdefault(asyncio.get_running_loop(), {})
+        now = time.monotonic()
+        expiry, lookup = recent.get(key, (0, None))
+        if expiry <= now:
+            if len(recent) > MAX_SESSIONS:
+                recent.clear()
+            # get_user.func: channels' lookup itself, without its thread_sensitive wrapper
+            lookup = asyncio.ensure_future(quick_read(get_user.func, scope))
+            recent[key] = (now + SESSION_SECONDS, lookup)
+            lookup.add_done_callback(functools.partial(_forget_unless_user, recent, key))
+        # shielded: a handshake given up (daphne's timeout) must not cancel the others' lookup
+        scope["user"]._wrapped = await asyncio.shield(lookup)
+
+
+def _forget_unless_user(recent, key, lookup):
+    """Failed lookups and anonymous answers are not remembered."""
+    failed = lookup.cancelled() or lookup.exception() is not None
+    if failed or not lookup.result().is_authenticated:
+        if recent.get(key, (0, None))[1] is lookup:
+            del recent[key]
 
 
 def gate(app):
