@@ -258,3 +258,32 @@ def test_passes_repeat_every_interval_until_stopped(routes, town):
         if len(results) == 3:
             stop.set()
     assert [(r.created, r.changed) for r in results] == [(3, 3), (0, 0), (0, 0)]
+
+
+def test_a_bead_from_a_source_is_changed_in_bd_not_here(routes, town, client):
+    from django.contrib.auth.models import User
+
+    from convoys.api import create_token
+    from convoys.services import beads
+
+    run_sync(town)
+    refusal = f"bead 'gt-s0' comes from {town}: change it in bd"
+    with pytest.raises(CommandError, match=refusal):
+        call_command("beads", "close", "gt-s0")
+    with pytest.raises(CommandError, match="comes from .*: change it in bd"):
+        call_command("beads", "dep", "remove", "gt-s1", "gt-s0")
+    token = create_token(User.objects.create_superuser("root", "r@example.com", "pw"), "sync")
+    answer = client.post(
+        "/api/beads/gt-s0/close",
+        data="{}",
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert answer.status_code in (400, 409) and refusal in answer.content.decode()
+    assert status("gt-s0") == "open"
+    beads.create_bead("Local work", bead_id="gt-local", actor="test")
+    beads.close_bead("gt-local", actor="test")  # beads created here stay local
+    drop(town, "gt-s2")
+    run_sync(town)
+    beads.close_bead("gt-s2", actor="test")  # the source no longer has it
+    assert status("gt-s2") == "closed"

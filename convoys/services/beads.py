@@ -12,7 +12,7 @@ from django.utils import timezone
 from .. import ids
 from ..beadfile import unwrap_external
 from ..events import record
-from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, Worker
+from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, SourcedRecord, Worker
 from . import discovered
 from .errors import NotFound, ServiceError
 from .rigs import rig_for
@@ -58,6 +58,15 @@ def refuse(problem, what):
 
 def check_bead_id(bead_id, what="bead id"):
     refuse(ids.id_problem(bead_id), f"{what} {ascii(bead_id)[:80]}")
+
+
+def refuse_sourced(bead_id):
+    """A bead a sync source still has is the source's (`beads sync`): refuse changing it here,
+    naming the source. Dispatch claims are written by the dispatch service, not through here."""
+    present = SourcedRecord.objects.filter(pk=bead_id, missing_since__isnull=True)
+    source = present.values_list("source", flat=True).first()
+    if source is not None:
+        raise ServiceError(f"bead '{bead_id}' comes from {source}: change it in bd")
 
 
 def check_assignee(assignee, what="assignee"):
@@ -135,6 +144,7 @@ def update_bead(bead_id, *, actor="", reason=None, **fields):
     if unknown:
         raise ServiceError(f"cannot update field(s): {', '.join(sorted(unknown))}")
     bead = get_bead(bead_id, lock=True)
+    refuse_sourced(bead.id)
     if "priority" in fields and not (
         isinstance(fields["priority"], int) and 0 <= fields["priority"] <= 4
     ):
@@ -213,6 +223,7 @@ def reopen_bead(bead_id, actor=""):
 @transaction.atomic
 def add_dependency(issue_id, target, dep_type="blocks", actor=""):
     bead = get_bead(issue_id, lock=True)
+    refuse_sourced(bead.id)
     dep_type = (dep_type or "blocks").strip()
     if not dep_type or len(dep_type) > 50:
         raise ServiceError("dependency type must be 1..50 characters")
@@ -244,6 +255,7 @@ def add_dependency(issue_id, target, dep_type="blocks", actor=""):
 @transaction.atomic
 def remove_dependency(issue_id, target, actor=""):
     bead = get_bead(issue_id, lock=True)
+    refuse_sourced(bead.id)
     deleted, _ = Dependency.objects.filter(
         issue=bead, depends_on_id=unwrap_external(target)
     ).delete()
