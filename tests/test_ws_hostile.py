@@ -1,6 +1,7 @@
 """Hostile ids, frames and clients on the live websocket: nothing one of them sends or names
 stops the others' live updates or sees past its rights."""
 
+import asyncio
 import collections
 import itertools
 import json
@@ -363,3 +364,42 @@ def test_live_topics_need_the_view_permission(routes):
     nobody, group = async_to_sync(go)()
     assert nobody == (["inbox"], 0)
     assert group[0] == sorted(topics.split(",")) and group[1] > 1
+
+
+def test_one_session_lookup_for_a_browsers_sockets_and_logout_reaches_new_ones(routes, monkeypatch):
+    """Ten handshakes of one session at once read it once (a reconnect storm's pages of one
+    browser); after a logout, new handshakes are refused once SESSION_SECONDS have passed."""
+    from django.contrib.sessions.models import Session
+
+    from convoys import wsgate
+
+    cookie = session_cookie(make_user("alice"))
+    lookups = []
+
+    class CountedGetUser:
+        @staticmethod
+        def func(scope):
+            lookups.append(1)
+            return get_user_func(scope)
+
+    get_user_func = wsgate.get_user.func
+    monkeypatch.setattr(wsgate, "get_user", CountedGetUser)
+
+    async def connected():
+        comm = communicator("/ws/live/?topics=dashboard", cookie)
+        ok, _ = await comm.connect()
+        await comm.disconnect()
+        return ok
+
+    async def go():
+        together = await asyncio.gather(*[connected() for _ in range(10)])
+        read = len(lookups)
+        await sync_to_async(Session.objects.all().delete)()  # logged out everywhere
+        deadline = time.monotonic() + 30
+        while await connected() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return together, read, await connected()
+
+    together, read, after_logout = async_to_sync(go)()
+    assert together == [True] * 10 and read == 1
+    assert after_logout is False
