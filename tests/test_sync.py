@@ -287,3 +287,23 @@ def test_a_bead_from_a_source_is_changed_in_bd_not_here(routes, town, client):
     run_sync(town)
     beads.close_bead("gt-s2", actor="test")  # the source no longer has it
     assert status("gt-s2") == "closed"
+
+
+def test_the_whole_loop_a_launched_convoy_lands_by_the_towns_closes_alone(
+    routes, town, settings, django_capture_on_commit_callbacks
+):
+    worker = FIXTURE.with_name("sync_worker.py")
+    settings.CONVOY_DISPATCHER = "command"
+    settings.CONVOY_DISPATCH_COMMAND = f"{sys.executable} {worker} {town} {{bead}}"
+    run_sync(town)
+    plan = staging.stage(["gt-s0", "gt-s1", "gt-s2"], actor="test")
+    with django_capture_on_commit_callbacks(execute=True):
+        launch_staged(plan.convoy_id, force=True)
+    for _ in range(10):  # a pass sees the town's close; its close event dispatches the next
+        if Convoy.objects.get(pk=plan.convoy_id).status == "closed":
+            break
+        run_sync(town, capture=django_capture_on_commit_callbacks)
+    assert Convoy.objects.get(pk=plan.convoy_id).status == "closed"
+    assert {status(b) for b in ("gt-s0", "gt-s1", "gt-s2")} == {"closed"}
+    dispatched = sorted(Dispatch.objects.filter(ok=True).values_list("bead_id", flat=True))
+    assert dispatched == ["gt-s0", "gt-s1", "gt-s2"]
