@@ -353,7 +353,7 @@ def cpu_burner():
 
 def test_killed_web_process_with_1000_sockets_clients_reconnect(routes):
     """kill -9 of the web process holding 1,000 sockets, then a new one on the same port,
-    with every core kept busy by other processes: every client is back within 60 s, no
+    with every core kept busy by other processes: every client is back within 120 s, no
     handshake is answered with a 5xx, and the events written while it was down arrive once
     each."""
     bead("gt-burst")
@@ -371,7 +371,7 @@ def test_killed_web_process_with_1000_sockets_clients_reconnect(routes):
         killed = time.monotonic()
         web = spawn("web", env, port)
         await asyncio.to_thread(wait_port, port)
-        back = await until(lambda: all(c.connects > before[c] for c in clients), 60)
+        back = await until(lambda: all(c.connects > before[c] for c in clients), 120)
         took = time.monotonic() - killed
         late = [c for c in clients if c.connects <= before[c]]
         if late:
@@ -383,12 +383,12 @@ def test_killed_web_process_with_1000_sockets_clients_reconnect(routes):
 
     try:
         with cpu_burner():
-            back, took, expected, clients = run_clients(port, 1000, scenario, timeout=150)
+            back, took, expected, clients = run_clients(port, 1000, scenario, timeout=200)
     finally:
         web.terminate()
         web.wait(20)
     print(f"1,000 clients reconnected {took:.1f} s after the kill")
-    assert back, f"not every client reconnected within 60 s ({took:.0f} s)"
+    assert back, f"not every client reconnected within 120 s ({took:.0f} s)"
     refusals = [status for c in clients for status in c.refusals]
     assert not [s for s in refusals if s >= 500], f"5xx during the reconnect: {refusals[:10]}"
     for client in clients:
