@@ -172,30 +172,30 @@ def _parsed(text):
 
 def kept_text(text):
     """What the import keeps of a (checked) timestamp's text beside its stored value, for the
-    export to write it back: nothing when the value gives it back (Go's UTC form); the tail
-    after the seconds (fraction and offset as written) when the rest is the plain date and
-    time, which the value gives back in that offset; else the whole text."""
-    if text[-1] == "Z" and format_timestamp(parse_timestamp(text)) == text:
+    export to write it back: nothing when the value gives it back (Go's UTC form: "Z", 0 to 6
+    fractional digits, no trailing zero); the tail after the seconds (fraction and offset as
+    written) when the rest is the plain date and time, which the value gives back in that
+    offset; else the whole text. String tests only: this runs for every time of a file."""
+    if len(text) < 20 or text[10] != "T" or text[7] != "-" or text[13] != ":" or text[16] != ":":
+        return text
+    tail = text[19:]
+    if tail == "Z" or (tail[0] == "." and tail[-1] == "Z" and len(tail) <= 8 and tail[-2] != "0"):
         return None
-    if (
-        len(text) > 19
-        and text[10] == "T"
-        and text[4] == text[7] == "-"
-        and text[13] == text[16] == ":"
-    ):
-        return text[19:]
-    return text
+    return tail
 
 
-def keep_texts(values, extra, names=BEAD_TIMESTAMPS):
-    """Note in `extra` (as `_<name>`) what the export needs of each timestamp text in
-    `values` to write it back as it came (`kept_text`)."""
-    for name in names:
-        text = values[name]
-        if type(text) is str:
-            kept = kept_text(text)
-            if kept is not None:
-                extra[f"_{name}"] = kept
+def keep_texts(values, extra):
+    """Note in `extra` (as `_created_at`, ...) what the export needs of each timestamp text
+    in `values` to write it back as it came (`kept_text`)."""
+    text = values["created_at"]
+    if type(text) is str and (kept := kept_text(text)) is not None:
+        extra["_created_at"] = kept
+    text = values["updated_at"]
+    if type(text) is str and (kept := kept_text(text)) is not None:
+        extra["_updated_at"] = kept
+    text = values["closed_at"]
+    if type(text) is str and (kept := kept_text(text)) is not None:
+        extra["_closed_at"] = kept
 
 
 def _reject_constant(name):
@@ -326,9 +326,8 @@ def _dependencies(record, name, deps):
     for index, dep in enumerate(deps):
         if not isinstance(dep, dict):
             raise ValueError(f"field 'dependencies[{index}]': expected object, got {_kind(dep)}")
-        reserved = dep.keys() & RESERVED_KEYS
-        if reserved:
-            name = min(reserved)
+        if "_no_metadata" in dep or "_created_at" in dep:  # a dependency's kept keys
+            name = "_no_metadata" if "_no_metadata" in dep else "_created_at"
             raise ValueError(
                 f"field 'dependencies[{index}].{name}': reserved for convoyweb's own bookkeeping"
             )
@@ -545,7 +544,7 @@ def unknown_keys(record, known=BEAD_KEYS):
     extra = {k: v for k, v in record.items() if k in unknown} if unknown else {}
     if "_type" in record:
         extra["_shape"] = SHAPE_EXPORT
-    elif record.keys() & COUNTED:
+    elif "dependency_count" in record or "parent" in record or "comment_count" in record:
         extra["_shape"] = SHAPE_LIST
     if "comment_count" in record and "comments" not in record:
         extra["comment_count"] = record["comment_count"]

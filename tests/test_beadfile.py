@@ -6,10 +6,13 @@ import sys
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from convoys import beadfile
 
 from .conftest import ROOT
+from .test_bulk import moments, rfc3339
 from .test_import_export import RFC3339
 
 
@@ -150,3 +153,13 @@ def test_memory_lines_keep_their_text_and_one_without_a_value_is_skipped():
     records = read(line + b'\r\n{"_type":"memory","key":"e","value":""}\n')
     assert records[0] == (1, beadfile.MemoryLine("k", "v", line.decode()))
     assert beadfile.skipped(records[1][1]) == "memories"
+
+
+@settings(max_examples=500, deadline=None)
+@given(moment=moments, digits=st.integers(0, 9), zulu=st.booleans())
+def test_any_imported_time_is_written_back_as_it_came_while_unchanged(moment, digits, zulu):
+    text = rfc3339(moment, digits, zulu)
+    stored = beadfile.parse_timestamp(text).astimezone(UTC)  # what the database holds
+    kept = beadfile.kept_text(text)
+    assert (kept is None) == (beadfile.format_timestamp(stored) == text)
+    assert beadfile.export_timestamp(stored, kept) == text
