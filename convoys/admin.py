@@ -41,6 +41,7 @@ from .models import (
     TrackedBead,
     Worker,
 )
+from .selectors import filter_text
 from .services import beads as bead_service
 from .services import convoys as convoy_service
 from .services import launch, notify
@@ -106,7 +107,14 @@ def each(model_admin, request, queryset, action, verb):
         model_admin.message_user(request, message, messages.WARNING)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class SearchAdmin(admin.ModelAdmin):
+    """Search text as the pages take it (NUL dropped, length capped)."""
+
+    def get_search_results(self, request, queryset, search_term):
+        return super().get_search_results(request, queryset, filter_text(search_term))
+
+
+class ReadOnlyAdmin(SearchAdmin):
     def has_add_permission(self, request):
         return False
 
@@ -149,7 +157,7 @@ class ServiceForm(forms.ModelForm):
         return cleaned
 
 
-class ServiceAdmin(admin.ModelAdmin):
+class ServiceAdmin(SearchAdmin):
     """Saves through services; rows are never deleted behind the services' back."""
 
     form = ServiceForm

@@ -319,9 +319,19 @@ class DashboardPage:
     rigs: list
 
 
+SEARCH_MAX = 500  # longer search text is cut: SQLite refuses LIKE patterns over 50 kB
+
+
+def filter_text(value):
+    """A filter or search value from a query string, safe for every database: without NUL
+    (PostgreSQL refuses it in a query) and at most SEARCH_MAX characters."""
+    return value.replace("\x00", "").strip()[:SEARCH_MAX]
+
+
 def dashboard_convoys(params):
     """The convoys the dashboard lists for these query parameters (a queryset, unsorted)."""
-    status = params.get("status", "active")
+    params = {key: filter_text(params.get(key) or "") for key in ("status", "rig", "owner", "q")}
+    status = params["status"] or "active"
     queryset = Convoy.objects.all()
     if status == "active":
         queryset = queryset.filter(status__in=(CONVOY_OPEN, *STAGED_STATUSES))
@@ -336,7 +346,7 @@ def dashboard_convoys(params):
         owner = params["owner"]
         queryset = queryset.filter(owner__in=[owner] + [c + owner for c in ACTOR_CHANNELS])
     if params.get("q"):
-        q = params["q"].strip()
+        q = params["q"]
         queryset = queryset.filter(Q(id__icontains=q) | Q(title__icontains=q))
     return queryset
 

@@ -12,6 +12,8 @@ class IdConverter:
     regex = "[^/]+"
 
     def to_python(self, value):
+        if "\x00" in value:  # no row holds one; PostgreSQL would refuse the lookup
+            raise ValueError("NUL in an id")
         return from_url_segment(value)
 
     def to_url(self, value):
@@ -35,7 +37,7 @@ urlpatterns = [
         name="bead-dependency-add",
     ),
     path("convoys/<id:convoy_id>/staging/recheck/", edit_views.recheck, name="convoy-recheck"),
-    path("rigs/<str:name>/restore/", edit_views.restore_rig, name="rig-restore"),
+    path("rigs/<id:name>/restore/", edit_views.restore_rig, name="rig-restore"),
     path("stranded/", views.stranded, name="stranded"),
     path("beads/<id:bead_id>/", views.bead_detail, name="bead"),
     path("beads/<id:bead_id>/retry/", control_views.retry, name="bead-retry"),
