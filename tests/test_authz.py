@@ -113,7 +113,7 @@ PAGES = {
         ("POST", "/convoys/{staged}/staging/recheck/", {}, (L, 403, 403, 302, 302)),
         ("POST", f"/convoys/{MISSING}/staging/recheck/", {}, (L, 403, 403, 404, 404)),
     ],
-    "rigs/<str:name>/restore/": [
+    "rigs/<id:name>/restore/": [
         ("GET", "/rigs/gastown/restore/", None, (405,) * 5),
         ("POST", "/rigs/gastown/restore/", {}, (L, 403, 403, 403, 302)),
         ("POST", "/rigs/nowhere/restore/", {}, (L, 403, 403, 403, 404)),
@@ -144,6 +144,10 @@ PAGES = {
         ("POST", "/subscriptions/", {"convoy": "{convoy}"}, (L, 403, 302, 302, 302)),
         ("POST", "/subscriptions/", {"convoy": MISSING}, (L, 403, 302, 302, 302)),
         ("POST", "/subscriptions/", {}, (L, 403, 302, 302, 302)),
+    ],
+    "favicon.ico": [
+        ("GET", "/favicon.ico", None, (302,) * 5),
+        ("POST", "/favicon.ico", {}, (302,) * 5),
     ],
     "login/": [
         ("GET", "/login/", None, (200,) * 5),
