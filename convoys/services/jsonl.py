@@ -2,9 +2,11 @@
 
 Import streams the file in one transaction: any bad line rolls everything back, and the error
 names the file, the line and the problem (convoys/beadfile.py reads and checks the lines).
-Memory holds one batch of records. Unknown keys are kept in `extra` and exported unchanged.
-Tombstones, wisps (ephemeral) and memory lines are skipped, as `bd import` does. Large files
-are read and turned into table rows in a forked child while this process writes them.
+Memory holds one batch of records. Unknown keys are kept in `extra` and exported unchanged;
+memory lines (`_type: "memory"`) in the Memory table. Tombstones, wisps (ephemeral) and memory
+lines without a key or a value are skipped, as `bd import` does. Large files are read and
+turned into table rows in a forked child while this process writes them. The export writes
+what bd writes: see the notes above `export_lines` for what may differ from the imported file.
 """
 
 import os
