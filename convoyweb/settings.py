@@ -272,12 +272,28 @@ CONVOY_SYNC_SOURCES = env_list("CONVOY_SYNC_SOURCES", [])
 CONVOY_SYNC_INTERVAL = env_float("CONVOY_SYNC_INTERVAL", 10.0)
 CONVOY_SYNC_TIMEOUT = env_float("CONVOY_SYNC_TIMEOUT", 120.0)  # a `cmd:` source's time limit
 
+
+def _one_line_for_client_errors(record):
+    """A 4xx (a 403 for a user without permission, a 404) is one log line: the traceback of
+    the PermissionDenied or Http404 behind it says nothing and would hide real errors."""
+    if getattr(record, "status_code", 500) < 500:
+        record.exc_info = record.exc_text = None
+    return True
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {
+        "client_errors": {
+            "()": "django.utils.log.CallbackFilter",
+            "callback": _one_line_for_client_errors,
+        }
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "convoys": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "django.request": {"filters": ["client_errors"]},
     },
 }
