@@ -170,7 +170,7 @@ def parse_frame(text):
     if kind not in ("ack", "ping", "replay"):
         raise BadFrame(f"unknown type {str(kind)[:40]!r}")
     since = message.get("since")
-    if kind == "replay" and (type(since) is not int or since < 0):
+    if kind == "replay" and (type(since) is not int or not 0 <= since < 2**63):
         raise BadFrame(f"replay since {str(since)[:40]!r} is not a sequence number")
     return message
 

@@ -157,6 +157,7 @@ BAD_FRAMES = [
     '{"type": "replay", "since": -1}',
     '{"type": "replay", "since": true}',
     '{"type": "replay", "since": 1.5}',
+    '{"type": "replay", "since": ' + "9" * 30 + "}",
     '{"type": "ping", "pad": "' + "x" * 2000 + '"}',
 ]
 
