@@ -85,6 +85,11 @@ api = NinjaAPI(
 )
 
 
+def api_not_found(request):
+    """A path under /api/ that names no operation (an empty id, a '/' in one)."""
+    return JsonResponse({"detail": f"no API operation at {request.path[:200]}"}, status=404)
+
+
 @api.exception_handler(NotFound)
 def not_found(request, exc):
     return api.create_response(request, {"detail": str(exc)}, status=404)

@@ -1,8 +1,8 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path, register_converter
+from django.urls import path, re_path, register_converter
 
 from . import control_views, edit_views, views
-from .api import api
+from .api import api, api_not_found
 from .ids import from_url_segment, to_url_segment
 
 
@@ -47,4 +47,5 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/", api.urls),
+    re_path(r"^api/", api_not_found),  # an unknown API path answers JSON, as the API does
 ]

@@ -155,3 +155,13 @@ def test_well_typed_bodies_still_work(token):
     assert code == 200 and data["status"] == "closed"
     code, data = send(token, "post", "/api/stage", '{"ids": ["gt-a"], "title": null}')
     assert code == 200 and data["convoy_id"]
+
+
+def test_an_unknown_api_path_is_a_json_404(db):
+    from django.test import Client
+
+    for method, url in (("patch", "/api/beads/"), ("patch", "/api/beads/a%2Fb"), ("get", "/api/x")):
+        response = getattr(Client(), method)(url)
+        assert response.status_code == 404
+        assert response["Content-Type"] == "application/json"
+        assert response.json()["detail"].startswith("no API operation at /api/")

@@ -145,6 +145,10 @@ PAGES = {
         ("POST", "/subscriptions/", {"convoy": MISSING}, (L, 403, 302, 302, 302)),
         ("POST", "/subscriptions/", {}, (L, 403, 302, 302, 302)),
     ],
+    "^api/": [
+        ("GET", "/api/beads/", None, (404,) * 5),
+        ("POST", "/api/beads/a/b/c", {}, (404,) * 5),
+    ],
     "favicon.ico": [
         ("GET", "/favicon.ico", None, (302,) * 5),
         ("POST", "/favicon.ico", {}, (302,) * 5),
