@@ -222,8 +222,10 @@ def convoy_title(title):
 
 
 def relative(moment, now):
-    """ "3m ago", "in 2h 5m", "just now"."""
+    """ "3m ago", "in 2h 5m", "just now", "in under a minute"."""
     seconds = (moment - now).total_seconds()
+    if 0 < seconds < 60:
+        return "in under a minute"
     if abs(seconds) < 60:
         return "just now"
     text = duration(abs(seconds))

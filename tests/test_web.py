@@ -462,3 +462,15 @@ def test_live_requests_refuse_nothing_and_break_nothing(world, admin_user):
     assert client.get(url, HTTP_X_LIVE="0")["Content-Type"].startswith("text/html")
     page = client.get("/", HTTP_X_LIVE_SINCE="1").content.decode()  # since alone: the page
     assert 'id="convoy-table"' in page
+
+
+def test_relative_times_read_naturally():
+    from datetime import datetime, timedelta
+
+    from convoys.formatting import relative
+
+    now = datetime(2026, 12, 1, 12, 0)
+    assert relative(now + timedelta(seconds=20), now) == "in under a minute"  # an ETA
+    assert relative(now - timedelta(seconds=20), now) == "just now"
+    assert relative(now + timedelta(minutes=5), now) == "in 5m"
+    assert relative(now - timedelta(hours=2, minutes=5), now) == "2h 5m ago"
