@@ -1,5 +1,5 @@
 """Page cost: server time and query count for the dashboard (200 convoys / 20,000 beads) and
-for convoy pages of 1,000 and 5,000 beads, median of several runs, plus the DAG SVG size.
+for convoy pages of 1,000 and 5,000 beads and a bead page with 140,000 dependencies, median of several runs, plus the DAG SVG size.
 The first convoy-page view computes the layout; later views reuse it (status-only changes
 never re-layout), so both are shown.
 
@@ -88,6 +88,15 @@ def main():
         convoy(f"hq-cv-d{c:04d}", make(f"gt-d{c:03d}x", 100))
     convoy("hq-cv-p1000", make("gt-p1k", 1000))
     convoy("hq-cv-p5000", make("gt-p5k", 5000))
+    # One bead with 140,000 dependencies (issue 13: it was a 13 MB page in 7.6 s).
+    hub = make("gt-hub", 1, chain_back=0)[0]
+    bulk.insert(
+        Dependency,
+        [
+            {"issue_id": hub, "depends_on_id": f"gt-far{i:06d}", "type": "blocks"}
+            for i in range(140_000)
+        ],
+    )
     user = User.objects.create_superuser("bench", "bench@localhost", "pw-pw-pw-123")
     client = Client()
     client.force_login(user)
@@ -117,6 +126,8 @@ def main():
         ("convoy page, 5,000 beads (first view)", "/convoys/hq-cv-p5000/", True),
         ("convoy page, 5,000 beads (layout cached)", "/convoys/hq-cv-p5000/", False),
         ("convoy page, 5,000 beads, all waves", "/convoys/hq-cv-p5000/?expand=1", False),
+        ("bead page, 140,000 dependencies", f"/beads/{hub}/", False),
+        ("bead page, 140,000 dependencies, last page", f"/beads/{hub}/?deps=700", False),
     ]
     results = {}
     for label, url, cold in rows:

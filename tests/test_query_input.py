@@ -46,3 +46,19 @@ def test_admin_search_takes_any_text(boss, model):
 )
 def test_nul_in_a_path_id_is_not_found(boss, method, url):
     assert getattr(boss, method)(url).status_code == 404
+
+
+def test_a_bead_with_many_dependencies_is_paged(boss):
+    from convoys.models import Dependency
+
+    Dependency.objects.bulk_create(
+        Dependency(issue_id="gt-q1", depends_on_id=f"gt-up{i:04d}", type="blocks")
+        for i in range(450)
+    )
+    first = boss.get("/beads/gt-q1/").content.decode()
+    assert first.count('href="/beads/gt-up') == 200
+    assert "(450, page 1 of 3)" in first and 'href="?deps=2"' in first
+    last = boss.get("/beads/gt-q1/", {"deps": "3"}).content.decode()
+    assert last.count('href="/beads/gt-up') == 50 and "gt-up0449" in last
+    for hostile in ("²", "9" * 5000, "0", "-1", "99999"):
+        assert boss.get("/beads/gt-q1/", {"deps": hostile}).status_code == 200
