@@ -23,3 +23,14 @@ def locked_out(request, original_response, credentials):
         "retry_at": retry_at,
     }
     return render(request, "registration/locked_out.html", context, status=429)
+
+
+def attempted_username(request, credentials):
+    """The username an attempt is counted under, as stored by axes (a 255-character column):
+    NUL removed (PostgreSQL refuses it) and cut to the column, so a hostile username is a
+    failed login, never a database error."""
+    field = getattr(settings, "AXES_USERNAME_FORM_FIELD", "username")
+    value = (credentials or {}).get(field)
+    if value is None and request is not None:
+        value = request.POST.get(field, "")
+    return str(value or "").replace("\x00", "")[:255]

@@ -211,6 +211,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # The page says when the pair may try again (the lock runs from the last counted failure).
 AXES_LOCKOUT_CALLABLE = "convoyweb.lockout.locked_out"
+AXES_USERNAME_CALLABLE = "convoyweb.lockout.attempted_username"
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "convoyweb@localhost")

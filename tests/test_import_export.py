@@ -22,6 +22,7 @@ from datetime import datetime
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from convoys import beadfile, readahead
 from convoys.models import Bead, Convoy, Dependency, Event, Memory, Route, TrackedBead
@@ -397,7 +398,18 @@ def test_our_bd_files_come_back_byte_for_byte(db, tmp_path, both_paths, name):
     run("beads", "import", str(FIXTURES / name))
     target = tmp_path / "export.jsonl"
     run("beads", "export", "-o", str(target))
-    assert target.read_bytes() == (FIXTURES / name).read_bytes()
+    got, expected = target.read_bytes(), (FIXTURES / name).read_bytes()
+    if connection.vendor == "postgresql":
+        # jsonb keeps objects nested in unknown keys (metadata) in its own key order: the one
+        # documented difference on PostgreSQL (convoys/services/jsonl.py). Lines, top-level
+        # keys and their order, and every value are still exactly the file's.
+        lines = [json.loads(line) for line in got.splitlines()]
+        assert lines == [json.loads(line) for line in expected.splitlines()]
+        assert [list(line) for line in lines] == [
+            list(json.loads(line)) for line in expected.splitlines()
+        ]
+    else:
+        assert got == expected
 
 
 def exported():

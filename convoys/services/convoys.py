@@ -142,7 +142,10 @@ def is_complete(convoy):
 
 
 def looks_like_issue_id(text):
-    return bool(re.match(r"^[a-z]{2,3}-", text)) or Bead.objects.filter(pk=text).exists()
+    if re.match(r"^[a-z]{2,3}-", text):
+        return True
+    # No id holds a NUL (and PostgreSQL refuses one in a lookup): such a name is a title.
+    return "\x00" not in text and Bead.objects.filter(pk=text).exists()
 
 
 @transaction.atomic
