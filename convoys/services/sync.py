@@ -29,6 +29,7 @@ import socket
 import subprocess
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
 import orjson
@@ -61,15 +62,16 @@ class SyncFailed(ServiceError):
     first = True
 
 
-class Source:
+class Source(ABC):
     """Where bd JSONL comes from. A new kind of source is one subclass: a `name` (shown on the
     dashboard, at most NAME_MAX characters) and `open()`, a binary stream of JSONL lines that
     raises SyncFailed when the source cannot be read."""
 
     name = ""
 
+    @abstractmethod
     def open(self):
-        raise NotImplementedError
+        """A binary stream of the source's JSONL lines."""
 
 
 class FileSource(Source):
