@@ -189,7 +189,10 @@
   function tell(ev) {
     const d = ev.data || {};
     if (ev.kind === "notification") {
-      if (d.user_id !== undefined && shows(ev)) toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+      // Addressed to this user: every page tells it but another convoy's page. (The dashboard
+      // may already have dropped the landed convoy's row when the notification arrives.)
+      const here = !body.dataset.convoy || convoysOf(ev).includes(body.dataset.convoy);
+      if (d.user_id !== undefined && here) toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
       notifyBrowser(ev);
       return;
     }
