@@ -219,25 +219,33 @@
     while (box.children.length > MAX_TOASTS) box.firstChild.remove();
   }
 
-  /* Once per landing per user across tabs: the notification's id is claimed in localStorage
-   * under a Web Lock (check and set are one step for all tabs of the origin); the tag makes the
-   * browser replace rather than stack a duplicate. */
+  /* Once per landing per user across tabs. One tab of the origin is the notifier: it holds a
+   * Web Lock for as long as it is open, and the next tab takes over when it closes. (A claim in
+   * localStorage is not enough: Chromium propagates its writes to other tabs asynchronously, so
+   * two tabs could both see the key unset.) Without Web Locks, the localStorage claim is the
+   * fallback; the tag makes the browser replace rather than stack a duplicate. */
   const NOTIFIED = "convoyweb:notified:";
-  async function claimOnce(key) {
-    const claim = () => {
+  let notifier = false;
+  if (navigator.locks) {
+    navigator.locks.request("convoyweb-notifier", () => {
+      notifier = true;
+      return new Promise(() => {});  // held until this tab goes away
+    }).catch(() => {});
+  }
+
+  function claimOnce(key) {
+    if (navigator.locks) return notifier;
+    try {
       if (localStorage.getItem(key)) return false;
       localStorage.setItem(key, String(Date.now()));
       return true;
-    };
-    try {
-      return navigator.locks ? await navigator.locks.request("convoyweb-notified", claim) : claim();
     } catch (e) { return true; }  // storage refused: the tag still folds duplicates
   }
 
-  async function notifyBrowser(ev) {
+  function notifyBrowser(ev) {
     const d = ev.data || {};
     if (!("Notification" in window) || Notification.permission !== "granted") return;
-    if (!(await claimOnce(NOTIFIED + (d.notification_id || ev.seq)))) return;
+    if (!claimOnce(NOTIFIED + (d.notification_id || ev.seq))) return;
     const n = new Notification(`Convoy landed: ${convoyName(ev)}`, { tag: `landed:${ev.convoy_id}`, body: ev.convoy_id });
     n.onclick = () => { window.focus(); location.href = `/convoys/${encodeURIComponent(ev.convoy_id)}/`; };
   }
