@@ -253,6 +253,10 @@ class DependencyInline(ServiceInline):
     verbose_name = "depends on"
     verbose_name_plural = "depends on (outgoing)"
 
+    def _may_edit(self, request, obj):
+        # A sync source's bead: its dependencies are the source's too (shown, not editable).
+        return super()._may_edit(request, obj) and not (obj and owning_source(obj))
+
 
 class LabelsField(forms.Field):
     """A bead's labels (a JSON list of strings) as text, one label per line."""
@@ -271,6 +275,15 @@ class LabelsField(forms.Field):
             if label and label not in labels:
                 labels.append(label)
         return labels
+
+
+def owning_source(bead):
+    """The sync source a bead comes from while that source still has it (then the fields bd
+    owns are read-only here: change it in bd), else None. Kept on the instance."""
+    if not hasattr(bead, "_owning_source"):
+        record = bead.sourced if bead.pk else None
+        bead._owning_source = record.source if record and not record.missing_since else None
+    return bead._owning_source
 
 
 BEAD_FORM_FIELDS = (
@@ -301,6 +314,8 @@ class BeadAdminForm(ServiceForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         bead = self.instance  # a new one has the model's defaults
+        if "status" not in self.fields:
+            return  # a sync source's bead: these fields are read-only
         for name in ("status", "issue_type", "priority"):
             self.fields[name].initial = getattr(bead, name)
         self.fields["status"].choices = choices_keeping(KNOWN_STATUSES, bead.status)
@@ -369,8 +384,10 @@ class BeadAdmin(ServiceAdmin):
         "closed_at",
         "rig",
         "imported_fields",
+        "source",
     )
     fields = (
+        "source",
         *BEAD_FORM_FIELDS,
         "rig",
         "dependency_count",
@@ -385,7 +402,33 @@ class BeadAdmin(ServiceAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
-        return fields + ["id"] if obj else fields
+        if obj is None:
+            return fields
+        if owning_source(obj):  # the source owns every field bd has
+            return fields + [f for f in BEAD_FORM_FIELDS if f not in fields]
+        return fields + ["id"]
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        return fields if obj is not None else [f for f in fields if f != "source"]
+
+    @admin.display(description="source")
+    def source(self, obj):
+        record = obj.sourced if obj.pk else None
+        if record is None:
+            return "— (created in convoyweb: editable here)"
+        if record.missing_since:
+            return format_html(
+                "<code>{}</code> · <strong>missing from its source</strong> since {}: "
+                "editable here",
+                record.source,
+                record.missing_since.strftime("%Y-%m-%d %H:%M UTC"),
+            )
+        return format_html(
+            "<code>{}</code> · owned by its source, read-only here: <strong>change it in "
+            "bd</strong>",
+            record.source,
+        )
 
     @admin.display(description="depends on")
     def dependency_count(self, obj):
@@ -419,6 +462,12 @@ class BeadAdmin(ServiceAdmin):
 
     def save_model(self, request, obj, form, change):
         actor = actor_of(request)
+        if change and owning_source(obj):
+            # Its fields are read-only here, so the page sends none: a POST that does (a page
+            # loaded before the bead came from a source, or forged) is refused, naming it.
+            if set(request.POST) & set(BEAD_FORM_FIELDS):
+                bead_service.refuse_sourced(obj.pk)
+            return
         if change:
             save_bead(obj.pk, form, actor)
             return
