@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,9 @@ def database_url():
 
 def child_env(**extra):
     env = dict(os.environ)
+    # Set in this process only while Playwright's event loop runs (test_browser.browser);
+    # a child must never hide a SynchronousOnlyOperation.
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     # Importing convoyweb.asgi in this process defaults DATABASE_POOL on for web processes;
     # children choose for themselves (daphne pools, task clusters must not).
     env.pop("DATABASE_POOL", None)
@@ -113,8 +117,47 @@ def wait_port(port, timeout=20):
     raise AssertionError(f"port {port} did not open")
 
 
+_LOGS = []  # (what, path) of the log files of the processes the running test started
+
+
+def log_file(what):
+    """An open file for a child process's output (an undrained pipe fills up and blocks the
+    child; /dev/null hides why a test failed). A failing test's report shows each such log
+    (section "log: <what>"); the files of a passing test are removed."""
+    out = tempfile.NamedTemporaryFile("w+", prefix=f"convoy-{what}-", suffix=".log", delete=False)  # noqa: SIM115
+    _LOGS.append((what, out.name))
+    return out
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        for what, path in _LOGS:
+            try:
+                text = Path(path).read_text(errors="replace")
+            except OSError:
+                continue
+            tail = text[-20000:]
+            cut = (
+                f"[{len(text) - len(tail)} characters before this left out]\n"
+                if tail != text
+                else ""
+            )
+            report.sections.append((f"log: {what} ({path})", cut + tail))
+    if report.when == "teardown":
+        if not (report.failed or getattr(item, "_convoy_failed", False)):
+            for _, path in _LOGS:
+                Path(path).unlink(missing_ok=True)
+        _LOGS.clear()
+    elif report.failed:
+        item._convoy_failed = True
+    return report
+
+
 def spawn(kind, env, port=None):
-    """A web process (daphne on `port`) or a task cluster, quiet, in its own session."""
+    """A web process (daphne on `port`) or a task cluster in its own session; its output goes
+    to a log file shown when the test fails (`log_file`)."""
     if kind == "web":
         argv = [
             sys.executable,
@@ -128,14 +171,18 @@ def spawn(kind, env, port=None):
         ]
     else:
         argv = [sys.executable, str(ROOT / "manage.py"), "cluster"]
-    return subprocess.Popen(
+    out = log_file(f"{kind}-{port}" if port else kind)
+    proc = subprocess.Popen(
         argv,
         cwd=ROOT,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    out.close()  # the child holds its own descriptor
+    proc.log_path = out.name
+    return proc
 
 
 @pytest.fixture(scope="session")

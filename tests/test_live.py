@@ -1,15 +1,15 @@
 """The websocket: authentication, Origin, topic filtering, replay, gaps and duplicates."""
 
-import asyncio
-
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission, User
+from django.db import transaction
 from django.test import Client
 
-from convoys import relay
+from convoys import events, relay
+from convoys.events import last_seq
 from convoys.models import Event
 from convoys.services import beads, convoys
 
@@ -42,12 +42,31 @@ def communicator(path, cookie=None, origin=b"http://localhost"):
     return WebsocketCommunicator(application, path, headers=headers)
 
 
-async def collect(comm, timeout=1.5):
-    """Everything the server sends until it has been quiet for `timeout` seconds."""
+async def receive_until(comm, done, timeout=20):
+    """The messages the server sends until `done(messages)` holds; fails when nothing comes
+    for `timeout` seconds before that."""
     out = []
-    while not await comm.receive_nothing(timeout=timeout):
-        out.append(await comm.receive_json_from())
+    while not done(out):
+        try:
+            out.append(await comm.receive_json_from(timeout=timeout))
+        except TimeoutError:
+            raise AssertionError(f"nothing for {timeout} s; received so far: {out}") from None
     return out
+
+
+def has(kind, seq=None):
+    """done() for receive_until: a message of type `kind` (with sequence number `seq`) came."""
+    return lambda messages: any(
+        m.get("type") == kind and (seq is None or m.get("seq") == seq) for m in messages
+    )
+
+
+def sentinel(user):
+    """An inbox event for `user` alone, recorded now: events reach a socket in sequence order,
+    so once it has arrived, every earlier event the socket would get has arrived before it.
+    Checks that something is *not* sent wait for it instead of for a quiet spell."""
+    with transaction.atomic():
+        return events.record("notification", data={"user_id": user.pk, "subject": "sentinel"}).seq
 
 
 def events_of(messages):
@@ -84,19 +103,23 @@ def test_anonymous_and_foreign_origin_are_refused(two_convoys):
 
 
 def test_no_event_leaks_to_a_user_without_access_even_on_replay(two_convoys):
-    cookie = session_cookie(make_user("mallory", view=False))
+    mallory = make_user("mallory", view=False)
+    cookie = session_cookie(mallory)
     a, _ = two_convoys
+    assert Event.objects.filter(convoy_id=a).exists()  # there is something to leak
 
     async def go():
         comm = communicator(f"/ws/live/?topics=dashboard,convoy:{a},inbox&since=0", cookie)
         connected, _ = await comm.connect()
         assert connected
-        messages = await collect(comm)
+        messages = await receive_until(comm, has("replayed"))
         hello = messages[0]
         assert hello["type"] == "hello" and hello["topics"] == ["inbox"]
+        assert events_of(messages) == []  # the replay from 0 held none of the convoys' events
         await sync_to_async(beads.close_bead)("gt-a")
-        messages += await collect(comm)
-        assert events_of(messages) == []
+        last = await sync_to_async(sentinel)(mallory)
+        messages = await receive_until(comm, has("event", last))
+        assert [e["seq"] for e in events_of(messages)] == [last]  # the close never came
         await comm.disconnect()
 
     async_to_sync(go)()
@@ -112,11 +135,13 @@ def test_topic_filtering_and_replay_since(two_convoys):
     async def go():
         comm = communicator(f"/ws/live/?topics=convoy:{a}&since={since}", cookie)
         assert (await comm.connect())[0]
-        replayed = events_of(await collect(comm))
+        replayed = events_of(await receive_until(comm, has("replayed")))
         assert [e["bead_id"] for e in replayed] == ["gt-a"]
         await sync_to_async(beads.update_bead)("gt-b", priority=3)
         await sync_to_async(beads.update_bead)("gt-a", priority=3)
-        live = events_of(await collect(comm))
+        last = await sync_to_async(last_seq)()
+        # gt-b's change comes first in the log: had it leaked it would arrive before gt-a's
+        live = events_of(await receive_until(comm, has("event", last)))
         assert [e["bead_id"] for e in live] == ["gt-a"]
         assert live[0]["seq"] > replayed[0]["seq"]
         await comm.disconnect()
@@ -131,20 +156,18 @@ def test_duplicates_suppressed_and_gap_filled_from_the_log(two_convoys):
     async def go():
         comm = communicator(f"/ws/live/?topics=dashboard,convoy:{a}", cookie)
         assert (await comm.connect())[0]
-        await collect(comm, timeout=0.5)
-        # one change reaches both groups; the client must get it once
+        await receive_until(comm, has("hello"))
+        # one change reaches both groups; the client must get it once (a copy would come
+        # before the next change)
         await sync_to_async(beads.update_bead)("gt-a", priority=0)
-        got = events_of(await collect(comm))
-        assert len(got) == 1
-        first = got[0]["seq"]
-        # a change the layer "drops": it is in the log, but only the next message arrives
-        missed = await sync_to_async(beads.update_bead)("gt-a", priority=4)
-        del missed
-        seqs = await sync_to_async(
-            lambda: list(Event.objects.filter(seq__gt=first).values_list("seq", flat=True))
-        )()
-        await asyncio.sleep(0.6)
-        await collect(comm, timeout=0.3)  # the relay already delivered it; simulate a loss:
+        first = await sync_to_async(last_seq)()
+        await sync_to_async(beads.update_bead)("gt-a", priority=4)
+        second = await sync_to_async(last_seq)()
+        got = events_of(await receive_until(comm, has("event", second)))
+        assert [e["seq"] for e in got] == [first, second]
+        seqs = [first, second]
+        # a change the layer "drops": the relay delivered `second`; now the next message to
+        # the group claims to follow seq + 5, so the consumer must fill the gap from the log
         layer = get_channel_layer()
         group = relay.group_name("convoy", a)
         fake_next = {
@@ -162,10 +185,11 @@ def test_duplicates_suppressed_and_gap_filled_from_the_log(two_convoys):
             },
         }
         await layer.group_send(group, fake_next)
-        after = await collect(comm)
+        after = await receive_until(
+            comm, lambda m: has("replayed")(m) and has("event", seqs[-1] + 6)(m)
+        )
         delivered = [m["seq"] for m in events_of(after)]
-        assert delivered[-1] == seqs[-1] + 6  # no duplicates of what was already sent
-        assert "replayed" in [m["type"] for m in after]
+        assert delivered == [seqs[-1] + 6]  # no duplicates of what was already sent
         await comm.disconnect()
 
     async_to_sync(go)()
@@ -178,7 +202,7 @@ def test_resync_when_the_log_no_longer_reaches_back(two_convoys):
     async def go():
         comm = communicator("/ws/live/?topics=dashboard&since=1", cookie)
         assert (await comm.connect())[0]
-        messages = await collect(comm, timeout=0.5)
+        messages = await receive_until(comm, has("resync"))
         assert {"type": "resync"} in messages
         await comm.disconnect()
 
@@ -198,15 +222,17 @@ def test_inbox_receives_only_own_notifications(routes):
         ca = communicator("/ws/live/?topics=inbox", cookie_a)
         cb = communicator("/ws/live/?topics=inbox", cookie_b)
         assert (await ca.connect())[0] and (await cb.connect())[0]
-        await collect(ca, 0.3)
-        await collect(cb, 0.3)
+        await receive_until(ca, has("hello"))
+        await receive_until(cb, has("hello"))
         await sync_to_async(beads.close_bead)("gt-z")
         await sync_to_async(convoys.check)(convoy.pk)
-        got_a = events_of(await collect(ca))
-        got_b = events_of(await collect(cb))
-        assert [e["kind"] for e in got_a] == ["notification"]
+        last_a = await sync_to_async(sentinel)(alice)
+        last_b = await sync_to_async(sentinel)(bob)
+        got_a = events_of(await receive_until(ca, has("event", last_a)))
+        got_b = events_of(await receive_until(cb, has("event", last_b)))
+        assert [e["kind"] for e in got_a] == ["notification", "notification"]
         assert got_a[0]["data"]["subject"] == "🚚 Convoy landed: Z"
-        assert got_b == []
+        assert [e["seq"] for e in got_b] == [last_b]  # alice's landing never reached bob
         await ca.disconnect()
         await cb.disconnect()
 
