@@ -1,0 +1,418 @@
+"""Why is this bead not moving? Exactly one cause for every tracked bead that is not done.
+
+`decide` is a pure function over what `load` read about one bead (`Facts`): the first kind that
+holds, in this order, is the cause:
+
+  unknown               not in the store
+  not-slingable         a type that is never dispatched, a status that holds it (deferred,
+                        blocked, pinned, hooked with nobody assigned), or no rig
+  paused                a convoy tracking it is paused (the claim refuses it)
+  blocked               open blockers that are work (their ids)
+  gated                 open blockers that are decisions or other non-work beads (their ids)
+  rig-parked/-docked    its rig is parked or docked
+  circuit-broken        the dispatch breaker parked it (failures in a row, last error)
+  cooling-down          a dispatch failed within CONVOY_RETRY_COOLDOWN (until when)
+  waiting-for-capacity  ready, but its convoy is at its max in flight (position in its queue)
+                        or the town is at CONVOY_MAX_IN_FLIGHT (position in the town queue)
+  working               a live worker holds it (worker, last seen)
+  dead-worker           its worker is silent: the next stranded scan rescues it (by when)
+  ready                 the next feed takes it (the open convoys that feed it)
+
+The rules are not derived again here: readiness (`readiness.ready_beads`, `blocked_by`,
+`worker_dead`), the breaker and cooldown (`services.dispatch`), the pause (the convoy rows the
+claim reads) and the town capacity queue (`services.capacity`) decide; this module only names
+the first that holds. `load` reads a fixed number of queries whatever the number of beads.
+The convoy page (each row and a summary), the bead page, the API and `convoy status` all ask
+this module.
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count
+from django.utils import timezone
+
+from .models import (
+    ACTIVE_WORK_STATUSES,
+    BLOCKING_DEP_TYPES,
+    CONVOY_OPEN,
+    DONE_STATUSES,
+    SLINGABLE_TYPES,
+    STAGED_STATUSES,
+    Bead,
+    Dependency,
+    Dispatch,
+    Rig,
+    TrackedBead,
+    Worker,
+)
+from .readiness import blocked_by, ready_beads, worker_dead
+from .services import dispatch
+from .services.controls import parked_among
+
+KINDS = (
+    "unknown",
+    "not-slingable",
+    "paused",
+    "blocked",
+    "gated",
+    "rig-parked",
+    "rig-docked",
+    "circuit-broken",
+    "cooling-down",
+    "waiting-for-capacity",
+    "working",
+    "dead-worker",
+    "ready",
+)
+LISTED = 20  # blocker ids named in a cause; `count` says how many there are
+
+
+@dataclass(frozen=True)
+class Row:
+    """The bead's own columns."""
+
+    status: str
+    issue_type: str
+    assignee: str
+    rig: str  # "" when it has none
+    rig_state: str
+    priority: int = 2
+
+
+@dataclass(frozen=True)
+class Pause:
+    convoy: str
+    by: str
+    at: datetime
+    reason: str
+
+
+@dataclass
+class Facts:
+    """What the rules say about one bead; `load` fills it, tests may build it by hand."""
+
+    bead_id: str
+    row: Row | None  # None: not in the store
+    ready: bool = False  # the readiness rule
+    blockers: list = field(default_factory=list)  # unfinished blockers that are work
+    gates: list = field(default_factory=list)  # unfinished blockers that are not work
+    paused: list = field(default_factory=list)  # [Pause] of the paused convoys tracking it
+    failures: int = 0  # failed dispatches in a row, when the breaker parked it (else 0)
+    last_error: str = ""
+    cooling_until: datetime | None = None
+    capacity: dict | None = None  # {"scope": "convoy"|"town", "position": n, …}
+    worker_seen: datetime | None = None
+    worker_dead: bool = False
+    dead_since: datetime | None = None
+    rescue_by: datetime | None = None  # the latest the next stranded scan runs
+    feeders: list = field(default_factory=list)  # open, unpaused convoys that feed it
+    staged: list = field(default_factory=list)  # staged convoys tracking it
+
+
+def _ids(ids):
+    shown = ", ".join(ids[:5])
+    return shown + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def decide(facts):
+    """The cause of one bead that is not done: {"kind": …, "text": …, …details}."""
+    row = facts.row
+    if row is None:
+        return {"kind": "unknown", "text": "not in the store"}
+    if (row.issue_type or "") not in SLINGABLE_TYPES:
+        return {
+            "kind": "not-slingable",
+            "reason": "type",
+            "issue_type": row.issue_type,
+            "text": f'type "{row.issue_type}" is never dispatched',
+        }
+    if row.status not in ("open", *ACTIVE_WORK_STATUSES):
+        return {
+            "kind": "not-slingable",
+            "reason": "status",
+            "status": row.status,
+            "text": f'status "{row.status}": not dispatched until it is open',
+        }
+    if row.status != "open" and not row.assignee:
+        return {
+            "kind": "not-slingable",
+            "reason": "status",
+            "status": row.status,
+            "text": f'status "{row.status}" with nobody assigned',
+        }
+    if not row.rig:
+        return {
+            "kind": "not-slingable",
+            "reason": "no-rig",
+            "text": "no rig: its id's prefix routes to none",
+        }
+    if facts.paused:
+        first = facts.paused[0]
+        return {
+            "kind": "paused",
+            "convoys": [p.convoy for p in facts.paused],
+            "by": first.by,
+            "at": first.at,
+            "reason": first.reason,
+            "text": f"convoy {first.convoy} paused by {first.by or 'someone'}"
+            + (f": {first.reason}" if first.reason else ""),
+        }
+    if facts.blockers:
+        return {
+            "kind": "blocked",
+            "blockers": facts.blockers[:LISTED],
+            "count": len(facts.blockers),
+            "text": f"blocked by {_ids(facts.blockers)}",
+        }
+    if facts.gates:
+        return {
+            "kind": "gated",
+            "gates": facts.gates[:LISTED],
+            "count": len(facts.gates),
+            "text": f"gated by {_ids(facts.gates)}",
+        }
+    if row.rig_state in (Rig.PARKED, Rig.DOCKED):
+        return {
+            "kind": f"rig-{row.rig_state}",
+            "rig": row.rig,
+            "text": f"rig {row.rig} is {row.rig_state}",
+        }
+    if facts.failures:
+        return {
+            "kind": "circuit-broken",
+            "failures": facts.failures,
+            "last_error": facts.last_error,
+            "text": f"{facts.failures} failed dispatches in a row: parked until "
+            f"`beads retry {facts.bead_id}`",
+        }
+    if facts.ready and facts.cooling_until is not None:
+        return {
+            "kind": "cooling-down",
+            "until": facts.cooling_until,
+            "last_error": facts.last_error,
+            "text": "a dispatch failed: tried again after the cooldown",
+        }
+    if facts.ready and facts.capacity:
+        return {"kind": "waiting-for-capacity", **facts.capacity}
+    if not facts.ready:
+        # Readiness refuses it and none of the above holds: a live worker has it.
+        return {
+            "kind": "working",
+            "worker": row.assignee,
+            "status": row.status,
+            "last_seen": facts.worker_seen,
+            "text": f"{row.assignee} is on it",
+        }
+    if row.assignee:
+        return {
+            "kind": "dead-worker",
+            "worker": row.assignee,
+            "last_seen": facts.worker_seen,
+            "dead_since": facts.dead_since,
+            "rescue_by": facts.rescue_by,
+            "text": f"{row.assignee} went silent: the next stranded scan rescues it",
+        }
+    if facts.feeders:
+        text = "the next feed takes it"
+    elif facts.staged:
+        text = f"convoy {facts.staged[0]} is staged: launch it (or sling the bead)"
+    else:
+        text = "no open convoy feeds it: sling it"
+    return {"kind": "ready", "convoys": facts.feeders, "text": text}
+
+
+def word(kind):
+    """ "waiting-for-capacity" -> "waiting for capacity"."""
+    return kind.replace("-", " ")
+
+
+def counts(causes):
+    """[(kind, n)] in the order kinds are decided, for the causes given (a dict or list)."""
+    values = causes.values() if isinstance(causes, dict) else causes
+    found = Counter(c["kind"] for c in values if c)
+    return [(kind, found[kind]) for kind in KINDS if found[kind]]
+
+
+def summary(causes):
+    """ "3 blocked, 1 gated, 2 working" ("" when every bead is done)."""
+    return ", ".join(f"{n} {word(kind)}" for kind, n in counts(causes))
+
+
+def jsonable(cause):
+    """The cause with times as RFC 3339 text (for JSON writers without an encoder)."""
+    if cause is None:
+        return None
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in cause.items()}
+
+
+# --- loading ---------------------------------------------------------------------------------
+def for_convoy(convoy, now=None):
+    """{bead id: cause} for the beads `convoy` tracks that are not done (unknown ids too)."""
+    tracked = TrackedBead.objects.filter(convoy=convoy)
+    return load(list(tracked.values_list("bead_id", flat=True)), tracked.values("bead_id"), now)
+
+
+def for_bead(bead_id, now=None):
+    """The cause of one bead, or None when it is done."""
+    return load([bead_id], [bead_id], now).get(bead_id)
+
+
+def load(bead_ids, selection, now=None):
+    """{bead id: cause} for those of `bead_ids` (in that order) that are not done. `selection`
+    selects the same ids in queries: a values() subquery for many beads, the list for a few.
+    Twelve or thirteen queries whatever the number of beads (four more when a convoy tracking
+    them has a max in flight)."""
+    now = now or timezone.now()
+    beads = Bead.objects.filter(pk__in=selection)
+    rows, done = {}, set()
+    for r in beads.values_list(
+        "id", "status", "issue_type", "assignee", "rig_id", "rig__state", "priority", "updated_at"
+    ):
+        if r[1] in DONE_STATUSES:
+            done.add(r[0])
+        else:
+            rows[r[0]] = (Row(r[1], r[2], r[3], r[4] or "", r[5] or "", r[6]), r[7])
+    wanted = [i for i in dict.fromkeys(bead_ids) if i not in done]
+    if not wanted:
+        return {}
+    unfinished = beads.exclude(status__in=DONE_STATUSES)
+    ready = set(ready_beads(unfinished, now).values_list("pk", flat=True))
+    blocking = blocked_by(unfinished.values("pk"))
+    # Blockers that are not work (a decision, a gate) gate rather than block.
+    targets = Dependency.objects.filter(
+        issue_id__in=unfinished.values("pk"), type__in=BLOCKING_DEP_TYPES
+    ).values("depends_on_id")
+    not_work = set(
+        Bead.objects.filter(pk__in=targets)
+        .exclude(issue_type__in=SLINGABLE_TYPES)
+        .values_list("pk", flat=True)
+    )
+    assigned = unfinished.exclude(assignee="")
+    dead = set(assigned.filter(worker_dead(now)).values_list("pk", flat=True))
+    seen = dict(
+        Worker.objects.filter(name__in=assigned.values("assignee")).values_list("name", "last_seen")
+    )
+    links = TrackedBead.objects.filter(bead_id__in=unfinished.values("pk")).values_list(
+        "bead_id",
+        "convoy_id",
+        "convoy__status",
+        "convoy__paused_at",
+        "convoy__paused_by",
+        "convoy__pause_reason",
+        "convoy__max_in_flight",
+    )
+    parked = parked_among(unfinished.values("pk"))
+    held_back = dispatch.recent_failures(now)  # cooling down or parked: feeders skip them
+    recent = held_back & set(rows)
+    last_failure = {}
+    if recent:
+        failed = Dispatch.objects.filter(bead_id__in=sorted(recent), ok=False)
+        for bead_id, at, error in failed.order_by("bead_id", "-created_at").values_list(
+            "bead_id", "created_at", "error"
+        ):
+            last_failure.setdefault(bead_id, (at, error))
+    cooldown = timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
+    timeout = timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
+    rescue_by = now + timedelta(seconds=settings.CONVOY_STRANDED_INTERVAL)
+
+    facts = {}
+    for bead_id in wanted:
+        if bead_id not in rows:
+            facts[bead_id] = Facts(bead_id, None)
+            continue
+        row, updated_at = rows[bead_id]
+        blockers = blocking.get(bead_id, [])
+        at, error = last_failure.get(bead_id, (None, ""))
+        worker_seen = seen.get(row.assignee) if row.assignee else None
+        is_dead = bead_id in dead
+        facts[bead_id] = Facts(
+            bead_id,
+            row,
+            ready=bead_id in ready,
+            blockers=[b for b in blockers if b not in not_work],
+            gates=[b for b in blockers if b in not_work],
+            failures=parked.get(bead_id, 0),
+            last_error=error,
+            cooling_until=at + cooldown if at and bead_id not in parked else None,
+            worker_seen=worker_seen,
+            worker_dead=is_dead,
+            # Readiness counts silence from the last heartbeat, else from the last update.
+            dead_since=(worker_seen or updated_at) + timeout if is_dead else None,
+            rescue_by=rescue_by if is_dead else None,
+        )
+    capped = {}
+    for bead_id, convoy_id, status, paused_at, by, reason, limit in links:
+        item = facts.get(bead_id)
+        if item is None or item.row is None:
+            continue
+        if paused_at:  # the claim refuses a bead any paused convoy tracks
+            item.paused.append(Pause(convoy_id, by, paused_at, reason))
+        elif status == CONVOY_OPEN:
+            item.feeders.append(convoy_id)
+            if limit:
+                capped[convoy_id] = limit
+        elif status in STAGED_STATUSES:
+            item.staged.append(convoy_id)
+    for item in facts.values():
+        item.paused.sort(key=lambda p: p.convoy)
+        item.feeders.sort()
+        item.staged.sort()
+    if capped:
+        _convoy_capacity(facts, capped, held_back, now)
+    return {bead_id: decide(facts[bead_id]) for bead_id in wanted}
+
+
+def _convoy_capacity(facts, capped, held_back, now):
+    """Ready beads of a convoy at its max in flight wait: the claim refuses a new dispatch
+    while the convoy's beads in flight reach the limit, and the feeder takes ready beads by
+    (priority, id), so a bead's place in that order past the free slots is its position.
+    Four queries whatever the number of beads."""
+    members = TrackedBead.objects.filter(convoy_id__in=list(capped))
+    busy = dict(
+        members.filter(
+            bead_id__in=Bead.objects.filter(status__in=ACTIVE_WORK_STATUSES).values("pk")
+        )
+        .values("convoy_id")
+        .annotate(n=Count("pk"))
+        .values_list("convoy_id", "n")
+    )
+    # New dispatches only: a dead worker's bead taken over is in flight already.
+    fresh = ready_beads(Bead.objects.filter(pk__in=members.values("bead_id")), now).filter(
+        status="open", assignee=""
+    )
+    rank = {bead_id: i for i, bead_id in enumerate(fresh.values_list("pk", flat=True))}
+    paused = set(
+        TrackedBead.objects.filter(
+            bead_id__in=members.values("bead_id"), convoy__paused_at__isnull=False
+        ).values_list("bead_id", flat=True)
+    )
+    queues = {}
+    for convoy_id, bead_id in members.values_list("convoy_id", "bead_id"):
+        if bead_id in rank and bead_id not in held_back and bead_id not in paused:
+            queues.setdefault(convoy_id, []).append(bead_id)
+    for convoy_id, limit in sorted(capped.items()):
+        queue = sorted(queues.get(convoy_id, []), key=rank.get)
+        in_flight = busy.get(convoy_id, 0)
+        free = max(limit - in_flight, 0)
+        for position, bead_id in enumerate(queue[free:], start=1):
+            item = facts.get(bead_id)
+            if item is None or item.capacity is not None:
+                continue
+            item.capacity = {
+                "scope": "convoy",
+                "convoy": convoy_id,
+                "position": position,
+                "queued": len(queue) - free,
+                "in_flight": in_flight,
+                "cap": limit,
+                "text": f"convoy {convoy_id} is at its max in flight ({in_flight}/{limit}): "
+                f"{_ordinal(position)} of {len(queue) - free} waiting",
+            }
+
+
+def _ordinal(n):
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -1,0 +1,221 @@
+"""Why is this bead not moving? (issue 16 item 4): one cause per tracked bead that is not done,
+decided in a fixed order by `convoys.causes`; the convoy page, the bead page, the API and
+`convoy status` all show it and agree."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from convoys import causes
+from convoys.causes import Facts, Pause, Row
+from convoys.dispatchers import Outcome
+from convoys.models import Bead, Worker
+from convoys.services import controls, convoys, dispatch, rigs
+from convoys.services.rigs import upsert_route
+
+from .factories import bead, blocks
+
+NOW = timezone.now()
+
+
+class Refuses:
+    def dispatch(self, bead_id, rig, convoy_id, worker):
+        return Outcome(ok=False, error="worker pool unreachable")
+
+
+# --- the pure rule ---------------------------------------------------------------------------
+def row(**changes):
+    values = {
+        "status": "open",
+        "issue_type": "task",
+        "assignee": "",
+        "rig": "gastown",
+        "rig_state": "active",
+    }
+    return Row(**(values | changes))
+
+
+def kind(**facts):
+    return causes.decide(Facts("gt-a", facts.pop("row", row()), **facts))["kind"]
+
+
+def test_the_first_kind_that_holds_is_the_cause():
+    everything = {
+        "row": row(rig_state="parked"),
+        "ready": True,
+        "blockers": ["gt-b"],
+        "gates": ["gt-decide"],
+        "paused": [Pause("hq-cv-1", "ann", NOW, "release freeze")],
+        "failures": 3,
+        "cooling_until": NOW,
+        "capacity": {"scope": "convoy", "position": 1, "text": "…"},
+    }
+    cleared = {
+        "paused": [],
+        "blockers": [],
+        "gates": [],
+        "row": row(),
+        "failures": 0,
+        "cooling_until": None,
+        "capacity": None,
+    }
+    order = ["paused", "blockers", "gates", "row", "failures", "cooling_until", "capacity"]
+    expected = [
+        "paused",
+        "blocked",
+        "gated",
+        "rig-parked",
+        "circuit-broken",
+        "cooling-down",
+        "waiting-for-capacity",
+    ]
+    for name, want in zip(order, expected, strict=True):
+        assert kind(**everything) == want
+        everything[name] = cleared[name]
+    assert kind(**everything) == "ready"
+    assert causes.decide(Facts("gt-a", None))["kind"] == "unknown"
+    assert kind(row=row(issue_type="epic"), paused=everything["paused"]) == "not-slingable"
+    assert kind(row=row(status="deferred")) == "not-slingable"
+    assert kind(row=row(status="hooked")) == "not-slingable"  # hooked, nobody assigned
+    assert kind(row=row(rig="")) == "not-slingable"
+    assert kind(row=row(rig_state="docked")) == "rig-docked"
+    assert kind(row=row(status="hooked", assignee="w"), ready=False) == "working"
+    assert kind(row=row(status="hooked", assignee="w"), ready=True) == "dead-worker"
+    # Cooling and capacity are about dispatching: a bead that is not ready is not waiting.
+    assert kind(row=row(status="hooked", assignee="w"), cooling_until=NOW) == "working"
+
+
+def test_summary_counts_in_the_order_kinds_are_decided():
+    found = {
+        "a": {"kind": "working"},
+        "b": {"kind": "blocked"},
+        "c": None,  # done
+        "d": {"kind": "blocked"},
+        "e": {"kind": "gated"},
+        "f": {"kind": "waiting-for-capacity"},
+    }
+    assert causes.summary(found) == "2 blocked, 1 gated, 1 waiting for capacity, 1 working"
+    assert causes.summary({}) == ""
+
+
+# --- one bead per kind, through the services -------------------------------------------------
+EXPECTED = {
+    "gt-unknown": "unknown",
+    "gt-epic": "not-slingable",
+    "gt-paused": "paused",
+    "gt-blocked": "blocked",
+    "gt-gated": "gated",
+    "pk-parked": "rig-parked",
+    "dk-docked": "rig-docked",
+    "gt-broken": "circuit-broken",
+    "gt-cooling": "cooling-down",
+    "gt-waiting": "waiting-for-capacity",
+    "gt-working": "working",
+    "gt-dead": "dead-worker",
+    "gt-ready": "ready",
+}
+
+
+@pytest.fixture
+def every_kind(routes, settings):
+    """An open convoy (max in flight 3) tracking one bead per kind and a closed bead."""
+    upsert_route("pk-", "parkrig")
+    upsert_route("dk-", "dockrig")
+    for bead_id in EXPECTED:
+        if bead_id == "gt-epic":
+            bead(bead_id, type="epic")
+        elif bead_id != "gt-unknown":
+            bead(bead_id, f"Bead {bead_id}")
+    bead("gt-decide", "Ship it?", type="decision")
+    bead("gt-done", status="closed")
+    blocks("gt-working", "gt-blocked")
+    blocks("gt-decide", "gt-gated")
+    for bead_id, times in (("gt-broken", 3), ("gt-cooling", 1)):
+        for _ in range(times):
+            dispatch.dispatch(Bead.objects.get(pk=bead_id), dispatcher=Refuses())
+    for bead_id in ("gt-working", "gt-dead"):
+        assert dispatch.dispatch(Bead.objects.get(pk=bead_id))["ok"]
+    dead = Bead.objects.get(pk="gt-dead").assignee
+    Worker.objects.filter(name=dead).update(last_seen=timezone.now() - timedelta(hours=2))
+    rigs.set_rig_state("parkrig", "parked", actor="test")
+    rigs.set_rig_state("dockrig", "docked", actor="test")
+    main = convoys.create("Every kind", [*EXPECTED, "gt-done"], actor="test", max_in_flight=3)
+    other = convoys.create("Frozen", ["gt-paused"], actor="test")
+    controls.pause(other.pk, actor="ann", reason="release freeze")
+    return main
+
+
+def test_one_bead_per_kind(every_kind):
+    found = causes.for_convoy(every_kind)
+    assert {bead_id: c["kind"] for bead_id, c in found.items()} == EXPECTED
+    assert list(found) == list(EXPECTED)  # tracking order; the closed bead has no cause
+    assert found["gt-blocked"]["blockers"] == ["gt-working"]
+    assert found["gt-gated"]["gates"] == ["gt-decide"]
+    assert found["gt-paused"]["convoys"] != [every_kind.pk]
+    assert (found["gt-paused"]["by"], found["gt-paused"]["reason"]) == ("ann", "release freeze")
+    assert found["pk-parked"]["rig"] == "parkrig"
+    broken = found["gt-broken"]
+    assert (broken["failures"], broken["last_error"]) == (3, "worker pool unreachable")
+    assert found["gt-cooling"]["until"] > timezone.now()
+    waiting = found["gt-waiting"]
+    assert (waiting["scope"], waiting["position"], waiting["cap"], waiting["in_flight"]) == (
+        "convoy",
+        1,
+        3,
+        2,
+    )
+    working = Bead.objects.get(pk="gt-working")
+    assert found["gt-working"]["worker"] == working.assignee
+    assert found["gt-working"]["last_seen"] is not None
+    dead = found["gt-dead"]
+    assert dead["dead_since"] < timezone.now() < dead["rescue_by"]
+    assert found["gt-ready"]["convoys"] == [every_kind.pk]
+    assert causes.for_bead("gt-done") is None
+    assert causes.for_bead("gt-gated") == found["gt-gated"]
+    assert causes.summary(found) == ", ".join(f"1 {causes.word(k)}" for k in EXPECTED.values())
+
+
+def test_ready_beads_past_the_free_slots_wait_in_priority_order(routes):
+    for bead_id in ("gt-1", "gt-2", "gt-3", "gt-4"):
+        bead(bead_id)
+    bead("gt-0", priority=0)
+    convoy = convoys.create("Capped", ["gt-1", "gt-2", "gt-3", "gt-4", "gt-0"], max_in_flight=2)
+    assert dispatch.dispatch(Bead.objects.get(pk="gt-1"), convoy_id=convoy.pk)["ok"]
+    found = causes.for_convoy(convoy)
+    assert found["gt-1"]["kind"] == "working"
+    assert found["gt-0"]["kind"] == "ready"  # priority 0 takes the one free slot
+    assert [found[i].get("position") for i in ("gt-2", "gt-3", "gt-4")] == [1, 2, 3]
+    assert {found[i]["kind"] for i in ("gt-2", "gt-3", "gt-4")} == {"waiting-for-capacity"}
+
+
+def test_a_bead_outside_any_open_convoy_is_ready_to_sling(routes):
+    bead("gt-solo")
+    assert causes.for_bead("gt-solo")["text"] == "no open convoy feeds it: sling it"
+
+
+def test_queries_do_not_grow_with_beads(routes):
+    def convoy_of(n, prefix):
+        ids = [f"gt-{prefix}{i}" for i in range(n)]
+        for i, bead_id in enumerate(ids):
+            bead(bead_id)
+            if i % 3:
+                blocks(ids[i - 1], bead_id)
+        bead(f"gt-{prefix}gate", type="decision")
+        blocks(f"gt-{prefix}gate", ids[0])
+        convoy = convoys.create(prefix, [*ids, f"gt-{prefix}missing"], max_in_flight=5)
+        dispatch.dispatch(Bead.objects.get(pk=ids[3]), dispatcher=Refuses())
+        return convoy
+
+    def queries(convoy):
+        with CaptureQueriesContext(connection) as captured:
+            found = causes.for_convoy(convoy)
+        return len(captured), found
+
+    small, found_small = queries(convoy_of(10, "s"))
+    large, found_large = queries(convoy_of(200, "l"))
+    assert small == large, (small, large)
+    assert len(found_large) == 201 and found_large["gt-lmissing"]["kind"] == "unknown"
+    assert found_large["gt-l0"]["kind"] == "gated"
