@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from . import selectors
-from .models import ApiToken, Bead, Convoy
+from .models import ApiToken, Bead, Convoy, SourcedRecord
 from .readiness import blocked_by, ready_beads
 from .selectors import convoy_graph
 from .services import beads as bead_service
@@ -149,6 +149,8 @@ class ConvoyOut(Schema):
     title: str
     status: str
     owner: str
+    source: str | None = None  # the sync source its record comes from
+    missing_from_source: bool = False
     created_at: datetime
     closed_at: datetime | None
     close_reason: str
@@ -185,6 +187,8 @@ class BeadOut(Schema):
     rig: str | None
     close_reason: str
     updated_at: datetime
+    source: str | None = None  # the sync source it comes from (then it is changed in bd)
+    missing_since: datetime | None = None  # since when that source no longer has it
     ready: bool | None = None
     blocked_by: list[str] | None = None
 
@@ -301,7 +305,10 @@ def _convoy_out(convoy, summary):
     }
 
 
-def _bead_out(bead, detail=False):
+def _bead_out(bead, detail=False, origins=None):
+    if origins is None:
+        origins = SourcedRecord.of([bead.pk])
+    origin = origins.get(bead.pk)
     data = {
         "id": bead.id,
         "title": bead.title,
@@ -312,6 +319,8 @@ def _bead_out(bead, detail=False):
         "rig": bead.rig_id,
         "close_reason": bead.close_reason,
         "updated_at": bead.updated_at,
+        "source": origin.source if origin else None,
+        "missing_since": origin.missing_since if origin else None,
     }
     if detail:
         data["ready"] = ready_beads(Bead.objects.filter(pk=bead.pk)).exists()
@@ -345,6 +354,8 @@ def get_convoy(request, convoy_id: Text):
     status = selectors.convoy_status_json(convoy)
     return {
         **_convoy_out(convoy, summary),
+        "source": status["source"],
+        "missing_from_source": status["missing_from_source"],
         "tracked": [{k: v for k, v in t.items() if k != "worker_seen"} for t in status["tracked"]],
         "waves": [
             {
@@ -388,7 +399,9 @@ def list_beads(
     if q:
         queryset = queryset.filter(Q(id__icontains=q) | Q(title__icontains=q))
     queryset = ready_beads(queryset) if ready else queryset.order_by("id")
-    return [_bead_out(b) for b in queryset[:limit]]
+    rows = list(queryset[:limit])
+    origins = SourcedRecord.of(b.pk for b in rows)
+    return [_bead_out(b, origins=origins) for b in rows]
 
 
 @api.get("/beads/{bead_id}", response=responses(BeadOut, 404), tags=["beads"])

@@ -191,6 +191,11 @@ class Convoy(models.Model):
         return f"{self.id}: {self.title}"
 
     @property
+    def sourced(self):
+        """Its SourcedRecord when its record came from a `beads sync` source, else None."""
+        return SourcedRecord.objects.filter(pk=self.pk).first()
+
+    @property
     def is_staged(self):
         return self.status in STAGED_STATUSES
 
@@ -337,6 +342,11 @@ class SourcedRecord(models.Model):
 
     def __str__(self):
         return self.id
+
+    @classmethod
+    def of(cls, ids):
+        """{id: SourcedRecord} of those of `ids` that came from a sync source."""
+        return cls.objects.in_bulk(list(ids))
 
 
 class Subscription(models.Model):

@@ -27,6 +27,7 @@ from .models import (
     Dispatch,
     Event,
     Rig,
+    SourcedRecord,
     Subscription,
     TrackedBead,
     Worker,
@@ -184,9 +185,11 @@ def convoy_status_json(convoy):
             name__in={b.assignee for b in beads.values() if b.assignee}
         ).values_list("name", "last_seen")
     )
+    origins = SourcedRecord.of(tracked)
     items = []
     for bead_id in tracked:
         bead = beads.get(bead_id)
+        origin = origins.get(bead_id)
         items.append(
             {
                 "id": bead_id,
@@ -196,14 +199,19 @@ def convoy_status_json(convoy):
                 "assignee": bead.assignee if bead else "",
                 "rig": (bead.rig_id or "") if bead else "",
                 "worker_seen": workers.get(bead.assignee) if bead and bead.assignee else None,
+                "source": origin.source if origin else None,
+                "missing_from_source": bool(origin and origin.missing_since),
             }
         )
     completed = sum(1 for i in items if i["status"] in DONE_STATUSES)
+    origin = convoy.sourced
     return {
         "id": convoy.id,
         "title": convoy.title,
         "status": convoy.status,
         "owner": convoy.owner,
+        "source": origin.source if origin else None,
+        "missing_from_source": bool(origin and origin.missing_since),
         "tracked": items,
         "completed": completed,
         "total": len(items),
@@ -607,8 +615,10 @@ def convoy_page(convoy, params, user, now):
         rows = unfinished[:MAX_ROWS]
     tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     blockers = blocked_by([r["id"] for r in rows] if big else tracked_q)
+    origins = SourcedRecord.of(r["id"] for r in rows)
     for row in rows:
         row["blocked_by"] = blockers.get(row["id"], [])
+        row["sourced"] = origins.get(row["id"])
     wave_rows, frontier = _wave_rows(waves, beads, ready_ids, graph, state, href, big)
     done = {i for i in tracked if beads.get(i) and beads[i].status in DONE_STATUSES}
     critical = dagmod.critical_path(graph, done)

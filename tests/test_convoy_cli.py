@@ -288,6 +288,8 @@ def test_status_and_list(routes):
         "assignee": "",
         "rig": "",
         "worker_seen": None,
+        "source": None,
+        "missing_from_source": False,
     }
     out = run("convoy", "status", convoy.pk)
     assert "✓ gt-b" in out and "○ gt-a" in out and "? gt-zz" in out

@@ -40,7 +40,7 @@ from django.utils import timezone
 from .. import beadfile
 from ..beadfile import BadLine
 from ..events import record_many
-from ..models import Bead, SourcedRecord, SyncSource
+from ..models import Bead, Convoy, SourcedRecord, SyncSource
 from . import discovered, jsonl, leases
 from .errors import ServiceError
 
@@ -52,6 +52,8 @@ NAME_MAX = SyncSource._meta.get_field("name").max_length
 LEASE_TTL = 180.0
 STDERR_SHOWN = 500  # characters of a failing command's standard error kept in the error
 IGNORED_KEYS = beadfile.COUNTED  # recomputed by bd from other records: not this one's content
+# A record marked missing from its source, or back in it: its event (model, kind, id field).
+PRESENCE_EVENTS = ((Bead, "bead.updated", "bead_id"), (Convoy, "convoy.updated", "convoy_id"))
 _known_lines = {}  # source name -> {line hash: (id, digest)} of this process's last good pass
 
 
@@ -301,7 +303,7 @@ def _keep_digests(name, digests):
 
 def _mark_presence(name, stored, missing, present, report, actor):
     """Mark the records the source no longer has as missing (never deleted), and clear the
-    mark of those it has again; each bead among them gets an event saying so."""
+    mark of those it has again; each bead and convoy among them gets an event saying so."""
     gone = [i for i in stored if i not in present and i not in missing]
     back = sorted(i for i in missing if i in present)
     now = timezone.now()
@@ -310,21 +312,16 @@ def _mark_presence(name, stored, missing, present, report, actor):
         for start in range(0, len(ids), jsonl.BATCH):
             part = ids[start : start + jsonl.BATCH]
             SourcedRecord.objects.filter(pk__in=part).update(missing_since=since)
-            for bead in Bead.objects.filter(pk__in=part).only("id", "status", "title"):
-                events.append(
-                    dict(
-                        kind="bead.updated",
-                        bead_id=bead.id,
-                        actor=actor,
-                        data={
-                            "status": bead.status,
-                            "title": bead.title,
-                            "source": name,
-                            "missing_from_source": is_missing,
-                            "changes": ["missing_from_source"],
-                        },
-                    )
-                )
+            for model, kind, key in PRESENCE_EVENTS:
+                for row in model.objects.filter(pk__in=part).only("id", "status", "title"):
+                    data = {
+                        "status": row.status,
+                        "title": row.title,
+                        "source": name,
+                        "missing_from_source": is_missing,
+                        "changes": ["missing_from_source"],
+                    }
+                    events.append(dict(kind=kind, actor=actor, data=data, **{key: row.id}))
     report.missing, report.returned = len(gone), len(back)
     report.events += record_many(events, instances=False)
 

@@ -143,8 +143,11 @@ class Command(ServiceCommand):
         )
         blockers = blocked_by([bead.id]).get(bead.id, [])
         ready = ready_beads(Bead.objects.filter(pk=bead.pk)).exists()
+        origin = bead.sourced
         if json:
             record.update(
+                source=origin.source if origin else None,
+                missing_from_source=bool(origin and origin.missing_since),
                 dispatch_failures=bead.dispatch_failures,
                 parked=controls.is_parked(bead),
                 rig=bead.rig_id,
@@ -169,6 +172,11 @@ class Command(ServiceCommand):
         )
         if bead.close_reason:
             self.stdout.write(f"  close reason: {bead.close_reason}")
+        if origin and origin.missing_since:
+            since = origin.missing_since.strftime("%Y-%m-%d %H:%M UTC")
+            self.stdout.write(f"  source: {origin.source} (missing from its source since {since})")
+        elif origin:
+            self.stdout.write(f"  source: {origin.source} (change it in bd)")
         if controls.is_parked(bead):
             self.stdout.write(
                 f"  ⚠ parked: {bead.dispatch_failures} failed dispatches in a row (last: "

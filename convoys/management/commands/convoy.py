@@ -349,6 +349,11 @@ class Command(ServiceCommand):
             f" done ({progress['percentComplete']}%{failed})"
             + (f"   Owner: {row.owner}" if row.owner else "")
         )
+        if data["source"]:
+            self.stdout.write(
+                f"  Source: {data['source']}"
+                + ("   ⚠ missing from its source" if data["missing_from_source"] else "")
+            )
         paused = controls.pause_summary(row)
         if paused:
             self.stdout.write(_pause_line(paused))
@@ -365,6 +370,8 @@ class Command(ServiceCommand):
             title = item["title"] or "(not in database)"
             if item["id"] in parked:
                 worker = f"  parked: dispatch failed {parked[item['id']]} times in a row"
+            if item["missing_from_source"]:
+                worker += "  ⚠ missing from source"
             self.stdout.write(f"    {symbol} {item['id']:<16} {title}{worker}")
 
     def do_pause(self, convoy, reason, actor, json, **_):
