@@ -212,6 +212,9 @@ def _explain(per_convoy, verdicts, ready, cooling):
     targets = {t for ts in blockers.values() for t in ts}
     target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
     rig_states = dict(Rig.objects.values_list("name", "state"))
+    from .services.controls import parked_among
+
+    parked = parked_among(unfinished.values("pk")) if cooling else {}
     for convoy_id, ids in per_convoy.items():
         verdict = verdicts[convoy_id]
         members = set(ids)
@@ -220,9 +223,10 @@ def _explain(per_convoy, verdicts, ready, cooling):
             bead = info.get(bead_id)
             if bead is not None and not _stalled(bead_id, bead[0], ready, cooling):
                 continue
-            cause = _cause(
-                bead_id, bead, blockers, target_types, members, rig_states, bead_id in cooling
-            )
+            failing = ""  # why a dispatch is not tried now: the breaker parked it, or cooling
+            if bead_id in cooling:
+                failing = "parked" if bead_id in parked else "cooling"
+            cause = _cause(bead_id, bead, blockers, target_types, members, rig_states, failing)
             if cause is not None:
                 found.setdefault(cause[0], []).append((bead_id, cause[1]))
         causes = [_summarise(code, found[code]) for code in CAUSES if code in found]
@@ -236,7 +240,8 @@ def _explain(per_convoy, verdicts, ready, cooling):
 
 
 def _cause(bead_id, info, blockers, target_types, members, rig_states, cooling):
-    """(code, detail) for one bead that cannot move; None when it waits on convoy work."""
+    """(code, detail) for one bead that cannot move; None when it waits on convoy work.
+    `cooling`: "parked" (the breaker), "cooling" (a recent failed dispatch) or ""."""
     if info is None:
         return "unknown", ""
     status, assignee, issue_type, rig = info
@@ -260,17 +265,18 @@ def _cause(bead_id, info, blockers, target_types, members, rig_states, cooling):
     if state != Rig.ACTIVE:
         return "parked_rig", f"{rig} ({state})"
     if cooling:
-        return "dispatch_failing", ""
+        return "dispatch_failing", cooling
     return None
 
 
 def _summarise(code, items):
     ids = [bead_id for bead_id, _ in items]
-    shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    shown = _shown(ids)
     details = sorted({detail for _, detail in items if detail})
     what = ", ".join(details[:3]) + ("…" if len(details) > 3 else "")
+    if code == "dispatch_failing":
+        return Cause(code, _failing_text(items), ids)
     text = {
-        "dispatch_failing": f"dispatch failing for {shown} (retried after the cooldown)",
         "parked_rig": f"rig {what} holds {shown}",
         "gated": f"{shown} gated by {what}",
         "blocked": f"{shown} blocked by {what} outside the convoy",
@@ -280,6 +286,25 @@ def _summarise(code, items):
         "unknown": f"{shown} not in the database",
     }[code]
     return Cause(code, text, ids)
+
+
+def _failing_text(items):
+    """Parked beads wait for `beads retry`; the others are tried again after the cooldown."""
+    parked = [bead_id for bead_id, detail in items if detail == "parked"]
+    cooling = [bead_id for bead_id, detail in items if detail != "parked"]
+    parts = []
+    if parked:
+        parts.append(
+            f"{_shown(parked)} parked by the dispatch breaker (failed dispatches in a row; "
+            f"`beads retry {parked[0] if len(parked) == 1 else 'ID'}` clears it)"
+        )
+    if cooling:
+        parts.append(f"dispatch failing for {_shown(cooling)} (retried after the cooldown)")
+    return "; ".join(parts)
+
+
+def _shown(ids):
+    return ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
 
 
 def estimate_blocker(convoy, verdict):

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from convoys import causes
+from convoys import causes, stranding
 from convoys.causes import Facts, Pause, Row
 from convoys.dispatchers import Outcome
 from convoys.models import Bead, Worker
@@ -219,3 +219,18 @@ def test_queries_do_not_grow_with_beads(routes):
     assert small == large, (small, large)
     assert len(found_large) == 201 and found_large["gt-lmissing"]["kind"] == "unknown"
     assert found_large["gt-l0"]["kind"] == "gated"
+
+
+def test_the_stranded_reason_of_a_parked_bead_says_retry_not_cooldown(routes):
+    bead("gt-a")
+    bead("gt-b")
+    convoy = convoys.create("Fragile", ["gt-a", "gt-b"])
+    for _ in range(3):
+        dispatch.dispatch(Bead.objects.get(pk="gt-a"), dispatcher=Refuses())
+    dispatch.dispatch(Bead.objects.get(pk="gt-b"), dispatcher=Refuses())
+    verdict = stranding.classify_one(convoy)
+    assert (verdict.kind, verdict.code) == ("stuck", "dispatch_failing")
+    assert verdict.reason == (
+        "gt-a parked by the dispatch breaker (failed dispatches in a row; `beads retry gt-a` "
+        "clears it); dispatch failing for gt-b (retried after the cooldown)"
+    )
