@@ -30,7 +30,7 @@ from convoys.api import create_token
 from convoys.models import Bead, Convoy
 from convoys.services import beads, convoys, sling
 
-from .test_live import collect, communicator, make_user, session_cookie
+from .test_live import communicator, has, make_user, receive_until, session_cookie
 
 PROPERTY = hypothesis.settings(
     max_examples=6,  # each example is ~20 requests: the test stays well under a minute
@@ -251,7 +251,7 @@ def test_live_updates_continue_after_events_on_any_accepted_id(w, routes):
     async def go():
         comm = communicator("/ws/live/?topics=bead:gt-watched,dashboard", cookie)
         assert (await comm.connect())[0]
-        await collect(comm, timeout=0.5)
+        await receive_until(comm, has("hello"))
         for key, title in ((w["a"], w["titles"][0]), (w["b"], w["titles"][1])):
             await sync_to_async(beads.create_bead)(title, bead_id=key, assignee=w["assignee"])
             await sync_to_async(beads.close_bead)(key, reason=title)

@@ -21,7 +21,15 @@ from convoys import consumers, events, relay
 from convoys.services import convoys
 
 from .factories import bead
-from .test_live import collect, communicator, events_of, make_user, session_cookie
+from .test_live import (
+    communicator,
+    events_of,
+    has,
+    make_user,
+    receive_until,
+    sentinel,
+    session_cookie,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,8 +62,11 @@ def test_hostile_bead_ids_do_not_stop_live_updates(routes, caplog):
         assert (await named.receive_json_from())["topics"] == ["bead:" + HOSTILE_IDS[1]]
         hostile = [await sync_to_async(record)("bead.updated", i) for i in HOSTILE_IDS]
         after = await sync_to_async(record)("bead.updated", "gt-a")
-        assert [e["seq"] for e in events_of(await collect(other))] == [after]
-        assert [e["seq"] for e in events_of(await collect(named))] == [hostile[1]]
+        last = await sync_to_async(record)("bead.updated", HOSTILE_IDS[1])  # after `after`
+        got = events_of(await receive_until(other, has("event", after)))
+        assert [e["seq"] for e in got] == [after]
+        got = events_of(await receive_until(named, has("event", last)))
+        assert [e["seq"] for e in got] == [hostile[1], last]
         await other.disconnect()
         await named.disconnect()
 
@@ -82,11 +93,12 @@ def test_a_message_the_layer_refuses_is_logged_once_and_skipped(routes, caplog, 
     async def go():
         comm = communicator("/ws/live/?topics=bead:gt-a", cookie)
         assert (await comm.connect())[0]
-        await collect(comm, 0.3)
+        await receive_until(comm, has("hello"))
         await sync_to_async(record)("bead.updated", "gt-b")
         first = await sync_to_async(record)("bead.updated", "gt-a")
         second = await sync_to_async(record)("bead.updated", "gt-a")
-        assert [e["seq"] for e in events_of(await collect(comm))] == [first, second]
+        got = events_of(await receive_until(comm, has("event", second)))
+        assert [e["seq"] for e in got] == [first, second]
         await comm.disconnect()
 
     with caplog.at_level(logging.INFO, logger="convoys.relay"):
@@ -346,21 +358,24 @@ def test_live_topics_need_the_view_permission(routes):
     viewers.permissions.add(Permission.objects.get(codename="view_convoy"))
     viewer = make_user("vera", view=False)
     viewer.groups.add(viewers)
-    cookies = {"none": session_cookie(make_user("nobody", view=False))}
-    cookies["group"] = session_cookie(viewer)
+    users = {"none": make_user("nobody", view=False), "group": viewer}
     topics = f"dashboard,convoy:{convoy.pk},bead:gt-a,inbox"
 
-    async def follow(cookie):
-        comm = communicator(f"/ws/live/?topics={topics}&since=0", cookie)
+    cookies = {who: session_cookie(user) for who, user in users.items()}
+
+    async def follow(who):
+        user = users[who]
+        comm = communicator(f"/ws/live/?topics={topics}&since=0", cookies[who])
         assert (await comm.connect())[0]
-        messages = await collect(comm, 0.5)
+        messages = await receive_until(comm, has("replayed"))
         await sync_to_async(record)("bead.updated", "gt-a")
-        messages += await collect(comm)
+        last = await sync_to_async(sentinel)(user)  # what came before it is all that comes
+        messages += await receive_until(comm, has("event", last))
         await comm.disconnect()
-        return messages[0]["topics"], len(events_of(messages))
+        return messages[0]["topics"], len(events_of(messages)) - 1
 
     async def go():
-        return await follow(cookies["none"]), await follow(cookies["group"])
+        return await follow("none"), await follow("group")
 
     nobody, group = async_to_sync(go)()
     assert nobody == (["inbox"], 0)
