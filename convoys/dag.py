@@ -6,7 +6,9 @@ list gated tasks, detect errors and warnings, choose the staged status, and find
 critical path. Behaviour and messages follow reference/gastown-convoy.md §2.
 """
 
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import networkx as nx
 
@@ -19,7 +21,7 @@ CAPACITY_THRESHOLD = 5
 EPIC, TASKS, CONVOY = "epic", "tasks", "convoy"
 
 
-def is_slingable(issue_type):
+def is_slingable(issue_type: str | None) -> bool:
     return (issue_type or "") in SLINGABLE_TYPES
 
 
@@ -30,17 +32,17 @@ class Node:
     type: str = "task"
     status: str = "open"
     rig: str = ""
-    blocks: list = field(default_factory=list)
-    blocked_by: list = field(default_factory=list)
-    children: list = field(default_factory=list)
+    blocks: list[str] = field(default_factory=list)
+    blocked_by: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
     parent: str = ""
 
     @property
-    def slingable(self):
+    def slingable(self) -> bool:
         return is_slingable(self.type)
 
     @property
-    def done(self):
+    def done(self) -> bool:
         return self.status in DONE
 
 
@@ -48,12 +50,16 @@ class Node:
 class Finding:
     category: str
     severity: str
-    bead_ids: list
+    bead_ids: list[str]
     message: str
     suggested_fix: str = ""
 
-    def as_dict(self):
-        data = {"category": self.category, "bead_ids": list(self.bead_ids), "message": self.message}
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "category": self.category,
+            "bead_ids": list(self.bead_ids),
+            "message": self.message,
+        }
         if self.suggested_fix:
             data["suggested_fix"] = self.suggested_fix
         return data
@@ -62,30 +68,45 @@ class Finding:
 @dataclass
 class Gated:
     id: str
-    gated_by: list
+    gated_by: list[str]
+
+
+class Waves(NamedTuple):
+    """compute_waves' result: `waves` (ids per wave, in dispatch order) and the slingable
+    beads left out because a non-slingable blocker gates them."""
+
+    waves: list[list[str]]
+    gated: list[Gated]
+
+
+class Parallelism(NamedTuple):
+    """The largest wave: its size and its number (1-based; 0 when there are no waves)."""
+
+    size: int
+    wave: int
 
 
 class NoSlingableTasks(ValueError):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("no slingable tasks in DAG (need task, bug, feature, or chore)")
 
 
 class DAG:
     """Nodes by id plus the execution graph (edge blocker -> blocked)."""
 
-    def __init__(self, nodes):
+    def __init__(self, nodes: dict[str, Node]) -> None:
         self.nodes = nodes
-        self.graph = nx.DiGraph()
+        self.graph: nx.DiGraph[str] = nx.DiGraph()
         self.graph.add_nodes_from(nodes)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.nodes)
 
-    def slingable_ids(self):
+    def slingable_ids(self) -> list[str]:
         return sorted(n.id for n in self.nodes.values() if n.slingable)
 
 
-def build_dag(nodes, deps):
+def build_dag(nodes: Iterable[Node], deps: Iterable[tuple[str, str, str]]) -> DAG:
     """`nodes`: iterable of Node; `deps`: iterable of (issue_id, depends_on_id, type).
 
     A dependency with either end outside the node set is dropped; execution types make
@@ -108,7 +129,7 @@ def build_dag(nodes, deps):
     return dag
 
 
-def find_cycle(dag):
+def find_cycle(dag: DAG) -> list[str] | None:
     """One cycle path over execution edges, or None.
 
     Depth-first from nodes in sorted order, neighbours sorted; on a back edge from -> to the
@@ -116,7 +137,7 @@ def find_cycle(dag):
     """
     white, gray, black = 0, 1, 2
     colour = dict.fromkeys(dag.nodes, white)
-    parent = {}
+    parent: dict[str, str] = {}
     successors = {n: sorted(set(dag.nodes[n].blocks)) for n in dag.nodes}
     for start in sorted(dag.nodes):
         if colour[start] != white:
@@ -146,8 +167,8 @@ def find_cycle(dag):
     return None
 
 
-def compute_waves(dag):
-    """Kahn's algorithm among slingable nodes -> (waves, gated).
+def compute_waves(dag: DAG) -> Waves:
+    """Kahn's algorithm among slingable nodes -> Waves(waves, gated).
 
     A slingable node's in-degree counts every slingable blocker (whatever its status: closed
     tasks keep their wave) plus every open non-slingable blocker (a gate, never released).
@@ -156,7 +177,7 @@ def compute_waves(dag):
     slingable = {n.id for n in dag.nodes.values() if n.slingable}
     if not slingable:
         raise NoSlingableTasks()
-    indegree = {}
+    indegree: dict[str, int] = {}
     for node_id in slingable:
         count = 0
         for blocker in dag.nodes[node_id].blocked_by:
@@ -165,11 +186,11 @@ def compute_waves(dag):
                 count += 1
         indegree[node_id] = count
     pending = set(slingable)
-    waves = []
+    waves: list[list[str]] = []
     ready = sorted(n for n in pending if indegree[n] == 0)
     while ready:
         waves.append(ready)
-        following = []
+        following: list[str] = []
         for node_id in ready:
             pending.discard(node_id)
         for node_id in ready:
@@ -179,7 +200,7 @@ def compute_waves(dag):
                     if indegree[blocked] == 0:
                         following.append(blocked)
         ready = sorted(set(following))
-    gated = []
+    gated: list[Gated] = []
     for node_id in sorted(pending):
         gates = sorted(
             b
@@ -187,11 +208,11 @@ def compute_waves(dag):
             if not dag.nodes[b].slingable and dag.nodes[b].status not in DONE
         )
         gated.append(Gated(node_id, gates))
-    return waves, gated
+    return Waves(waves, gated)
 
 
-def detect_errors(dag):
-    findings = []
+def detect_errors(dag: DAG) -> list[Finding]:
+    findings: list[Finding] = []
     cycle = find_cycle(dag)
     if cycle:
         chain = " → ".join(cycle)
@@ -220,12 +241,17 @@ def detect_errors(dag):
     return _sorted(findings)
 
 
-def detect_warnings(dag, input_kind, rig_states=None, branches=frozenset()):
+def detect_warnings(
+    dag: DAG,
+    input_kind: str,
+    rig_states: Mapping[str, str] | None = None,
+    branches: Collection[str] = frozenset(),
+) -> list[Finding]:
     """Warnings before gating: orphan (epic input), blocked-rig, cross-rig, capacity,
     missing-branch. `rig_states`: {rig: "active"|"parked"|"docked"}; `branches`: sub-epics
     that have an integration branch."""
     rig_states = rig_states or {}
-    findings = []
+    findings: list[Finding] = []
     slingable = [dag.nodes[i] for i in dag.slingable_ids()]
     if input_kind == EPIC:
         for node in slingable:
@@ -241,7 +267,7 @@ def detect_warnings(dag, input_kind, rig_states=None, branches=frozenset()):
                         "independently",
                     )
                 )
-    by_rig = {}
+    by_rig: dict[str, list[str]] = {}
     for node in slingable:
         if node.rig:
             by_rig.setdefault(node.rig, []).append(node.id)
@@ -301,8 +327,8 @@ def detect_warnings(dag, input_kind, rig_states=None, branches=frozenset()):
     return _sorted(findings)
 
 
-def gated_warnings(gated):
-    findings = []
+def gated_warnings(gated: Iterable[Gated]) -> list[Finding]:
+    findings: list[Finding] = []
     for item in gated:
         gates = ", ".join(item.gated_by)
         findings.append(
@@ -317,17 +343,17 @@ def gated_warnings(gated):
     return findings
 
 
-def choose_status(errors, warnings):
+def choose_status(errors: Collection[Finding], warnings: Collection[Finding]) -> str:
     if errors:
         return ""
     return "staged_warnings" if warnings else "staged_ready"
 
 
-def _sorted(findings):
+def _sorted(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: f.bead_ids[0] if f.bead_ids else "")
 
 
-def critical_path(dag, done=None):
+def critical_path(dag: DAG, done: Iterable[str] | None = None) -> list[str]:
     """The longest chain of unfinished slingable beads along execution edges (ids in order).
 
     One pass in topological order (longest path in a DAG); ties go to the chain whose end
@@ -340,30 +366,32 @@ def critical_path(dag, done=None):
         order = [n for n in nx.topological_sort(dag.graph) if n in keep]
     except nx.NetworkXUnfeasible:
         return []
-    length, previous = {}, {}
+    length: dict[str, int] = {}
+    previous: dict[str, str | None] = {}
     predecessors = dag.graph.pred
     for node in order:
         best, via = 0, None
+        parent: str
         for parent in predecessors[node]:
             if parent in keep and length[parent] > best:
                 best, via = length[parent], parent
         length[node], previous[node] = best + 1, via
-    node = max(order, key=length.__getitem__)
-    path = []
-    while node is not None:
-        path.append(node)
-        node = previous[node]
+    end: str | None = max(order, key=length.__getitem__)
+    path: list[str] = []
+    while end is not None:
+        path.append(end)
+        end = previous[end]
     return path[::-1]
 
 
-def wave_of(waves):
+def wave_of(waves: Iterable[Iterable[str]]) -> dict[str, int]:
     return {node_id: number for number, wave in enumerate(waves, start=1) for node_id in wave}
 
 
-def max_parallelism(waves):
-    """(largest wave size, its number); ties go to the earliest wave; (0, 0) when empty."""
+def max_parallelism(waves: Iterable[Collection[str]]) -> Parallelism:
+    """The largest wave (size, number); ties go to the earliest wave; (0, 0) when empty."""
     best, number = 0, 0
     for index, wave in enumerate(waves, start=1):
         if len(wave) > best:
             best, number = len(wave), index
-    return best, number
+    return Parallelism(best, number)

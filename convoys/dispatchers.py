@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 from dataclasses import dataclass
+from typing import Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -24,10 +25,16 @@ class Outcome:
     output: str = ""
 
 
+class Dispatcher(Protocol):
+    """What CONVOY_DISPATCHER names: `dispatch` hands one claimed bead to its worker."""
+
+    def dispatch(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> Outcome: ...
+
+
 class BuiltinDispatcher:
     name = "builtin"
 
-    def dispatch(self, bead_id, rig, convoy_id, worker):
+    def dispatch(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> Outcome:
         return Outcome(ok=True, output=f"assigned {bead_id} to {worker}")
 
 
@@ -38,13 +45,13 @@ class CommandDispatcher:
     name = "command"
     max_output = 10_000
 
-    def __init__(self, template=None, timeout=None):
+    def __init__(self, template: str | None = None, timeout: float | None = None) -> None:
         self.template = template if template is not None else settings.CONVOY_DISPATCH_COMMAND
         self.timeout = timeout if timeout is not None else settings.CONVOY_DISPATCH_TIMEOUT
         if not self.template.strip():
             raise ValueError("CONVOY_DISPATCHER=command needs CONVOY_DISPATCH_COMMAND")
 
-    def argv(self, bead_id, rig, convoy_id, worker):
+    def argv(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> list[str]:
         """The command's arguments; ValueError when a value would turn one into an option."""
         values = {
             "bead": bead_id,
@@ -63,7 +70,7 @@ class CommandDispatcher:
             args.append(arg)
         return args
 
-    def dispatch(self, bead_id, rig, convoy_id, worker):
+    def dispatch(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> Outcome:
         try:
             args = self.argv(bead_id, rig, convoy_id, worker)
         except ValueError as exc:
@@ -85,10 +92,11 @@ class CommandDispatcher:
         return Outcome(False, reason, output)
 
 
-def get_dispatcher(name=None):
+def get_dispatcher(name: str | None = None) -> Dispatcher:
     name = name or settings.CONVOY_DISPATCHER
     if name == "builtin":
         return BuiltinDispatcher()
     if name == "command":
         return CommandDispatcher()
-    return import_string(name)()
+    dispatcher: Dispatcher = import_string(name)()
+    return dispatcher

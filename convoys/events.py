@@ -5,6 +5,9 @@ are gap-free in commit order on SQLite and PostgreSQL alike (SPEC §10): a secon
 on the row lock until the first commits.
 """
 
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, NotRequired, TypedDict, overload
+
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -15,7 +18,17 @@ CLOSE_KINDS = ("bead.closed",)
 COUNTER = "events"
 
 
-def reserve(count):
+class EventItem(TypedDict):
+    """One event to append (record_many): its kind, and what it is about."""
+
+    kind: str
+    bead_id: NotRequired[str]
+    convoy_id: NotRequired[str]
+    actor: NotRequired[str]
+    data: NotRequired[dict[str, Any] | None]
+
+
+def reserve(count: int) -> int:
     """Reserve `count` sequence numbers; return the first. Must run inside a transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("events must be recorded inside transaction.atomic()")
@@ -29,12 +42,13 @@ def reserve(count):
     if row is None:
         EventCounter.objects.create(name=COUNTER, value=0)
         return reserve(count)
-    return row[0] - count + 1
+    last: int = row[0]
+    return last - count + 1
 
 
-def tracking_convoys(bead_ids):
+def tracking_convoys(bead_ids: Iterable[str]) -> dict[str, list[str]]:
     """{bead_id: [convoy ids, sorted]} for the given beads."""
-    result = {}
+    result: dict[str, list[str]] = {}
     for bead_id, convoy_id in bulk.select_in(TrackedBead, "bead_id", bead_ids, also="convoy_id"):
         result.setdefault(bead_id, []).append(convoy_id)
     for convoys in result.values():
@@ -42,14 +56,27 @@ def tracking_convoys(bead_ids):
     return result
 
 
-def record(kind, *, bead_id="", convoy_id="", actor="", data=None):
+def record(
+    kind: str,
+    *,
+    bead_id: str = "",
+    convoy_id: str = "",
+    actor: str = "",
+    data: dict[str, Any] | None = None,
+) -> Event:
     """Append one event in the caller's transaction and return it."""
     return record_many(
         [dict(kind=kind, bead_id=bead_id, convoy_id=convoy_id, actor=actor, data=data or {})]
     )[0]
 
 
-def record_many(items, *, instances=True):
+@overload
+def record_many(items: Sequence[EventItem], *, instances: Literal[True] = ...) -> list[Event]: ...
+@overload
+def record_many(items: Sequence[EventItem], *, instances: Literal[False]) -> int: ...
+
+
+def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[Event] | int:
     """Append several events at once (one counter update, one insert).
 
     Returns the Event objects, or only their number with `instances=False` (bulk loads)."""
@@ -59,7 +86,7 @@ def record_many(items, *, instances=True):
     now = timezone.now()
     bead_ids = {item["bead_id"] for item in items if item.get("bead_id")}
     tracked = tracking_convoys(bead_ids) if bead_ids else {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for offset, item in enumerate(items):
         data = dict(item.get("data") or {})
         if item.get("bead_id") and "convoys" not in data:
@@ -82,21 +109,13 @@ def record_many(items, *, instances=True):
     return [Event(**row) for row in rows] if instances else len(rows)
 
 
-def _after_close(seqs):
+def _after_close(seqs: list[int]) -> None:
     from .tasks import enqueue_close_handling
 
     for seq in seqs:
         enqueue_close_handling(seq)
 
 
-def last_seq():
+def last_seq() -> int:
     value = EventCounter.objects.filter(name=COUNTER).values_list("value", flat=True).first()
     return value or 0
-
-
-def events_after(seq, limit=500):
-    return list(Event.objects.filter(seq__gt=seq).order_by("seq")[:limit])
-
-
-def oldest_seq():
-    return Event.objects.order_by("seq").values_list("seq", flat=True).first() or 0

@@ -39,20 +39,20 @@ FORBIDDEN_IN_NAMES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
 PLAIN_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*")  # every real id: checked without a loop
 
 
-def _describe(char):
+def _describe(char: str) -> str:
     return f"{char!r} (U+{ord(char):04X})"
 
 
-def _starts_id(char):
+def _starts_id(char: str) -> bool:
     return unicodedata.category(char)[0] == "L" or unicodedata.category(char) == "Nd"
 
 
-def _in_id(char):
+def _in_id(char: str) -> bool:
     category = unicodedata.category(char)
     return category[0] in "LM" or category == "Nd" or char in ID_PUNCTUATION
 
 
-def text_problem(value):
+def text_problem(value: str) -> str | None:
     """Why a stored string is refused: a NUL or a lone surrogate."""
     if "\x00" in value:
         return "contains a NUL character (U+0000)"
@@ -63,7 +63,7 @@ def text_problem(value):
     return None
 
 
-def id_problem(value, max_length=BEAD_ID_MAX):
+def id_problem(value: object, max_length: int = BEAD_ID_MAX) -> str | None:
     if not isinstance(value, str):
         return "expected a string"
     if not value:
@@ -85,11 +85,11 @@ def id_problem(value, max_length=BEAD_ID_MAX):
     return None
 
 
-def convoy_id_problem(value):
+def convoy_id_problem(value: object) -> str | None:
     return id_problem(value, CONVOY_ID_MAX)
 
 
-def _control_problem(value):
+def _control_problem(value: str) -> str | None:
     if value.isprintable():  # no Cc, Cf, Cs, Co, Cn, Zl, Zp (nor spaces other than ' ')
         return None
     for char in value:
@@ -98,7 +98,7 @@ def _control_problem(value):
     return None
 
 
-def name_problem(value, max_length=NAME_MAX):
+def name_problem(value: object, max_length: int = NAME_MAX) -> str | None:
     """Rig names, assignees, worker names: no leading '-', no control characters."""
     if not isinstance(value, str):
         return "expected a string"
@@ -109,7 +109,7 @@ def name_problem(value, max_length=NAME_MAX):
     return _control_problem(value)
 
 
-def rig_name_problem(value):
+def rig_name_problem(value: str) -> str | None:
     problem = name_problem(value, RIG_NAME_MAX)
     if problem:
         return problem
@@ -122,17 +122,19 @@ def rig_name_problem(value):
     return None
 
 
-def route_path_problem(path):
+def route_path_problem(path: str) -> str | None:
     """A routes.jsonl path: its first component is the rig's name ('.' is the town)."""
     problem = name_problem(path, ROUTE_PATH_MAX)
     if problem:
         return problem
     rig = rig_name_from_path(path)
-    problem = rig and rig_name_problem(rig)
+    if rig is None:
+        return None
+    problem = rig_name_problem(rig)
     return problem and f"rig name {rig[:40]!r} {problem}"
 
 
-def route_prefix_problem(value):
+def route_prefix_problem(value: str) -> str | None:
     problem = id_problem(value, ROUTE_PREFIX_MAX)
     if problem:
         return problem
@@ -141,7 +143,7 @@ def route_prefix_problem(value):
     return None
 
 
-def unwrap_external(target):
+def unwrap_external(target: str) -> str:
     """`external:<x>:<id>` -> `<id>`; anything else unchanged."""
     if target.startswith("external:"):
         parts = target.split(":", 2)
@@ -150,7 +152,7 @@ def unwrap_external(target):
     return target
 
 
-def target_problem(raw):
+def target_problem(raw: object) -> str | None:
     """A dependency or tracking target as written: a bead id, known or not (another rig's, a
     deleted one), or `external:<x>:<id>`. Kept as it is, so only what breaks a line or a
     column is refused; pages link it only when it names a bead in the database."""
@@ -166,7 +168,7 @@ def target_problem(raw):
     return _control_problem(raw)
 
 
-def rig_name_from_path(path):
+def rig_name_from_path(path: str | None) -> str | None:
     """A route's rig: the first component of its path; None for the town level ('.')."""
     path = (path or "").strip()
     if path in ("", "."):
@@ -181,17 +183,17 @@ URL_UNESCAPE = re.compile("~(7E|2F|2E)")
 URL_SAFE = "!$&'()*+,;=~:@"  # what Django's reverse() leaves unquoted in a segment
 
 
-def to_url_segment(value):
+def to_url_segment(value: str) -> str:
     if value and not value.strip("."):
         return "~2E" * len(value)
     return value.replace("~", "~7E").replace("/", "~2F")
 
 
-def from_url_segment(segment):
+def from_url_segment(segment: str) -> str:
     return URL_UNESCAPE.sub(lambda match: chr(int(match[1], 16)), segment)
 
 
-def quoted_url_segment(value):
+def quoted_url_segment(value: str) -> str:
     """The id as reverse() writes it in a path, for code that fills one reversed URL with
     thousands of ids."""
     if PLAIN_ID.fullmatch(value):

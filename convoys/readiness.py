@@ -9,10 +9,11 @@ that rig is active. Order: (priority, id). Launch, the feeders, the stranded sca
 dashboard counts and the CLI all call this module.
 """
 
-from datetime import timedelta
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from .models import (
@@ -28,11 +29,11 @@ from .models import (
 )
 
 
-def dead_worker_cutoff(now=None):
+def dead_worker_cutoff(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) - timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
 
 
-def worker_dead(now=None):
+def worker_dead(now: datetime | None = None) -> Q:
     """A Q on beads: the assignee's last heartbeat is older than the timeout, or the assignee
     never sent one and the bead has not been updated for that long. The claim uses it too."""
     cutoff = dead_worker_cutoff(now)
@@ -40,7 +41,7 @@ def worker_dead(now=None):
     return Exists(known.filter(last_seen__lt=cutoff)) | (~Exists(known) & Q(updated_at__lt=cutoff))
 
 
-def _unfinished_blocker():
+def _unfinished_blocker() -> Q:
     """Blocking dependencies of OuterRef('pk') whose target exists and is not done."""
     plain = Dependency.objects.filter(
         issue=OuterRef("pk"),
@@ -59,12 +60,12 @@ def _unfinished_blocker():
     return Exists(plain) | Exists(merge)
 
 
-def blocked_condition():
+def blocked_condition() -> Q:
     """A Q-compatible expression: the bead has an unfinished blocker."""
     return _unfinished_blocker()
 
 
-def ready_q(now=None, *, blockers=True):
+def ready_q(now: datetime | None = None, *, blockers: bool = True) -> Q:
     """The rule as a Q; `blockers=False` leaves out the blocker clause (sling --force)."""
     claimable = Q(status="open", assignee="") | (
         Q(status__in=("open", *ACTIVE_WORK_STATUSES)) & ~Q(assignee="") & worker_dead(now)
@@ -78,18 +79,23 @@ def ready_q(now=None, *, blockers=True):
     return rule & ~blocked_condition() if blockers else rule
 
 
-def ready_beads(queryset=None, now=None, *, blockers=True):
+def ready_beads(
+    queryset: QuerySet[Bead] | None = None,
+    now: datetime | None = None,
+    *,
+    blockers: bool = True,
+) -> QuerySet[Bead]:
     """The ready beads of `queryset` (default: all beads), ordered by (priority, id)."""
     queryset = Bead.objects.all() if queryset is None else queryset
     return queryset.filter(ready_q(now, blockers=blockers)).order_by("priority", "id")
 
 
-def is_ready(bead, now=None):
+def is_ready(bead: Bead, now: datetime | None = None) -> bool:
     """The same rule for one bead (one query)."""
     return ready_beads(Bead.objects.filter(pk=bead.pk), now).exists()
 
 
-def blocked_by(bead_ids):
+def blocked_by(bead_ids: Iterable[str] | QuerySet[Bead, str]) -> dict[str, list[str]]:
     """{bead_id: [unfinished blocker ids]} for the given beads (a list or a subquery of ids;
     two queries)."""
     blocking = Dependency.objects.filter(issue_id__in=bead_ids, type__in=BLOCKING_DEP_TYPES)
@@ -100,7 +106,7 @@ def blocked_by(bead_ids):
             "id", "status", "close_reason"
         )
     }
-    result = {}
+    result: dict[str, list[str]] = {}
     for issue_id, target, dep_type in deps:
         if target not in targets:
             continue
@@ -110,7 +116,7 @@ def blocked_by(bead_ids):
     return result
 
 
-def target_blocks(dep_type, status, close_reason):
+def target_blocks(dep_type: str, status: str, close_reason: str | None) -> bool:
     """Does an existing target with this status block along an edge of this type?"""
     if dep_type not in BLOCKING_DEP_TYPES:
         return False
