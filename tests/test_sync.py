@@ -202,6 +202,34 @@ def test_a_source_another_holder_is_syncing_is_skipped(routes, town):
     assert report["created"] == 3
 
 
+def test_a_lease_whose_holder_died_on_this_host_is_taken_over(routes, town):
+    import socket
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    name = sync.lease_name(str(town))
+    host = socket.gethostname()
+    assert leases.acquire(name, f"{host}:{gone.pid}:1", ttl=600)  # killed mid-pass
+    [report] = run_sync(town)
+    assert report["created"] == 3
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert leases.acquire(name, f"{host}:{alive.pid}:1", ttl=600)
+        err = io.StringIO()
+        call_command("beads", "sync", str(town), stderr=err)
+        assert "another process is syncing it" in err.getvalue()
+        assert leases.acquire(name, f"elsewhere:{gone.pid}:1", ttl=600) is False
+    finally:
+        alive.kill()
+        alive.wait()
+    leases.release(name, f"{host}:{alive.pid}:1")
+    assert leases.acquire(name, f"elsewhere:{gone.pid}:1", ttl=600)  # another host's: kept
+    err = io.StringIO()
+    call_command("beads", "sync", str(town), stderr=err)
+    assert "another process is syncing it" in err.getvalue()
+
+
 def test_the_cluster_ticker_syncs_the_configured_sources(routes, town, settings):
     settings.CONVOY_SYNC_SOURCES = [str(town), "cmd:"]
     assert ticker.SYNC_JOB in ticker.jobs()

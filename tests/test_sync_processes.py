@@ -1,71 +1,172 @@
-"""The whole loop with a real task cluster (issue 18 item 4): the cluster's ticker syncs the
-town's bd JSONL, the town's dispatcher command works each bead by rewriting it closed there,
-and a launched convoy lands with no manual step; a cluster killed mid-run and restarted loses
-nothing and dispatches nothing twice."""
+"""The whole loop with real processes (issue 18 item 4): `manage.py serve` (daphne and the task
+cluster) syncs a test town's bd JSONL every second; the town's dispatcher command answers at
+once and a detached worker rewrites the bead closed in that file a moment later, as gt and a
+polecat would. An epic staged and launched through the API lands with no manual step; the
+cluster is killed (kill -9) mid-run and serve started again, and nothing is lost and nothing
+dispatched twice."""
 
+import json
+import os
 import signal
 import sys
+import urllib.request
+from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from django.db.models import Count
 
+from convoys.api import create_token
 from convoys.models import Bead, Convoy, Dispatch
-from convoys.services import staging, sync
-from convoys.services.launch import launch_staged
 
-from .test_processes import _real_cluster, start_cluster, stop, wait_for  # noqa: F401
+from .conftest import free_port, log_file
+from .test_processes import FAST, _real_cluster, output, start, stop, survivors, wait_for  # noqa: F401
 from .test_sync import FIXTURE
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
+EPIC = "gt-ep"
+# The epic's tasks and what blocks each: four waves, up to three beads in one.
+TASKS = {
+    "gt-w0": [],
+    "gt-w1": ["gt-w0"],
+    "gt-w2": ["gt-w0"],
+    "gt-w3": ["gt-w0"],
+    "gt-w4": ["gt-w1", "gt-w2"],
+    "gt-w5": ["gt-w3"],
+    "gt-w6": ["gt-w4", "gt-w5"],
+    "gt-w7": ["gt-w3"],
+}
+WORK_SECONDS = 0.5
 
-def town_of(tmp_path, size):
-    """A chain of `size` beads in a bd JSONL file, each blocked by the one before."""
+
+def town_of(tmp_path):
+    """The epic and its tasks as a bd JSONL file."""
+    at = "2026-11-30T09:00:00Z"
+
+    def record(bead_id, title, issue_type, deps):
+        return {
+            "id": bead_id,
+            "title": title,
+            "status": "open",
+            "priority": 2,
+            "issue_type": issue_type,
+            "created_at": at,
+            "updated_at": at,
+            "dependencies": [
+                {"issue_id": bead_id, "depends_on_id": target, "type": kind, "created_at": at}
+                for target, kind in deps
+            ],
+        }
+
+    records = [record(EPIC, "Ship the line", "epic", [])]
+    for bead_id, blockers in TASKS.items():
+        deps = [(EPIC, "parent-child"), *((b, "blocks") for b in blockers)]
+        records.append(record(bead_id, f"Work {bead_id}", "task", deps))
     path = tmp_path / "town.jsonl"
-    lines = []
-    for i in range(size):
-        deps = [{"issue_id": f"gt-w{i}", "depends_on_id": f"gt-w{i - 1}", "type": "blocks"}]
-        lines.append(
-            f'{{"id":"gt-w{i}","title":"Work {i}","status":"open","priority":2,'
-            f'"issue_type":"task","created_at":"2026-11-30T09:00:00Z",'
-            f'"dependencies":{deps if i else []}}}'.replace("'", '"')
-        )
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 
 
-def test_a_launched_convoy_lands_through_the_town_across_a_cluster_kill(routes, tmp_path, settings):
-    size = 6
-    town = town_of(tmp_path, size)
+class Serve:
+    """`manage.py serve` on a free port, with the town configured."""
+
+    def __init__(self, env):
+        self.port = free_port()
+        self.proc = start("serve", "--port", str(self.port), env=env)
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def ready(self):
+        try:
+            with urllib.request.urlopen(self.url("/login/"), timeout=2):
+                pass
+        except OSError:
+            return False
+        return "ticker started" in output(self.proc)
+
+    def cluster_pid(self):
+        """The task cluster serve started: a session leader running `manage.py cluster`."""
+        for pid in survivors(self.proc):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"cluster" in argv and os.getsid(pid) == pid:
+                return pid
+        return None
+
+    def post(self, path, token, body):
+        request = urllib.request.Request(
+            self.url(path),
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+
+def test_a_launched_epic_lands_through_the_town_across_a_cluster_kill(routes, tmp_path):
+    town = town_of(tmp_path)
+    work_log = log_file("town-work")
+    work_log.close()
     worker = FIXTURE.with_name("sync_worker.py")
     env = {
+        **FAST,
+        "CONVOY_FEED_INTERVAL": "5",  # the sync's close events feed; the catch-up is a backstop
         "CONVOY_SYNC_SOURCES": str(town),
-        "CONVOY_SYNC_INTERVAL": "0.5",
+        "CONVOY_SYNC_INTERVAL": "1",
         "CONVOY_DISPATCHER": "command",
-        "CONVOY_DISPATCH_COMMAND": f"{sys.executable} {worker} {town} {{bead}}",
+        "CONVOY_DISPATCH_COMMAND": (
+            f"{sys.executable} {worker} {town} {{bead}} --after {WORK_SECONDS} "
+            f"--log {work_log.name}"
+        ),
     }
-    settings.CONVOY_DISPATCHER = env["CONVOY_DISPATCHER"]  # the launch dispatches from here
-    settings.CONVOY_DISPATCH_COMMAND = env["CONVOY_DISPATCH_COMMAND"]
-    sync.sync(sync.FileSource(town))
-    ids = [f"gt-w{i}" for i in range(size)]
-    plan = staging.stage(ids, actor="test")
-    launch_staged(plan.convoy_id, force=True)
+    token = create_token(User.objects.create_superuser("mayor", "m@example.com", "pw"), "town")
+    ids = sorted(TASKS)
 
     def closed():
         return Bead.objects.filter(pk__in=ids, status="closed").count()
 
-    first = start_cluster(**env)
+    first = Serve(env)
     try:
-        assert wait_for(lambda: closed() >= 2, timeout=90), "the town's closes were not synced"
+        assert wait_for(first.ready, timeout=90, step=0.2), "serve did not start"
+        assert wait_for(lambda: Bead.objects.filter(pk__in=ids).count() == len(ids), timeout=30)
+        plan = first.post("/api/stage", token, {"ids": [EPIC]})
+        assert plan["status"] == "staged_ready", plan["warnings"]
+        convoy_id = plan["convoy_id"]
+        launched = first.post("/api/launch", token, {"ids": [convoy_id]})
+        assert launched, launched
+        assert wait_for(lambda: closed() >= 3, timeout=90), f"{closed()} closed before the kill"
+        assert closed() < len(ids), "the run ended before the kill"
+        cluster = first.cluster_pid()
+        assert cluster, "no task cluster under serve"
+        os.killpg(cluster, signal.SIGKILL)
+        first.proc.wait(timeout=60)  # serve stops the web server when its cluster dies
+        assert "tasks exited unexpectedly" in output(first.proc)
     finally:
-        stop(first, signal.SIGKILL, group=True)
-    second = start_cluster(**env)
+        stop(first.proc)
+    killed_at = closed()
+
+    second = Serve(env)
     try:
-        assert wait_for(
-            lambda: Convoy.objects.get(pk=plan.convoy_id).status == "closed", timeout=120
-        ), f"landed {closed()} of {size}"
+        assert wait_for(second.ready, timeout=90, step=0.2), "serve did not start again"
+        assert wait_for(lambda: Convoy.objects.get(pk=convoy_id).status == "closed", timeout=120), (
+            f"landed {closed()} of {len(ids)} ({killed_at} before the kill)"
+        )
     finally:
-        stop(second)
-    assert closed() == size
-    twice = Dispatch.objects.filter(ok=True).values("bead_id").annotate(n=Count("id"))
-    assert sorted((row["bead_id"], row["n"]) for row in twice) == [(i, 1) for i in ids]
+        stop(second.proc)
+    assert closed() == len(ids)
+    assert wait_for(lambda: not survivors(first.proc) and not survivors(second.proc), timeout=30)
+
+    dispatched = Dispatch.objects.values("bead_id").annotate(n=Count("id"))
+    assert sorted((row["bead_id"], row["n"]) for row in dispatched) == [(i, 1) for i in ids]
+    assert not Dispatch.objects.filter(ok=False).exists()
+    slung = [
+        line.split("slung ", 1)[1].split(":")[0]
+        for line in Path(work_log.name).read_text().splitlines()
+        if " slung " in line
+    ]
+    assert sorted(slung) == ids, "each bead reaches the town exactly once"

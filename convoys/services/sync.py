@@ -31,6 +31,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 
 import orjson
 from django.conf import settings
@@ -40,7 +41,7 @@ from django.utils import timezone
 from .. import beadfile
 from ..beadfile import BadLine
 from ..events import record_many
-from ..models import Bead, Convoy, SourcedRecord, SyncSource
+from ..models import Bead, Convoy, Lease, SourcedRecord, SyncSource
 from . import discovered, jsonl, leases
 from .errors import ServiceError
 
@@ -48,7 +49,8 @@ log = logging.getLogger("convoys.sync")
 
 NAME_MAX = SyncSource._meta.get_field("name").max_length
 # A pass longer than this loses its lease to the next one (a pass is one transaction, so the
-# lease cannot be renewed during it); a cluster killed mid-pass holds the source this long.
+# lease cannot be renewed during it); a cluster killed mid-pass holds the source this long,
+# unless the next pass runs on the same host (it sees the holder's process is gone).
 LEASE_TTL = 180.0
 STDERR_SHOWN = 500  # characters of a failing command's standard error kept in the error
 IGNORED_KEYS = beadfile.COUNTED  # recomputed by bd from other records: not this one's content
@@ -167,6 +169,29 @@ def default_holder():
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
+def _take_from_the_dead(lease, holder):
+    """Take a source's lease from a holder on this host whose process is gone (a cluster
+    killed mid-pass), rather than wait out LEASE_TTL; one conditional update, so of several
+    takers one wins."""
+    held = Lease.objects.filter(name=lease).values_list("holder", flat=True).first() or ""
+    host, _, rest = held.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+        return False  # alive (or another's: PermissionError is an OSError too)
+    except ProcessLookupError:
+        pass
+    except OSError:
+        return False
+    expires = timezone.now() + timedelta(seconds=LEASE_TTL)
+    taken = Lease.objects.filter(name=lease, holder=held).update(holder=holder, expires_at=expires)
+    if taken:
+        log.warning("took the sync lease of %s from %s, which is gone", lease, held)
+    return bool(taken)
+
+
 def lease_name(source_name):
     return "sync:" + hashlib.blake2b(source_name.encode(), digest_size=16).hexdigest()
 
@@ -176,7 +201,7 @@ def sync(source, routes_path=None, holder=None, actor="sync"):
     holder is syncing that source now; raises SyncFailed (nothing written) for a bad source."""
     holder = holder or default_holder()
     lease = lease_name(source.name)
-    if not leases.acquire(lease, holder, ttl=LEASE_TTL):
+    if not leases.acquire(lease, holder, ttl=LEASE_TTL) and not _take_from_the_dead(lease, holder):
         return None
     try:
         started = time.monotonic()
