@@ -1,73 +1,368 @@
-"""Server-side DAG drawing: waves as columns, blocking edges as arrows. Pure Python.
+"""Server-side DAG drawing: a layered (Sugiyama) layout whose layers are the waves. Pure Python.
+
+Layers, left to right: the beads from outside the convoy's waves (gates and decisions, unknown
+and external targets; only when there are any), one layer per wave (a collapsed wave is one
+summary box), then the gated beads (split into as many layers as their own chains need). An
+edge that spans several layers passes each layer in between through a virtual node: a lane
+between two boxes of that column, never through one. Node order in each layer comes from
+barycenter sweeps (fewest crossings of the sweeps is kept); vertical positions from
+least-squares placement (pool adjacent violators) that keeps long edges straight.
 
 The geometry depends only on the graph (beads and edges), never on statuses, so it is cached
 by a fingerprint of the graph and re-used across status changes; statuses become CSS classes
 at render time and live updates only swap those classes.
+
+Edge paths: in a channel between two columns (where there are no boxes) a cubic whose control
+points share the channel's middle x, so the curve stays inside the channel; across a column
+a horizontal segment in its lane. `edge_points`, `through_boxes` and `crossings` check a
+drawing (tests and bench/layout.py).
 """
 
 import hashlib
+import math
+import re
+from bisect import bisect_right
 from html import escape
 
 NODE_W, NODE_H, COL_GAP, ROW_GAP, PAD = 190, 40, 70, 12, 20
+HEAD = 22  # the column labels above the nodes
+LANE = 8  # between an edge passing a column and the box or edge next to it
+LOOP = 16  # how far into the channel an edge between two boxes of one column bends
 OVERLAY_ID = "dag-overlay"
+MAX_SWEEPS = 8
+VIRTUAL_WEIGHT = 4  # a long edge's lanes pull harder than boxes: long edges stay straight
 
 
 def fingerprint(node_ids, edges, collapsed=(), columns=()):
     """A drawing's key: its nodes, edges, collapsed waves and columns (the waves and the gated
     column, which an open gate's close changes without changing the graph)."""
     digest = hashlib.sha1()
+    digest.update(b"sugiyama-2")
     for part in (sorted(node_ids), sorted(edges), sorted(collapsed), list(columns)):
         digest.update(repr(part).encode())
     return digest.hexdigest()
 
 
-def compute(waves, gated_ids, edges, collapsed=frozenset()):
-    """-> {"nodes": {id: (x, y)}, "summaries": {wave: (x, y, count)}, "width", "height",
-    "edges": [(from, to)]}. Collapsed waves draw as one summary box."""
-    columns = [list(w) for w in waves]
-    if gated_ids:
-        columns.append(sorted(gated_ids))
-    positions, summaries = {}, {}
-    tallest = 0
-    for col, ids in enumerate(columns):
-        x = PAD + col * (NODE_W + COL_GAP)
-        number = col + 1
+# --- layers ----------------------------------------------------------------------------------
+def _gated_layers(gated_ids, edges):
+    """The gated beads in layers by their own chains (Kahn; a cycle is broken at its smallest
+    id, so every edge among them goes to a later layer but the one that closes a cycle)."""
+    gated = set(gated_ids)
+    preds = {g: set() for g in gated}
+    succs = {g: set() for g in gated}
+    for a, b in edges:
+        if a in gated and b in gated and a != b:
+            preds[b].add(a)
+            succs[a].add(b)
+    indegree = {g: len(preds[g]) for g in gated}
+    pending = set(gated)
+    layers = []
+    while pending:
+        ready = sorted(g for g in pending if indegree[g] == 0) or [min(pending)]
+        layers.append(ready)
+        for g in ready:
+            pending.discard(g)
+        for g in ready:
+            for s in succs[g]:
+                if s in pending:
+                    indegree[s] -= 1
+    return layers
+
+
+def _layers(waves, gated_ids, edges, collapsed, outside):
+    """[(label, [ids])] left to right; a collapsed wave holds one ("summary", n, count) key."""
+    layers = []
+    if outside:
+        layers.append(("Gates & outside", sorted(outside)))
+    for number, wave in enumerate(waves, start=1):
         if number in collapsed:
-            summaries[number] = (x, PAD, len(ids))
-            tallest = max(tallest, 1)
+            layers.append((f"Wave {number}", [("summary", number, len(wave))]))
+        else:
+            layers.append((f"Wave {number}", list(wave)))
+    for index, ids in enumerate(_gated_layers(gated_ids, edges)):
+        layers.append(("Gated" if index == 0 else "", ids))
+    return layers
+
+
+# --- crossing reduction ----------------------------------------------------------------------
+def _pair_crossings(upper, lower, down, pos):
+    """Crossings between two adjacent layers (inversions, Fenwick tree)."""
+    pairs = sorted((pos[e], pos[d]) for e in upper for d in down[e])
+    size = len(lower)
+    tree = [0] * (size + 1)
+    count = seen = 0
+    for _, p in pairs:
+        i = p + 1
+        below = 0
+        while i > 0:  # how many already seen are at or left of p
+            below += tree[i]
+            i -= i & -i
+        count += seen - below
+        seen += 1
+        i = p + 1
+        while i <= size:
+            tree[i] += 1
+            i += i & -i
+    return count
+
+
+def _all_crossings(order, down, pos):
+    return sum(_pair_crossings(order[i], order[i + 1], down, pos) for i in range(len(order) - 1))
+
+
+def _sweep(order, neighbours, pos, layer_range):
+    for i in layer_range:
+        layer = order[i]
+        keys = {}
+        for e in layer:
+            near = neighbours[e]
+            keys[e] = sum(pos[n] for n in near) / len(near) if near else pos[e]
+        layer.sort(key=keys.__getitem__)
+        for p, e in enumerate(layer):
+            pos[e] = p
+
+
+def _order(order, up, down, pos, sweeps):
+    best = [list(layer) for layer in order]
+    best_count = _all_crossings(order, down, pos)
+    stale = 0
+    for _ in range(sweeps):
+        if best_count == 0 or stale >= 2:
+            break
+        _sweep(order, up, pos, range(1, len(order)))
+        _sweep(order, down, pos, range(len(order) - 2, -1, -1))
+        count = _all_crossings(order, down, pos)
+        if count < best_count:
+            best, best_count, stale = [list(layer) for layer in order], count, 0
+        else:
+            stale += 1
+    for layer in best:
+        for p, e in enumerate(layer):
+            pos[e] = p
+    return best, best_count
+
+
+# --- vertical placement ----------------------------------------------------------------------
+def _isotonic(targets, weights):
+    """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks = []  # [value, weight, count]
+    for t, w in zip(targets, weights, strict=True):
+        blocks.append([t, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, c2 = blocks.pop()
+            v1, w1, c1 = blocks[-1]
+            blocks[-1] = [(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, c1 + c2]
+    out = []
+    for v, _, c in blocks:
+        out.extend([v] * c)
+    return out
+
+
+def _place(order, up, down, height, virtual):
+    """Top y of every element: stacked with their gaps, then pulled towards the centres of
+    their neighbours, down and up, keeping order and gaps."""
+    mid = [0.0] * len(height)  # centres
+    offsets = []
+    for layer in order:
+        offs, y = [], 0.0
+        for k, e in enumerate(layer):
+            if k:
+                prev = layer[k - 1]
+                gap = ROW_GAP if not (virtual[prev] or virtual[e]) else LANE
+                y += (height[prev] + height[e]) / 2 + gap
+            offs.append(y)
+            mid[e] = y
+        offsets.append(offs)
+    # Every layer stays inside the band of the tallest one: pulls cannot drift the drawing.
+    band = max(
+        (
+            offs[-1] + (height[layer[0]] + height[layer[-1]]) / 2
+            for layer, offs in zip(order, offsets, strict=True)
+            if layer
+        ),
+        default=0,
+    )
+    pull = [VIRTUAL_WEIGHT if v else 1 for v in virtual]
+
+    def settle(i, neighbours):
+        layer, offs = order[i], offsets[i]
+        targets, weights = [], []
+        for e, off in zip(layer, offs, strict=True):
+            near = neighbours[e]
+            if near:
+                total = 0.0
+                for n in near:
+                    total += mid[n]
+                targets.append(total / len(near) - off)
+                weights.append(pull[e])
+            else:
+                targets.append(mid[e] - off)
+                weights.append(pull[e] * 0.2)
+        if not layer:
+            return
+        fitted = _isotonic(targets, weights)
+        low = height[layer[0]] / 2 - fitted[0]  # least shift that keeps the top in the band
+        high = band - height[layer[-1]] / 2 - offs[-1] - fitted[-1]
+        shift = min(max(0.0, low), high)
+        for e, z, off in zip(layer, fitted, offs, strict=True):
+            mid[e] = z + off + shift
+
+    for _ in range(3):
+        for i in range(1, len(order)):
+            settle(i, up)
+        for i in range(len(order) - 2, -1, -1):
+            settle(i, down)
+    return {e: mid[e] - height[e] / 2 for e in range(len(height))}
+
+
+# --- the layout ------------------------------------------------------------------------------
+def compute(waves, gated_ids, edges, collapsed=frozenset(), outside=(), sweeps=MAX_SWEEPS):
+    """-> {"nodes": {id: (x, y)}, "summaries": {wave: (x, y, count)}, "edges": [(from, to, d,
+    reversed)], "columns": [(x, label)], "width", "height", "crossings"}.
+
+    `outside`: ids drawn before wave 1 (gates, decisions, unknown and external targets).
+    Collapsed waves draw as one summary box; edges to beads in them are left out."""
+    layers = _layers(waves, gated_ids, edges, collapsed, outside)
+    layer_of, keys = {}, []
+    order = []
+    for i, (_, ids) in enumerate(layers):
+        row = []
+        for key in ids:
+            e = len(keys)
+            keys.append(key)
+            if not isinstance(key, tuple):
+                layer_of[key] = i
+            row.append(e)
+        order.append(row)
+    element = {key: e for e, key in enumerate(keys) if not isinstance(key, tuple)}
+    height = [NODE_H] * len(keys)
+    virtual = [False] * len(keys)
+    layer_index = [i for i, row in enumerate(order) for _ in row]
+    up = [[] for _ in keys]
+    down = [[] for _ in keys]
+
+    def add(layer):
+        e = len(height)
+        height.append(0)
+        virtual.append(True)
+        layer_index.append(layer)
+        up.append([])
+        down.append([])
+        order[layer].append(e)
+        return e
+
+    chains, seen = [], set()
+    for a, b in edges:
+        if (a, b) in seen or a not in layer_of or b not in layer_of:
             continue
-        for row, node_id in enumerate(ids):
-            positions[node_id] = (x, PAD + row * (NODE_H + ROW_GAP))
-        tallest = max(tallest, len(ids))
-    shown = [(a, b) for a, b in edges if a in positions and b in positions]
+        seen.add((a, b))
+        la, lb = layer_of[a], layer_of[b]
+        if la == lb:
+            chains.append((a, b, None, False))
+            continue
+        reverse = la > lb
+        src, dst = (b, a) if reverse else (a, b)
+        lo, hi = min(la, lb), max(la, lb)
+        chain = [element[src]] + [add(lv) for lv in range(lo + 1, hi)] + [element[dst]]
+        for s, t in zip(chain, chain[1:], strict=False):
+            down[s].append(t)
+            up[t].append(s)
+        chains.append((a, b, chain, reverse))
+
+    pos = [0] * len(height)
+    for row in order:
+        for p, e in enumerate(row):
+            pos[e] = p
+    order, crossings = _order(order, up, down, pos, sweeps)
+    top = _place(order, up, down, height, virtual)
+    lowest = min(top.values(), default=0)
+    shift = PAD + HEAD - lowest
+    xs = [PAD + i * (NODE_W + COL_GAP) for i in range(len(order))]
+
+    def y_of(e):
+        return round(top[e] + shift)
+
+    positions, summaries = {}, {}
+    for e, key in enumerate(keys):
+        x, y = xs[layer_index[e]], y_of(e)
+        if isinstance(key, tuple):
+            summaries[key[1]] = (x, y, key[2])
+        else:
+            positions[key] = (x, y)
+    drawn = []
+    for a, b, chain, reverse in chains:
+        if chain is None:
+            drawn.append((a, b, _loop(positions[a], positions[b]), False))
+            continue
+        drawn.append((a, b, _route(chain, xs, layer_index, y_of), reverse))
+    bottom = max((top[e] + shift + height[e] for e in range(len(height))), default=PAD + HEAD)
     return {
         "nodes": positions,
         "summaries": summaries,
-        "edges": shown,
-        "width": PAD * 2 + max(len(columns), 1) * (NODE_W + COL_GAP) - COL_GAP,
-        "height": PAD * 2 + max(tallest, 1) * (NODE_H + ROW_GAP) - ROW_GAP + 20,
-        "gated_column": len(columns) if gated_ids else None,
+        "edges": drawn,
+        "columns": [(xs[i], label) for i, (label, _) in enumerate(layers)],
+        "outside": sorted(outside),
+        "width": PAD * 2 + max(len(order), 1) * (NODE_W + COL_GAP) - COL_GAP,
+        "height": math.ceil(bottom) + PAD,
+        "crossings": crossings,
     }
 
 
-def svg(geometry, nodes, status_class, marks=None, critical=(), href=None):
+def _route(chain, xs, layer_index, y_of):
+    x = xs[layer_index[chain[0]]] + NODE_W
+    y = y_of(chain[0]) + NODE_H // 2
+    out = [f"M{x},{y}"]
+    for k, e in enumerate(chain[1:], start=1):
+        nx = xs[layer_index[e]]
+        last = k == len(chain) - 1
+        ny = y_of(e) + (NODE_H // 2 if last else 0)
+        mid = (x + nx) // 2
+        out.append(f"C{mid},{y} {mid},{ny} {nx},{ny}")
+        x, y = nx, ny
+        if not last:
+            x = nx + NODE_W
+            out.append(f"H{x}")
+    return "".join(out)
+
+
+def _loop(a, b):
+    """An edge between two boxes of one column: out of a's right side into the channel and
+    back into b's right side."""
+    x = a[0] + NODE_W
+    y1, y2 = a[1] + NODE_H // 2, b[1] + NODE_H // 2
+    return f"M{x},{y1}C{x + LOOP},{y1} {x + LOOP},{y2} {x},{y2}"
+
+
+# --- rendering -------------------------------------------------------------------------------
+MARK_GLYPHS = (("gated", "⊘"), ("parked", "⏸"), ("stranded", "⚠"))
+
+
+def svg(geometry, nodes, status_class, marks=None, critical=(), href=None, outside=None, focus=""):
     """Render the geometry. `nodes`: {id: (title, status)}; `status_class(status)` -> (css
-    class, icon); `marks`: {id: [badges]}; `critical`: ids on the critical path.
+    class, icon); `marks`: {id: [badges]}; `critical`: ids on the critical path; `outside`:
+    {id: (kind, title, status)} for the beads drawn before wave 1 (kind "gate", "unknown" or
+    "external").
 
     Each node is its own element (`node_id(id)`), drawn by `node()`; what changes with state
-    beyond a node's status (critical path, gated and stranded marks) is one overlay group drawn
-    by `overlay()`: live updates replace those elements, never the geometry."""
+    beyond a node's status (critical path, gated, parked and stranded marks) is one overlay
+    group drawn by `overlay()`: live updates replace those elements, never the geometry."""
+    outside = outside or {}
     out = [
         f'<svg class="dag" xmlns="http://www.w3.org/2000/svg" role="img" '
         f'aria-label="Dependency graph" viewBox="0 0 {geometry["width"]} {geometry["height"]}" '
         f'width="{geometry["width"]}" height="{geometry["height"]}">',
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z"/></marker></defs>',
-        '<g class="edges">',
+        '<g class="columns">',
     ]
-    pos = geometry["nodes"]
-    for a, b in geometry["edges"]:
-        out.append(_edge(pos, a, b, ""))
+    for x, label in geometry["columns"]:
+        if label:
+            out.append(f'<text class="column" x="{x}" y="{PAD + 4}">{escape(label)}</text>')
+    out.append('</g><g class="edges">')
+    ghosts = {i for i, v in outside.items() if v[0] != "gate"}
+    for a, b, d, reverse in geometry["edges"]:
+        extra = " ghost" if a in ghosts else ""
+        out.append(_edge(a, b, d, reverse, extra))
     out.append('</g><g class="nodes">')
     for number, (x, y, count) in geometry["summaries"].items():
         out.append(
@@ -75,9 +370,13 @@ def svg(geometry, nodes, status_class, marks=None, critical=(), href=None):
             f' height="{NODE_H}" rx="6"/><text x="10" y="25">✓ Wave {number}: {count} '
             "done</text></g>"
         )
-    for node_id in pos:
-        title, status = nodes.get(node_id, ("", "unknown"))
-        out.append(node(geometry, node_id, title, status, status_class, href))
+    for bead_id in geometry["nodes"]:
+        if bead_id in outside:
+            kind, title, status = outside[bead_id]
+            out.append(node(geometry, bead_id, title, status, status_class, href, kind))
+        else:
+            title, status = nodes.get(bead_id, ("", "unknown"))
+            out.append(node(geometry, bead_id, title, status, status_class, href))
     out.append("</g>")
     out.append(overlay(geometry, marks or {}, critical))
     out.append("</svg>")
@@ -89,63 +388,237 @@ def node_id(bead_id):
     return "n-" + bead_id
 
 
-def node(geometry, bead_id, title, status, status_class, href=None):
-    """One node: its link, box, icon, id and title, classed by status."""
+GATE_SHAPE = f"12,0 {NODE_W - 12},0 {NODE_W},{NODE_H // 2} {NODE_W - 12},{NODE_H} 12,{NODE_H} 0,{NODE_H // 2}"
+
+
+def node(geometry, bead_id, title, status, status_class, href=None, kind=None):
+    """One node: its link, box, icon, id and title, classed by status. `kind`: None for a
+    tracked bead, "gate" (a decision or other non-task blocker: a hexagon), "unknown" or
+    "external" (a target that is no bead here: a dashed ghost, not linked)."""
     x, y = geometry["nodes"][bead_id]
+    safe_id = escape(bead_id)
+    dom_id = escape(node_id(bead_id))
+    if kind in ("unknown", "external"):
+        what = "external target" if kind == "external" else "not a bead in this database"
+        return (
+            f'<g class="node ghost {kind}" id="{dom_id}" data-id="{safe_id}" tabindex="0" '
+            f'transform="translate({x},{y})"><title>{safe_id}: {what}</title>'
+            f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
+            f'<text class="icon" x="9" y="25">{"↗" if kind == "external" else "?"}</text>'
+            f'<text class="nid" x="28" y="16">{escape(_short(bead_id, 26))}</text>'
+            f'<text class="ntitle" x="28" y="32">{escape(title or what)}</text></g>'
+        )
     css, icon = status_class(status)
     link = href(bead_id) if href else "#"
-    safe_id = escape(bead_id)
+    if kind == "gate":
+        css += " gate"
+        shape = f'<polygon points="{GATE_SHAPE}"/>'
+        icon, label = "◆", f"gate {safe_id}"
+    else:
+        shape = f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
+        label = safe_id
     # The <title> names the link for screen readers and shows on hover.
     return (
-        f'<a href="{escape(link)}" class="node-link" id="{escape(node_id(bead_id))}">'
-        f"<title>{safe_id} {escape(title)} ({escape(status)})</title>"
+        f'<a href="{escape(link)}" class="node-link" id="{dom_id}">'
+        f"<title>{label} {escape(title)} ({escape(status)})</title>"
         f'<g class="node {css}" data-id="{safe_id}" '
-        f'transform="translate({x},{y})"><rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
+        f'transform="translate({x},{y})">{shape}'
         f'<text class="icon" x="9" y="25">{icon}</text>'
-        f'<text class="nid" x="28" y="16">{safe_id}</text>'
+        f'<text class="nid" x="28" y="16">{escape(_short(bead_id, 26))}</text>'
         f'<text class="ntitle" x="28" y="32">{escape(_short(title))}</text></g></a>'
     )
 
 
 def overlay(geometry, marks, critical):
     """The state drawn over the graph: the critical path (edges and node outlines) and the
-    gated (⊘) and stranded (⚠) marks. One element, id `dag-overlay`."""
+    gated (⊘), parked-rig (⏸) and stranded (⚠) marks. One element, id `dag-overlay`."""
     pos = geometry["nodes"]
     critical = [c for c in critical if c in pos]
-    hot = set(critical)
+    steps = set(zip(critical, critical[1:], strict=False))
     out = [f'<g class="overlay" id="{OVERLAY_ID}" aria-hidden="true">']
-    for a, b in geometry["edges"]:
-        if a in hot and b in hot:
-            out.append(_edge(pos, a, b, " critical"))
+    for a, b, d, reverse in geometry["edges"]:
+        if (a, b) in steps:
+            out.append(_edge(a, b, d, reverse, " critical"))
     for bead_id in critical:
         x, y = pos[bead_id]
         out.append(
-            f'<rect class="critical" data-id="{escape(bead_id)}" x="{x}" y="{y}" '
-            f'width="{NODE_W}" height="{NODE_H}" rx="6"/>'
+            f'<rect class="critical" data-id="{escape(bead_id)}" x="{x - 3}" y="{y - 3}" '
+            f'width="{NODE_W + 6}" height="{NODE_H + 6}" rx="8"/>'
         )
     for bead_id, badges in sorted(marks.items()):
         if bead_id not in pos or not badges:
             continue
         x, y = pos[bead_id]
-        glyphs = ("⊘" if "gated" in badges else "") + ("⚠" if "stranded" in badges else "")
+        glyphs = "".join(g for name, g in MARK_GLYPHS if name in badges)
         out.append(
             f'<text class="mark {escape(" ".join(badges))}" data-id="{escape(bead_id)}" '
-            f'x="{x + NODE_W - 8}" y="{y + 16}" text-anchor="end">{glyphs}</text>'
+            f'x="{x + NODE_W - 6}" y="{y + 16}" text-anchor="end">{glyphs}</text>'
         )
     out.append("</g>")
     return "".join(out)
 
 
-def _edge(pos, a, b, hot):
-    x1, y1 = pos[a][0] + NODE_W, pos[a][1] + NODE_H / 2
-    x2, y2 = pos[b][0], pos[b][1] + NODE_H / 2
-    mid = (x1 + x2) / 2
+def _edge(a, b, d, reverse, extra):
+    # A reversed edge (it closes a cycle, or goes into a gate) is drawn from b to a: its arrow
+    # is at the path's start, pointing into b.
+    marker = "marker-start" if reverse else "marker-end"
     return (
-        f'<path class="edge{hot}" data-from="{escape(a)}" data-to="{escape(b)}" '
-        f'd="M{x1:.0f},{y1:.0f} C{mid:.0f},{y1:.0f} {mid:.0f},{y2:.0f} '
-        f'{x2:.0f},{y2:.0f}" marker-end="url(#arrow)"/>'
+        f'<path class="edge{extra}" data-from="{escape(a)}" data-to="{escape(b)}" '
+        f'd="{d}" {marker}="url(#arrow)"/>'
     )
 
 
 def _short(text, width=24):
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# --- checks (tests and bench/layout.py) ------------------------------------------------------
+_TOKEN = re.compile(r"([MCHL])([^MCHL]*)")
+
+
+def edge_points(d, per_curve=16, step=10):
+    """A path `d` of M, C, H and L commands as a polyline (absolute coordinates)."""
+    points = []
+    x = y = 0.0
+    for command, args in _TOKEN.findall(d):
+        values = [float(v) for v in re.split(r"[ ,]+", args.strip()) if v]
+        if command == "M":
+            x, y = values
+            points.append((x, y))
+        elif command == "H":
+            (nx,) = values
+            n = max(1, math.ceil(abs(nx - x) / step))
+            points += [(x + (nx - x) * k / n, y) for k in range(1, n + 1)]
+            x = nx
+        elif command == "L":
+            x, y = values
+            points.append((x, y))
+        else:
+            x1, y1, x2, y2, x3, y3 = values
+            for k in range(1, per_curve + 1):
+                t = k / per_curve
+                s = 1 - t
+                points.append(
+                    (
+                        s**3 * x + 3 * s * s * t * x1 + 3 * s * t * t * x2 + t**3 * x3,
+                        s**3 * y + 3 * s * s * t * y1 + 3 * s * t * t * y2 + t**3 * y3,
+                    )
+                )
+            x, y = x3, y3
+    return points
+
+
+def _segment_hits(p, q, box, margin):
+    """Does segment p-q enter the box's interior (shrunk by `margin`)? (Liang-Barsky)"""
+    x0, y0, w, h = box
+    left, right, low, high = x0 + margin, x0 + w - margin, y0 + margin, y0 + h - margin
+    dx, dy = q[0] - p[0], q[1] - p[1]
+    t0, t1 = 0.0, 1.0
+    for edge_p, edge_q in (
+        (-dx, p[0] - left),
+        (dx, right - p[0]),
+        (-dy, p[1] - low),
+        (dy, high - p[1]),
+    ):
+        if edge_p == 0:
+            if edge_q < 0:
+                return False
+            continue
+        t = edge_q / edge_p
+        if edge_p < 0:
+            t0 = max(t0, t)
+        else:
+            t1 = min(t1, t)
+        if t0 > t1:
+            return False
+    return t1 - t0 > 1e-9
+
+
+def through_boxes(boxes, paths, margin=1.0):
+    """[(from, to, box id)] for every edge whose path enters a box other than its endpoints.
+    `boxes`: {id: (x, y, w, h)}; `paths`: [(from, to, d)]."""
+    columns = {}
+    for key, box in boxes.items():
+        columns.setdefault(box[0], []).append((box[1], key, box))
+    index = []
+    for x, items in sorted(columns.items()):
+        items.sort()
+        index.append((x, [i[0] for i in items], items))
+    xs = [c[0] for c in index]
+    hits = []
+    for a, b, d in paths:
+        points = edge_points(d)
+        found = set()
+        for p, q in zip(points, points[1:], strict=False):
+            lo_x, hi_x = min(p[0], q[0]), max(p[0], q[0])
+            lo_y, hi_y = min(p[1], q[1]), max(p[1], q[1])
+            start = max(0, bisect_right(xs, lo_x) - 1)
+            for x, tops, items in index[start:]:
+                if x > hi_x:
+                    break
+                if x + NODE_W < lo_x:
+                    continue
+                end = bisect_right(tops, hi_y)
+                for k in range(max(0, bisect_right(tops, lo_y - 200) - 1), end):
+                    _, key, box = items[k]
+                    if key in (a, b) or key in found:
+                        continue
+                    if _segment_hits(p, q, box, margin):
+                        found.add(key)
+                        hits.append((a, b, key))
+    return hits
+
+
+def crossings(paths, boundaries):
+    """Edge crossings counted in each channel between two columns: pairs of edges whose
+    order at the channel's left side differs from their order at its right side.
+    `boundaries`: [(left x, right x)] of the channels; `paths`: [(from, to, d)]."""
+    lines = [edge_points(d) for _, _, d in paths]
+    total = 0
+    for left, right in boundaries:
+        pairs = []
+        for points in lines:
+            y1, y2 = _y_at(points, left), _y_at(points, right)
+            if y1 is not None and y2 is not None:
+                pairs.append((y1, y2))
+        total += _inversions(pairs)
+    return total
+
+
+def _y_at(points, x):
+    xs = [p[0] for p in points]
+    if not xs or x < min(xs) or x > max(xs):
+        return None
+    for p, q in zip(points, points[1:], strict=False):
+        if min(p[0], q[0]) <= x <= max(p[0], q[0]):
+            if q[0] == p[0]:
+                return p[1]
+            return p[1] + (q[1] - p[1]) * (x - p[0]) / (q[0] - p[0])
+    return None
+
+
+def _inversions(pairs):
+    """Pairs (i, j) with y1_i < y1_j and y2_i > y2_j (strictly)."""
+    pairs.sort()
+    rank = {v: k + 1 for k, v in enumerate(sorted({p[1] for p in pairs}))}
+    size = len(rank)
+    tree = [0] * (size + 1)
+    count = seen = k = 0
+    while k < len(pairs):
+        end = k
+        while end < len(pairs) and pairs[end][0] == pairs[k][0]:
+            end += 1
+        for j in range(k, end):  # against the earlier groups only (a strictly smaller y1)
+            i, at_or_below = rank[pairs[j][1]], 0
+            while i > 0:
+                at_or_below += tree[i]
+                i -= i & -i
+            count += seen - at_or_below
+        for j in range(k, end):
+            i = rank[pairs[j][1]]
+            while i <= size:
+                tree[i] += 1
+                i += i & -i
+        seen += end - k
+        k = end
+    return count

@@ -1,19 +1,81 @@
-/* The convoy page's DAG: pan (drag, arrow keys) and zoom (wheel, +/-, buttons) on the SVG's
- * viewBox. Live updates replace nodes in place; when the whole drawing is replaced (its layout
- * changed), the view is set up again and keeps its zoom and position if the layout is the same. */
+/* The convoy page's DAG (loaded on that page only).
+ * Pan: drag (mouse or one finger), arrow keys. Zoom: wheel (about the pointer), pinch, +/-,
+ * buttons; 0 or Reset shows it all. Hovering or keyboard-focusing a bead highlights its
+ * upstream and downstream chains and dims the rest; ?focus=<id> (data-focus) centres the view
+ * on that bead and keeps its chains highlighted. Live updates replace nodes in place; when the
+ * whole drawing is replaced (its layout changed) the view is set up again and keeps its zoom
+ * and position if the layout is the same. Classes this script sets (dimming, hl) are removed
+ * when the pointer or focus leaves, so a live page still equals a reload. */
 (function () {
   "use strict";
-  let view = null, home = null, layout = null, drag = null, svg = null;
+  let view = null, home = null, layout = null, svg = null, viewport = null;
+  let graph = null, lit = [], pinned = "";
+  const pointers = new Map();
+  let drag = null, pinch = null;
 
   function setView() { if (svg && view) svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`); }
 
-  function zoom(f) {
-    const cx = view.x + view.w / 2, cy = view.y + view.h / 2;
-    view.w /= f; view.h /= f; view.x = cx - view.w / 2; view.y = cy - view.h / 2; setView();
+  /* Zoom by f about a point in drawing units (the centre by default). */
+  function zoom(f, px, py) {
+    if (!view) return;
+    const cx = px === undefined ? view.x + view.w / 2 : px, cy = py === undefined ? view.y + view.h / 2 : py;
+    view.x = cx - (cx - view.x) / f; view.y = cy - (cy - view.y) / f;
+    view.w /= f; view.h /= f; setView();
   }
 
+  function toDrawing(clientX, clientY) {
+    const r = svg.getBoundingClientRect();
+    return [view.x + (clientX - r.left) * view.w / (r.width || 1), view.y + (clientY - r.top) * view.h / (r.height || 1)];
+  }
+
+  // --- the chains of a bead -------------------------------------------------------------------
+  function readGraph() {
+    const up = new Map(), down = new Map(), nodes = new Map(), edges = [];
+    svg.querySelectorAll("g.node[data-id]").forEach((n) => nodes.set(n.dataset.id, n));
+    svg.querySelectorAll("path.edge[data-from]").forEach((e) => {
+      const a = e.dataset.from, b = e.dataset.to;
+      edges.push(e);
+      if (!down.has(a)) down.set(a, []); down.get(a).push(b);
+      if (!up.has(b)) up.set(b, []); up.get(b).push(a);
+    });
+    return { up, down, nodes, edges };
+  }
+
+  function reach(start, next) {
+    const seen = new Set([start]), queue = [start];
+    while (queue.length) for (const n of next.get(queue.pop()) || []) if (!seen.has(n)) { seen.add(n); queue.push(n); }
+    return seen;
+  }
+
+  function clear() {
+    for (const el of lit) el.classList.remove("hl", "hl-focus");
+    lit = [];
+    if (svg) svg.classList.remove("dimming");
+  }
+
+  function highlight(id) {
+    clear();
+    if (!svg || !id) return;
+    graph = graph || readGraph();
+    if (!graph.nodes.has(id)) return;
+    const ups = reach(id, graph.up), downs = reach(id, graph.down);
+    const mark = (el) => { el.classList.add("hl"); lit.push(el); };
+    for (const n of new Set([...ups, ...downs])) { const el = graph.nodes.get(n); if (el) mark(el); }
+    const onChain = (e) => (ups.has(e.dataset.from) && ups.has(e.dataset.to)) || (downs.has(e.dataset.from) && downs.has(e.dataset.to));
+    for (const e of graph.edges) if (onChain(e)) mark(e);
+    svg.querySelectorAll("#dag-overlay [data-id], #dag-overlay .edge").forEach((el) => {
+      if (el.dataset.id ? ups.has(el.dataset.id) || downs.has(el.dataset.id) : onChain(el)) mark(el);
+    });
+    const self = graph.nodes.get(id);
+    self.classList.add("hl-focus");
+    svg.classList.add("dimming");
+  }
+
+  function nodeOf(target) { const g = target && target.closest && target.closest("g.node[data-id], a.node-link"); return g && (g.matches("a") ? g.querySelector("g.node[data-id]") : g); }
+
+  // --- set up (again after a live redraw of the whole card) -------------------------------------
   function setup() {
-    const viewport = document.getElementById("dag");
+    viewport = document.getElementById("dag");
     svg = viewport && viewport.querySelector("svg");
     if (!svg || viewport.dataset.panZoom) return;
     viewport.dataset.panZoom = "1";
@@ -25,26 +87,79 @@
     svg.setAttribute("width", Math.max(home.w * fit, 300));
     svg.setAttribute("height", Math.max(home.h * fit, 120));
     setView();
+    pinned = viewport.dataset.focus || "";
+    if (pinned) centre(pinned, fit);
     document.querySelectorAll("[data-zoom]").forEach((b) => b.addEventListener("click", () => {
       const f = parseFloat(b.dataset.zoom);
       if (f === 0) { view = { ...home }; setView(); } else zoom(f);
     }));
-    viewport.addEventListener("wheel", (e) => { e.preventDefault(); zoom(e.deltaY < 0 ? 1.15 : 1 / 1.15); }, { passive: false });
+    viewport.addEventListener("wheel", (e) => {
+      e.preventDefault();
+      const [px, py] = toDrawing(e.clientX, e.clientY);
+      zoom(e.deltaY < 0 ? 1.15 : 1 / 1.15, px, py);
+    }, { passive: false });
     viewport.addEventListener("keydown", (e) => {
+      if (e.target !== viewport && !e.target.closest("svg")) return;
       const step = view.w / 10;
-      if (e.key === "+" || e.key === "=") zoom(1.25); else if (e.key === "-") zoom(0.8);
-      else if (e.key === "ArrowLeft") { view.x -= step; setView(); } else if (e.key === "ArrowRight") { view.x += step; setView(); }
-      else if (e.key === "ArrowUp") { view.y -= step; setView(); } else if (e.key === "ArrowDown") { view.y += step; setView(); }
+      const moves = { ArrowLeft: [-step, 0], ArrowRight: [step, 0], ArrowUp: [0, -step], ArrowDown: [0, step] };
+      if (e.key === "+" || e.key === "=") zoom(1.25);
+      else if (e.key === "-") zoom(0.8);
+      else if (e.key === "0") { view = { ...home }; setView(); }
+      else if (moves[e.key]) { view.x += moves[e.key][0]; view.y += moves[e.key][1]; setView(); }
+      else return;
+      e.preventDefault();
     });
-    svg.addEventListener("pointerdown", (e) => { if (e.target.closest("a")) return; drag = { x: e.clientX, y: e.clientY, v: { ...view } }; });
+    svg.addEventListener("pointerdown", (e) => {
+      if (e.pointerType === "mouse" && e.target.closest("a")) return;  // a click opens the bead
+      pointers.set(e.pointerId, [e.clientX, e.clientY]);
+      if (pointers.size === 1) drag = { x: e.clientX, y: e.clientY, v: { ...view } };
+      else if (pointers.size === 2) { drag = null; pinch = spread(); }
+    });
+    svg.addEventListener("pointerover", (e) => { const n = nodeOf(e.target); if (n) highlight(n.dataset.id); });
+    svg.addEventListener("pointerleave", () => { if (pinned) highlight(pinned); else clear(); });
+    svg.addEventListener("focusin", (e) => { const n = nodeOf(e.target); if (n) highlight(n.dataset.id); });
+    svg.addEventListener("focusout", () => { if (pinned) highlight(pinned); else clear(); });
+    if (pinned) highlight(pinned);
   }
 
-  window.addEventListener("pointerup", () => { drag = null; });
+  /* Centre the view on a bead at its natural size (one drawing unit a pixel); a drawing that
+   * fits the page already is left as it is. */
+  function centre(id, fit) {
+    const n = svg.querySelector(`g.node[data-id="${CSS.escape(id)}"]`);
+    if (!n || fit >= 1) return;
+    const m = n.transform.baseVal.consolidate();
+    const box = n.querySelector("rect, polygon").getBBox();
+    const cx = (m ? m.matrix.e : 0) + box.width / 2, cy = (m ? m.matrix.f : 0) + box.height / 2;
+    view = { w: home.w * fit, h: home.h * fit, x: 0, y: 0 };
+    view.x = cx - view.w / 2; view.y = cy - view.h / 2;
+    setView();
+  }
+
+  function spread() {
+    const [a, b] = [...pointers.values()];
+    return { d: Math.hypot(a[0] - b[0], a[1] - b[1]) || 1, mid: [(a[0] + b[0]) / 2, (a[1] + b[1]) / 2] };
+  }
+
+  function release(e) { pointers.delete(e.pointerId); if (pointers.size < 2) pinch = null; if (!pointers.size) drag = null; }
+  window.addEventListener("pointerup", release);
+  window.addEventListener("pointercancel", release);
   window.addEventListener("pointermove", (e) => {
-    if (!drag || !svg) return;
-    const scale = view.w / svg.clientWidth;
-    view.x = drag.v.x - (e.clientX - drag.x) * scale; view.y = drag.v.y - (e.clientY - drag.y) * scale; setView();
+    if (!svg || !pointers.has(e.pointerId)) return;
+    pointers.set(e.pointerId, [e.clientX, e.clientY]);
+    if (pinch && pointers.size === 2) {
+      const now = spread();
+      const [px, py] = toDrawing(now.mid[0], now.mid[1]);
+      zoom(now.d / pinch.d, px, py);
+      pinch = now;
+    } else if (drag) {
+      const scale = view.w / (svg.clientWidth || 1);
+      view.x = drag.v.x - (e.clientX - drag.x) * scale; view.y = drag.v.y - (e.clientY - drag.y) * scale; setView();
+    }
   });
-  document.addEventListener("convoy:fragments", setup);
+  document.addEventListener("convoy:fragments", () => {
+    // Nodes were replaced: forget the old elements (the highlight is drawn again if pinned).
+    clear(); graph = null; setup();
+    if (pinned && svg) highlight(pinned);
+  });
   setup();
 })();
