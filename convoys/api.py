@@ -34,7 +34,7 @@ from .models import ApiToken, Bead, Convoy, SourcedRecord
 from .readiness import blocked_by, ready_beads
 from .selectors import convoy_graph
 from .services import beads as bead_service
-from .services import controls, feeding, launch, staging
+from .services import controls, escalation, feeding, launch, staging
 from .services.errors import NotFound, ServiceError
 
 
@@ -175,6 +175,7 @@ class ConvoyDetailOut(ConvoyOut):
     waves: list[WaveOut]
     gated: list[str]
     paused: dict | None  # who, when, why, dispatches since the pause (None: not paused)
+    escalation: dict | None  # stuck since, reminders sent, causes, acknowledged (None: never)
 
 
 class BeadOut(Schema):
@@ -375,6 +376,7 @@ def get_convoy(request, convoy_id: Text):
         ],
         "gated": [g.id for g in gated],
         "paused": controls.pause_json(convoy),
+        "escalation": escalation.state_json(convoy),
     }
 
 
@@ -472,6 +474,15 @@ def resume_convoy(request, convoy_id: Text):
     need(request, "change_convoy")
     convoy, changed, fed = controls.resume(convoy_id, actor=f"api:{request.user}")
     return {"id": convoy.pk, "changed": changed, "dispatched": fed}
+
+
+@api.post("/convoys/{convoy_id}/ack", response=responses(dict, 404), tags=["convoys"])
+def acknowledge_convoy(request, convoy_id: Text):
+    """Acknowledge a stuck convoy's escalation: no more reminders until it moves and stalls
+    again. 400 when it is not escalated now."""
+    need(request, "view_convoy")
+    found, changed = escalation.acknowledge(convoy_id, actor=f"api:{request.user}")
+    return {"id": convoy_id, "changed": changed, "escalation": found.as_json()}
 
 
 @api.post("/beads/{bead_id}/retry", response=responses(dict, 404), tags=["beads"])

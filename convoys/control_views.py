@@ -1,13 +1,16 @@
 """The operator controls on the pages: pause and resume a convoy, retry a bead the dispatch
-breaker parked. POST only, with the change permission; every rule is the service's."""
+breaker parked, acknowledge a stuck convoy's escalation. POST only, with the change
+permission (acknowledging: the view permission, as whoever was told may say they are on
+it); every rule is the service's."""
 
 from django.contrib import messages
 from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from .edit_views import actor, needs
-from .services import controls
+from .edit_views import actor, back, needs
+from .services import controls, escalation
 from .services.errors import NotFound, ServiceError
 
 
@@ -62,3 +65,24 @@ def retry(request, bead_id):
         return f"{bead.pk}: breaker cleared; it will be dispatched again."
 
     return _run(request, call, ("bead", bead_id))
+
+
+@require_POST
+@needs("convoys.view_convoy")
+def acknowledge(request, convoy_id):
+    """Stop a stuck convoy's escalation; back to the page it came from (the inbox or the
+    convoy page)."""
+    try:
+        found, changed = escalation.acknowledge(convoy_id, actor=actor(request))
+    except NotFound as exc:
+        raise Http404(str(exc))
+    except ServiceError as exc:
+        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+    row = found.row
+    messages.success(
+        request,
+        f"Acknowledged {convoy_id}: no more reminders until it moves and stalls again."
+        if changed
+        else f"{convoy_id} was already acknowledged by {row.acknowledged_by}.",
+    )
+    return back(request, reverse("convoy", args=[convoy_id]))

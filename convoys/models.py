@@ -373,6 +373,9 @@ class Subscription(models.Model):
 
 class Notification(models.Model):
     LANDED, DISPATCHED, CLOSED = "landed", "dispatched", "closed"
+    # Someone must act (a parked bead, a stuck convoy); every other kind is a receipt.
+    ACTION_NEEDED, ESCALATION = "action_needed", "escalation"
+    ACTION_KINDS = (ACTION_NEEDED, ESCALATION)
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE
@@ -386,12 +389,20 @@ class Notification(models.Model):
     read_at = models.DateTimeField(null=True, blank=True)
     email_wanted = models.BooleanField(default=False)
     emailed_at = models.DateTimeField(null=True, blank=True)
+    # The user takes this kind as a daily digest: no toast, no e-mail of its own; the next
+    # digest e-mail lists it (and stamps digested_at).
+    digest = models.BooleanField(default=False)
+    digested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
     def __str__(self):
         return self.subject
+
+    @property
+    def action_needed(self):
+        return self.kind in self.ACTION_KINDS
 
 
 class ApiToken(models.Model):
@@ -420,3 +431,50 @@ class Memory(models.Model):
 
     def __str__(self):
         return self.key
+
+
+class DeliveryPreference(models.Model):
+    """How one user hears about each kind of notification (no row: the defaults).
+
+    immediate: toast, browser notification and an e-mail (with an address on the account);
+    in_app: toast and browser notification only (a subscription's "e-mail too" still mails
+    that convoy's receipts); digest (receipts only): quietly in the inbox, and one e-mail a
+    day listing them."""
+
+    IMMEDIATE, IN_APP, DIGEST = "immediate", "in_app", "digest"
+    ACTION_CHOICES = [(IMMEDIATE, "immediately, with an e-mail"), (IN_APP, "in the app only")]
+    RECEIPT_CHOICES = [
+        (IMMEDIATE, "immediately, with an e-mail"),
+        (IN_APP, "in the app only"),
+        (DIGEST, "in a daily digest e-mail"),
+    ]
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE
+    )
+    action_needed = models.CharField(max_length=10, choices=ACTION_CHOICES, default=IMMEDIATE)
+    receipts = models.CharField(max_length=10, choices=RECEIPT_CHOICES, default=IN_APP)
+    # The last digest e-mail sent (claimed with one conditional update, so one per day).
+    last_digest_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"{self.user}: action needed {self.action_needed}, receipts {self.receipts}"
+
+
+class Escalation(models.Model):
+    """A convoy that made no progress for CONVOY_STUCK_AFTER seconds, and how far its
+    escalation went: `count` notifications (the first and at most two re-escalations) about
+    the stall that began at `progress_at`. Acknowledging stops it; progress starts afresh."""
+
+    convoy = models.OneToOneField(
+        Convoy, primary_key=True, on_delete=models.CASCADE, related_name="escalation"
+    )
+    progress_at = models.DateTimeField()  # the last progress before this stall
+    count = models.PositiveIntegerField(default=0)
+    escalated_at = models.DateTimeField()  # the last notification
+    causes = models.JSONField(default=list, blank=True)  # the lines named, as sent
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=255, blank=True, default="")
+
+    def __str__(self):
+        return f"{self.convoy_id} escalated {self.count}x"

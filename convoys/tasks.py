@@ -40,9 +40,17 @@ def catch_up():
 
 
 def stranded_scan():
-    from .services import feeding
+    from .services import escalation, feeding
 
-    return feeding.stranded_scan()
+    summary = feeding.stranded_scan()
+    summary["escalated"] = escalation.escalate_stuck()  # idempotent: conditional updates
+    return summary
+
+
+def send_digests():
+    from .services import notify
+
+    return notify.send_digests()
 
 
 def send_notification_emails(notification_ids):

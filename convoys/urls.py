@@ -28,6 +28,7 @@ urlpatterns = [
     path("convoys/<id:convoy_id>/", views.convoy_detail, name="convoy"),
     path("convoys/<id:convoy_id>/pause/", control_views.pause, name="convoy-pause"),
     path("convoys/<id:convoy_id>/resume/", control_views.resume, name="convoy-resume"),
+    path("convoys/<id:convoy_id>/ack/", control_views.acknowledge, name="convoy-ack"),
     path("convoys/<id:convoy_id>/<str:action>/", views.convoy_action, name="convoy-action"),
     path("stage/", views.stage, name="stage"),
     path("create/", edit_views.create, name="create-bead"),

@@ -13,13 +13,14 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
-from . import formatting, layout, selectors
+from . import formatting, layout, selectors, snapshots
 from .events import last_seq
 from .fragments import Fragment, respond, since, unread
 from .models import (
     DONE_STATUSES,
     Bead,
     Convoy,
+    DeliveryPreference,
     Dependency,
     Dispatch,
     Event,
@@ -123,7 +124,11 @@ def convoy_detail(request, convoy_id):
     if convoy is None:
         raise Http404(f"convoy '{convoy_id}' not found")
     user = request.user
-    page = selectors.convoy_page(convoy, request.GET, user, context["now"])
+    # A live request carries forward the snapshot its page was drawn from (`snapshots`).
+    seq = since(request)
+    changes = selectors.changes_since(seq) if seq is not None else None
+    snapshot = snapshots.obtain(convoy, context["as_of"], context["now"], seq, changes)
+    page = selectors.convoy_page(convoy, request.GET, user, context["now"], snapshot)
     context |= {
         "page": page,
         "convoy": convoy,
@@ -132,22 +137,21 @@ def convoy_detail(request, convoy_id):
     if page.dag is not None:
         context["dag_svg"] = lambda: mark_safe(page.dag.svg())
     return respond(
-        request, "convoys/convoy.html", context, lambda: _convoy_fragments(request, page)
+        request, "convoys/convoy.html", context, lambda: _convoy_fragments(request, page, changes)
     )
 
 
-def _convoy_fragments(request, page):
+def _convoy_fragments(request, page, changes):
     fragments = [
         Fragment("convoy-head", "convoys/_convoy_head.html"),
         Fragment("convoy-actions", "convoys/_convoy_actions.html"),
         Fragment("convoy-pause", "convoys/_pause.html"),
+        Fragment("convoy-escalation", "convoys/_escalation.html"),
         Fragment("convoy-staging", "convoys/_convoy_staging.html"),
         Fragment("critical", "convoys/_convoy_critical.html"),
         Fragment("timeline", "convoys/_timeline.html", {"events": page.timeline}),
         unread(),
     ]
-    seq = since(request)
-    changes = selectors.changes_since(seq) if seq is not None else None
     dag = page.dag
     drawn_as = request.headers.get("X-Live-Layout", "")
     whole = (
@@ -422,9 +426,8 @@ def inbox(request):
         notify.mark_read(request.user, wanted if ids else None)
         return redirect("inbox")
     context = _base(request)
-    context["notes"] = list(
-        Notification.objects.filter(user=request.user).select_related("convoy")[:200]
-    )
+    context["action_notes"], context["receipt_notes"] = notify.inbox(request.user)
+    context["can_view"] = request.user.has_perm(VIEW)
     fragments = [Fragment("inbox-list", "convoys/_inbox_list.html"), unread()]
     return respond(request, "convoys/inbox.html", context, fragments)
 
@@ -438,7 +441,17 @@ def subscriptions(request):
             if convoy is None:
                 messages.error(request, f"convoy '{request.POST['convoy']}' not found")
                 return redirect("subscriptions")
-        if request.POST.get("do") == "remove":
+        if request.POST.get("do") == "preferences":
+            try:
+                notify.set_preferences(
+                    request.user,
+                    action_needed=request.POST.get("action_needed"),
+                    receipts=request.POST.get("receipts"),
+                )
+                messages.success(request, "Saved how you hear about each kind.")
+            except ServiceError as exc:
+                messages.error(request, str(exc))
+        elif request.POST.get("do") == "remove":
             notify.unsubscribe(request.user, convoy)
         else:
             notify.subscribe(request.user, convoy, email=request.POST.get("email") == "1")
@@ -448,8 +461,11 @@ def subscriptions(request):
     context |= {
         "subs": [s for s in subs if s.convoy_id],
         "all_sub": next((s for s in subs if s.convoy_id is None), None),
+        "delivery": notify.preference(request.user),
+        "delivery_choices": DeliveryPreference,
     }
     fragments = [
+        Fragment("delivery", "convoys/_delivery.html"),
         Fragment("subs-all", "convoys/_subs_all.html"),
         Fragment("subs-list", "convoys/_subs_list.html"),
         unread(),

@@ -264,6 +264,14 @@ CONVOY_RETRY_COOLDOWN = env_float("CONVOY_RETRY_COOLDOWN", 60.0)
 CONVOY_MAX_DISPATCH_FAILURES = env_int("CONVOY_MAX_DISPATCH_FAILURES", 3)  # then the bead is parked
 CONVOY_WORKER_TIMEOUT = env_float("CONVOY_WORKER_TIMEOUT", 600.0)
 CONVOY_EMPTY_GRACE = env_float("CONVOY_EMPTY_GRACE", 300.0)
+# Escalation (convoys/services/escalation.py): no progress this long raises an action-needed
+# notification; unacknowledged, it is raised again after CONVOY_REESCALATE_AFTER (twice at most).
+CONVOY_STUCK_AFTER = env_float("CONVOY_STUCK_AFTER", 1800.0)
+CONVOY_REESCALATE_AFTER = env_float("CONVOY_REESCALATE_AFTER", 4 * 3600.0)
+# The daily digest e-mail of receipts goes out at this hour (UTC); the ticker checks every
+# CONVOY_DIGEST_INTERVAL seconds whether one is due.
+CONVOY_DIGEST_HOUR = env_int("CONVOY_DIGEST_HOUR", 7)
+CONVOY_DIGEST_INTERVAL = env_float("CONVOY_DIGEST_INTERVAL", 300.0)
 CONVOY_DISCOVERED_JOINS = env_bool("CONVOY_DISCOVERED_JOINS", True)
 CONVOY_EVENT_RETENTION = env_int("CONVOY_EVENT_RETENTION", 100_000)
 CONVOY_RELAY_INTERVAL = env_float("CONVOY_RELAY_INTERVAL", 0.1)

@@ -89,6 +89,12 @@ PAGES = {
         ("POST", "/convoys/{staged}/resume/", {}, (L, 403, 403, 302, 302)),
         ("POST", f"/convoys/{MISSING}/resume/", {}, (L, 403, 403, 404, 404)),
     ],
+    # whoever may view convoys may acknowledge a stuck one's escalation (400: not escalated)
+    "convoys/<id:convoy_id>/ack/": [
+        ("GET", "/convoys/{convoy}/ack/", None, (405,) * 5),
+        ("POST", "/convoys/{convoy}/ack/", {}, (L, 403, 400, 400, 400)),
+        ("POST", f"/convoys/{MISSING}/ack/", {}, (L, 403, 404, 404, 404)),
+    ],
     "beads/<id:bead_id>/retry/": [
         ("GET", "/beads/gt-x/retry/", None, (405,) * 5),
         ("POST", "/beads/gt-x/retry/", {}, (L, 403, 403, 302, 302)),
@@ -274,6 +280,8 @@ API = [
     ("/api/launch", "POST", {"ids": ["{staged}"], "force": True}, WRITE),
     ("/api/convoys/{staged}/pause", "POST", {"reason": "r"}, WRITE),
     ("/api/convoys/{staged}/resume", "POST", {}, WRITE),
+    ("/api/convoys/{convoy}/ack", "POST", {}, (401, 403, 400, 400, 400)),
+    ("/api/convoys/" + MISSING + "/ack", "POST", {}, (401, 403, 404, 404, 404)),
     ("/api/beads/gt-x/retry", "POST", {}, WRITE),
     ("/api/beads/gt-nope/retry", "POST", {}, (401, 403, 403, 404, 404)),
     # the document and its page: any signed-in user or token holder

@@ -1,6 +1,11 @@
-"""Landing notifications: claimed once per completion, stored in inboxes, e-mailed by a task."""
+"""Notifications: landings claimed once per completion, action-needed notices (a parked bead,
+a stuck convoy's escalation), stored in inboxes and delivered as each user chose per kind
+(DeliveryPreference): immediately (a live toast, a browser notification and an e-mail), in
+the app only, or, for receipts, quietly in the inbox and in one daily digest e-mail. E-mails
+are sent by tasks; a user without an e-mail address gets everything in the app only."""
 
 import logging
+from datetime import UTC, datetime, time, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -12,11 +17,18 @@ from django.utils import timezone
 from ..events import record_many
 from ..formatting import duration
 from ..ids import name_problem
-from ..models import Convoy, Notification, Subscription, status_symbol
+from ..models import (
+    Convoy,
+    DeliveryPreference,
+    Notification,
+    Subscription,
+    status_symbol,
+)
 from .errors import NotFound, ServiceError
 
 log = logging.getLogger("convoys.notify")
-ACTION_NEEDED = "action_needed"  # a Notification kind: someone must act (not a receipt)
+ACTION_NEEDED = Notification.ACTION_NEEDED  # a kind: someone must act (not a receipt)
+DIGEST_LIMIT = 200  # receipts listed in one digest e-mail (the rest are counted)
 
 
 def format_duration(delta):
@@ -95,6 +107,12 @@ def notify_action_needed(convoy, subject, body):
     return _deliver(convoy, ACTION_NEEDED, subject, body, recipients(convoy), timezone.now())
 
 
+def notify_escalation(convoy, subject, body, now):
+    """A stuck convoy's escalation (services/escalation.py), in the caller's transaction."""
+    subject = " ".join(subject.split())[:600]
+    return _deliver(convoy, Notification.ESCALATION, subject, body, recipients(convoy), now)
+
+
 @transaction.atomic
 def notify_closed(convoy, address):
     """`convoy close --notify ADDR`: tell one address that the convoy closed, and why (the
@@ -108,20 +126,38 @@ def notify_closed(convoy, address):
 
 def _deliver(convoy, kind, subject, body, to, now):
     """Inbox rows for `to` ([(user, address, e-mail?)]), a live event for each user's inbox,
-    and the wanted e-mails queued after commit. Runs in the caller's transaction."""
-    rows = [
-        Notification(
-            user=user,
-            address=address,
-            convoy=convoy,
-            kind=kind,
-            subject=subject,
-            body=body,
-            created_at=now,
-            email_wanted=email,
+    and the wanted e-mails queued after commit. Runs in the caller's transaction.
+
+    A user's delivery preference for the kind decides: immediate e-mails them (with an
+    address), in-app keeps the subscription's e-mail choice for receipts and e-mails no
+    action-needed notice, digest e-mails nothing now and marks the row for the next digest
+    (no toast either). An address that is no user keeps its e-mail choice."""
+    prefs = preferences_of([user for user, _, _ in to if user is not None])
+    rows = []
+    for user, address, email in to:
+        digest = False
+        if user is not None:
+            choice = prefs[user.pk].for_kind(kind)
+            has_address = bool(user.email)
+            if choice == DeliveryPreference.IMMEDIATE:
+                email = has_address
+            elif choice == DeliveryPreference.DIGEST:
+                email, digest = False, has_address
+            elif kind in Notification.ACTION_KINDS:
+                email = False
+        rows.append(
+            Notification(
+                user=user,
+                address=address,
+                convoy=convoy,
+                kind=kind,
+                subject=subject,
+                body=body,
+                created_at=now,
+                email_wanted=email,
+                digest=digest,
+            )
         )
-        for user, address, email in to
-    ]
     created = Notification.objects.bulk_create(rows)
     ids = [n.pk for n in created if n.pk is not None]
     if not ids:  # some backends do not return ids from bulk_create
@@ -141,7 +177,10 @@ def _deliver(convoy, kind, subject, body, to, now):
                     "notification_id": n.pk,
                     "subject": n.subject,
                     "kind": n.kind,
+                    "action_needed": n.action_needed,
                     "title": convoy.title,
+                    # no toast nor browser notification: it waits for the digest
+                    **({"quiet": True} if quiet(n, prefs) else {}),
                 },
             )
             for n in notifications
@@ -233,3 +272,150 @@ def subscribe(user, convoy=None, email=False):
 @transaction.atomic
 def unsubscribe(user, convoy=None):
     return Subscription.objects.filter(user=user, convoy=convoy).delete()[0]
+
+
+# --- delivery preferences -----------------------------------------------------------------------
+class Preference:
+    """A user's choices (the defaults without a row)."""
+
+    def __init__(self, row=None):
+        self.action_needed = row.action_needed if row else DeliveryPreference.IMMEDIATE
+        self.receipts = row.receipts if row else DeliveryPreference.IN_APP
+
+    def for_kind(self, kind):
+        return self.action_needed if kind in Notification.ACTION_KINDS else self.receipts
+
+
+def preferences_of(users):
+    """{user id: Preference} for these users (one query)."""
+    ids = {u.pk for u in users}
+    rows = {p.user_id: p for p in DeliveryPreference.objects.filter(user_id__in=ids)}
+    return {pk: Preference(rows.get(pk)) for pk in ids}
+
+
+def preference(user):
+    return preferences_of([user])[user.pk]
+
+
+def quiet(note, prefs=None):
+    """Does this notification wait for the digest (no toast, no browser notification)?"""
+    if note.user_id is None:
+        return False
+    pref = (prefs or {}).get(note.user_id) or Preference(
+        DeliveryPreference.objects.filter(user_id=note.user_id).first()
+    )
+    return pref.for_kind(note.kind) == DeliveryPreference.DIGEST
+
+
+def set_preferences(user, *, action_needed=None, receipts=None):
+    """Change how `user` hears about each kind; a value that is no choice is refused."""
+    allowed = {
+        "action_needed": dict(DeliveryPreference.ACTION_CHOICES),
+        "receipts": dict(DeliveryPreference.RECEIPT_CHOICES),
+    }
+    wanted = {"action_needed": action_needed, "receipts": receipts}
+    changes = {}
+    for name, value in wanted.items():
+        if value is None:
+            continue
+        if value not in allowed[name]:
+            choices = ", ".join(allowed[name])
+            shown = value if len(value) <= 40 else value[:40] + "…"
+            raise ServiceError(f"{name}: {shown!r} is not one of {choices}")
+        changes[name] = value
+    with transaction.atomic():
+        row, _ = DeliveryPreference.objects.get_or_create(user=user)
+        for name, value in changes.items():
+            setattr(row, name, value)
+        row.save(update_fields=[*changes] or None)
+    return row
+
+
+# --- the daily digest ---------------------------------------------------------------------------
+def digest_cutoff(now):
+    """The latest digest time (CONVOY_DIGEST_HOUR:00 UTC) at or before `now`."""
+    hour = int(settings.CONVOY_DIGEST_HOUR) % 24
+    day = now.astimezone(UTC)
+    cutoff = datetime.combine(day.date(), time(hour), tzinfo=day.tzinfo)
+    return cutoff if cutoff <= day else cutoff - timedelta(days=1)
+
+
+def send_digests(now=None):
+    """Send each user with receipts waiting for a digest their daily e-mail, once per digest
+    time: a receipt from before the latest CONVOY_DIGEST_HOUR is in that day's digest. The
+    user's preference row is claimed with one conditional update in the transaction that
+    stamps the receipts, so two clusters send one e-mail. Returns the number sent."""
+    now = now or timezone.now()
+    cutoff = digest_cutoff(now)
+    waiting = Notification.objects.filter(
+        digest=True, digested_at__isnull=True, created_at__lt=cutoff
+    )
+    sent = 0
+    for user_id in sorted(set(waiting.values_list("user_id", flat=True))):
+        try:
+            sent += _send_digest(user_id, cutoff, now)
+        except Exception:  # one user's failing mail must not stop the others
+            log.exception("digest e-mail for user %s failed", user_id)
+    return sent
+
+
+def _send_digest(user_id, cutoff, now):
+    User = get_user_model()
+    user = User.objects.filter(pk=user_id, is_active=True).first()
+    if user is None or not user.email or "@" not in user.email or name_problem(user.email):
+        return 0
+    with transaction.atomic():
+        row, _ = DeliveryPreference.objects.get_or_create(user=user)
+        last = row.last_digest_at
+        if last is not None and last >= cutoff:
+            return 0
+        won = (
+            DeliveryPreference.objects.filter(pk=user.pk, last_digest_at=last)
+            if last is not None
+            else DeliveryPreference.objects.filter(pk=user.pk, last_digest_at__isnull=True)
+        ).update(last_digest_at=now)
+        if not won:
+            return 0
+        notes = list(
+            Notification.objects.filter(
+                user=user, digest=True, digested_at__isnull=True, created_at__lt=cutoff
+            ).order_by("created_at", "id")
+        )
+        if not notes:
+            return 0
+        Notification.objects.filter(pk__in=[n.pk for n in notes]).update(digested_at=now)
+        subject, body = digest_message(notes, cutoff)
+        send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [user.email])
+    return 1
+
+
+def digest_message(notes, cutoff):
+    count = len(notes)
+    subject = f"🚚 convoyweb daily digest: {count} receipt{'s' if count != 1 else ''}"
+    lines = [f"Receipts up to {cutoff:%Y-%m-%d %H:%M} UTC ({count}):", ""]
+    for note in notes[:DIGEST_LIMIT]:
+        lines.append(f"{note.created_at:%Y-%m-%d %H:%M}  {note.subject}")
+    if count > DIGEST_LIMIT:
+        lines.append(f"… and {count - DIGEST_LIMIT} more in your inbox")
+    lines += [
+        "",
+        "Each one is in your inbox. Change how you hear about receipts on the",
+        "Subscriptions page.",
+    ]
+    return subject, "\n".join(lines)
+
+
+# --- the inbox ----------------------------------------------------------------------------------
+def inbox(user, limit=200):
+    """(action needed, receipts): the user's latest notifications of each kind, newest
+    first; each escalation carries `escalation_state` (services/escalation.State or None)."""
+    from .escalation import states
+
+    base = Notification.objects.filter(user=user).select_related("convoy")
+    action = list(base.filter(kind__in=Notification.ACTION_KINDS)[:limit])
+    receipts = list(base.exclude(kind__in=Notification.ACTION_KINDS)[:limit])
+    escalated = {n.convoy_id: n.convoy for n in action if n.kind == Notification.ESCALATION}
+    found = states([c for c in escalated.values() if c is not None])
+    for note in action:
+        note.escalation_state = found.get(note.convoy_id)
+    return action, receipts

@@ -18,6 +18,7 @@ log = logging.getLogger("convoys.ticker")
 JOBS = (
     ("catch-up", "convoys.tasks.catch_up", "CONVOY_FEED_INTERVAL"),
     ("stranded-scan", "convoys.tasks.stranded_scan", "CONVOY_STRANDED_INTERVAL"),
+    ("digest", "convoys.tasks.send_digests", "CONVOY_DIGEST_INTERVAL"),
 )
 SYNC_JOB = ("sync", "convoys.services.sync.sync_configured", "CONVOY_SYNC_INTERVAL")
 

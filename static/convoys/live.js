@@ -191,8 +191,13 @@
     if (ev.kind === "notification") {
       // Addressed to this user: every page tells it but another convoy's page. (The dashboard
       // may already have dropped the landed convoy's row when the notification arrives.)
+      // A receipt the user takes in the daily digest is quiet: the inbox only.
+      if (d.quiet) return;
       const here = !body.dataset.convoy || convoysOf(ev).includes(body.dataset.convoy);
-      if (d.user_id !== undefined && here) toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+      if (d.user_id !== undefined && here) {
+        if (d.action_needed) toast(`note:${d.notification_id || ev.seq}`, d.subject, "bad");
+        else toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+      }
       notifyBrowser(ev);
       return;
     }
@@ -246,7 +251,9 @@
     const d = ev.data || {};
     if (!("Notification" in window) || Notification.permission !== "granted") return;
     if (!claimOnce(NOTIFIED + (d.notification_id || ev.seq))) return;
-    const n = new Notification(`Convoy landed: ${convoyName(ev)}`, { tag: `landed:${ev.convoy_id}`, body: ev.convoy_id });
+    const n = d.action_needed
+      ? new Notification(d.subject, { tag: `note:${d.notification_id || ev.seq}`, body: ev.convoy_id })
+      : new Notification(`Convoy landed: ${convoyName(ev)}`, { tag: `landed:${ev.convoy_id}`, body: ev.convoy_id });
     n.onclick = () => { window.focus(); location.href = `/convoys/${encodeURIComponent(ev.convoy_id)}/`; };
   }
 

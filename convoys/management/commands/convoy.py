@@ -1,12 +1,12 @@
 """`manage.py convoy create|add|check|status|list|close|land|watch|unwatch|stranded|stage|launch|
-pause|resume|feed`."""
+pause|resume|ack|feed`."""
 
 from django.utils import timezone
 
 from ... import selectors, stranding
 from ...formatting import render_launch
 from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
-from ...services import controls, feeding, launch, notify, staging
+from ...services import controls, escalation, feeding, launch, notify, staging
 from ...services import convoys as convoy_service
 from ...services.notify import format_duration
 from ..base import ServiceCommand, error
@@ -174,6 +174,10 @@ class Command(ServiceCommand):
         p.add_argument("convoy")
         p.add_argument("--actor", default="cli", help="who resumes it (default: cli)")
         self.add_json(p)
+        p = sub.add_parser("ack", help="acknowledge a stuck convoy's escalation: no more reminders")
+        p.add_argument("convoy")
+        p.add_argument("--actor", default="cli", help="who acknowledges it (default: cli)")
+        self.add_json(p)
         p = sub.add_parser("feed", help="run one catch-up pass and one stranded scan now")
         p.add_argument("--once", action="store_true", help="(the only mode; for cron and tests)")
         self.add_json(p)
@@ -337,7 +341,11 @@ class Command(ServiceCommand):
                 self.stdout.write(f"🚚 {row.id}: {row.title}  {s['done']}/{s['total']}")
             return
         row = convoy_service.get_convoy(convoy)
-        data = {**selectors.convoy_status_json(row), "paused": controls.pause_json(row)}
+        data = {
+            **selectors.convoy_status_json(row),
+            "paused": controls.pause_json(row),
+            "escalation": escalation.state_json(row),
+        }
         if json:
             self.write_json(data)
             return
@@ -357,6 +365,9 @@ class Command(ServiceCommand):
         paused = controls.pause_summary(row)
         if paused:
             self.stdout.write(_pause_line(paused))
+        stuck = escalation.state(row)
+        if stuck is not None and stuck.current:
+            self.stdout.write(_escalation_line(stuck))
         parked = controls.parked_among([item["id"] for item in data["tracked"]])
         now = timezone.now()
         for item in data["tracked"]:
@@ -393,6 +404,22 @@ class Command(ServiceCommand):
             self.stdout.write(f"▶ Resumed convoy 🚚 {row.id}; dispatched {names}")
         else:
             self.stdout.write(f"○ Convoy {row.id} is not paused")
+
+    def do_ack(self, convoy, actor, json, **_):
+        found, changed = escalation.acknowledge(convoy, actor=actor)
+        row = found.row
+        if json:
+            self.write_json({"id": row.convoy_id, "changed": changed, **found.as_json()})
+        elif changed:
+            self.stdout.write(
+                f"✓ Acknowledged convoy 🚚 {row.convoy_id}: no more reminders until it moves "
+                "and stalls again"
+            )
+        else:
+            self.stdout.write(
+                f"○ Convoy {row.convoy_id} was already acknowledged by {row.acknowledged_by} "
+                f"at {row.acknowledged_at:%Y-%m-%d %H:%M:%S} UTC"
+            )
 
     def do_list(self, all, status, tree, json, **_):
         queryset = Convoy.objects.order_by("id")
@@ -495,9 +522,15 @@ class Command(ServiceCommand):
     def do_feed(self, json, **_):
         catch = feeding.catch_up()
         scan = feeding.stranded_scan()
+        escalated = escalation.escalate_stuck()
         if json:
-            self.write_json({"catch_up": catch, "stranded": scan})
+            self.write_json({"catch_up": catch, "stranded": scan, "escalated": escalated})
             return
+        for item in escalated:
+            self.stdout.write(
+                f"⏰ Escalated stuck convoy {item['id']} ({item['escalation']} of "
+                f"{escalation.MAX_NOTIFICATIONS}): {'; '.join(item['causes'])}"
+            )
         if "seeded" in catch:
             self.stdout.write(f"Catch-up: seeded the high-water mark at #{catch['seeded']}")
         elif "handled" in catch:
@@ -513,6 +546,17 @@ class Command(ServiceCommand):
                 f"empty {', '.join(scan['closed_empty']) or 'none'}; landed "
                 f"{', '.join(scan['landed']) or 'none'}"
             )
+
+
+def _escalation_line(found):
+    row = found.row
+    line = (
+        f"  ⏰ Stuck since {row.progress_at:%Y-%m-%d %H:%M:%S} UTC: escalated {row.count} of "
+        f"{escalation.MAX_NOTIFICATIONS} times"
+    )
+    if row.acknowledged_at:
+        return line + f", acknowledged by {row.acknowledged_by}"
+    return line + f" (`convoy ack {row.convoy_id}` stops it)"
 
 
 def _pause_line(paused):

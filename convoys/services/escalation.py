@@ -1,0 +1,298 @@
+"""Escalation of stuck convoys, which stops when someone acknowledges it (issue 16 item 5).
+
+Progress, read from the event log: a `bead.closed` or `bead.dispatched` event of a bead the
+convoy tracks. A convoy's clock starts at its latest start (`convoy.created`, `.imported`,
+`.launched` or `.reopened` event; its creation time when the log has none) and restarts at
+each progress event. An open convoy with tracked work left whose clock reads
+CONVOY_STUCK_AFTER seconds or more is stuck (whatever it waits on: a gate, a blocker, a
+pause, a parked bead, or a worker busy on one bead for that long). Empty convoys and
+complete ones are left to the stranded scan, which closes or lands them.
+
+A stuck convoy raises one action-needed notification (kind `escalation`) to its owner, its
+notify addresses and its subscribers (those who may view convoys), naming the causes of its
+unfinished beads. Unacknowledged, it is raised again every CONVOY_REESCALATE_AFTER seconds,
+at most MAX_REESCALATIONS times. Acknowledging it (the convoy page, the inbox, `convoy ack`,
+`POST /api/convoys/{id}/ack`) stops it; progress after it starts a fresh cycle.
+
+Each step is claimed with one conditional UPDATE (or the row's primary key for the first),
+in the transaction that writes the notifications, so two task clusters scanning at once
+notify once.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from .. import stranding
+from ..events import record
+from ..formatting import duration
+from ..models import (
+    CONVOY_OPEN,
+    Convoy,
+    Escalation,
+    Event,
+    Notification,
+    TrackedBead,
+)
+from . import notify
+from .convoys import get_convoy
+from .errors import ServiceError
+
+PROGRESS_KINDS = ("bead.closed", "bead.dispatched")
+START_KINDS = ("convoy.created", "convoy.imported", "convoy.launched", "convoy.reopened")
+MAX_REESCALATIONS = 2
+MAX_NOTIFICATIONS = 1 + MAX_REESCALATIONS
+CAUSE_LINES = 12  # at most this many cause lines in a notification (then "and N more")
+
+
+def stuck_after():
+    return timedelta(seconds=float(settings.CONVOY_STUCK_AFTER))
+
+
+def reescalate_after():
+    return timedelta(seconds=float(settings.CONVOY_REESCALATE_AFTER))
+
+
+def last_progress(convoys):
+    """{convoy id: when it last made progress} (see the module doc); three queries."""
+    result = {c.pk: c.created_at for c in convoys}
+    if not result:
+        return result
+    ids = list(result)
+    starts = (
+        Event.objects.filter(convoy_id__in=ids, kind__in=START_KINDS)
+        .values_list("convoy_id")
+        .annotate(at=Max("created_at"))
+    )
+    for convoy_id, at in starts:
+        result[convoy_id] = max(result[convoy_id], at)
+    tracking = TrackedBead.objects.filter(convoy_id__in=ids)
+    moved = dict(
+        Event.objects.filter(kind__in=PROGRESS_KINDS, bead_id__in=tracking.values("bead_id"))
+        .values_list("bead_id")
+        .annotate(at=Max("created_at"))
+    )
+    if moved:
+        for convoy_id, bead_id in tracking.filter(bead_id__in=list(moved)).values_list(
+            "convoy_id", "bead_id"
+        ):
+            result[convoy_id] = max(result[convoy_id], moved[bead_id])
+    return result
+
+
+@dataclass
+class State:
+    """What a page shows of a convoy's escalation."""
+
+    row: Escalation
+    current: bool  # about the stall the convoy is in now (no progress since, still open)
+
+    @property
+    def open(self):
+        """Escalated, not acknowledged, still stuck: the Acknowledge button shows."""
+        return self.current and self.row.acknowledged_at is None
+
+    @property
+    def acknowledged(self):
+        return self.current and self.row.acknowledged_at is not None
+
+    def as_json(self):
+        row = self.row
+        return {
+            "stuck_since": row.progress_at.isoformat(),
+            "escalations": row.count,
+            "max_escalations": MAX_NOTIFICATIONS,
+            "escalated_at": row.escalated_at.isoformat(),
+            "causes": list(row.causes),
+            "current": self.current,
+            "acknowledged_at": row.acknowledged_at.isoformat() if row.acknowledged_at else None,
+            "acknowledged_by": row.acknowledged_by,
+        }
+
+
+def states(convoys):
+    """{convoy id: State} for those of `convoys` that were ever escalated."""
+    convoys = list(convoys)
+    rows = {e.convoy_id: e for e in Escalation.objects.filter(convoy__in=convoys)}
+    if not rows:
+        return {}
+    escalated = [c for c in convoys if c.pk in rows]
+    progress = last_progress(escalated)
+    return {
+        c.pk: State(
+            rows[c.pk], c.status == CONVOY_OPEN and progress[c.pk] <= rows[c.pk].progress_at
+        )
+        for c in escalated
+    }
+
+
+def state(convoy):
+    return states([convoy]).get(convoy.pk)
+
+
+def state_json(convoy):
+    found = state(convoy)
+    return found.as_json() if found else None
+
+
+# --- the scan -----------------------------------------------------------------------------------
+def escalate_stuck(now=None):
+    """Escalate every stuck convoy whose next step is due; run by each stranded scan.
+    Returns [{"id", "escalation" (1..3), "causes"}] for the notifications this call sent."""
+    now = now or timezone.now()
+    after = stuck_after()
+    candidates = list(Convoy.objects.filter(status=CONVOY_OPEN, created_at__lte=now - after))
+    if not candidates:
+        return []
+    progress = last_progress(candidates)
+    rows = {e.convoy_id: e for e in Escalation.objects.filter(convoy__in=candidates)}
+    due = []
+    for convoy in candidates:
+        row = rows.get(convoy.pk)
+        since = progress[convoy.pk]
+        if row is not None and row.progress_at > since:  # a trimmed log never goes back
+            since = row.progress_at
+        if now - since < after:
+            continue
+        if row is None or row.progress_at < since:
+            due.append((convoy, since, row, True))
+        elif (
+            row.acknowledged_at is None
+            and row.count < MAX_NOTIFICATIONS
+            and now - row.escalated_at >= reescalate_after()
+        ):
+            due.append((convoy, since, row, False))
+    if not due:
+        return []
+    verdicts = stranding.classify([c for c, *_ in due], now, explain=True)
+    sent = []
+    for convoy, since, row, fresh in due:
+        verdict = verdicts[convoy.pk]
+        if verdict.kind == stranding.EMPTY or verdict.code == "complete":
+            continue  # the stranded scan closes or lands it
+        causes = cause_lines(convoy, verdict, now)
+        with transaction.atomic():
+            count = _claim(convoy, since, row, fresh, causes, now)
+            if count:
+                _notify(convoy, since, count, causes, now)
+        if count:
+            sent.append({"id": convoy.pk, "escalation": count, "causes": causes})
+    return sent
+
+
+def _claim(convoy, since, row, fresh, causes, now):
+    """Take the next step with one conditional write; the notification number, or 0 when
+    another scan took it first."""
+    if fresh and row is None:
+        try:
+            with transaction.atomic():
+                Escalation.objects.create(
+                    convoy=convoy, progress_at=since, count=1, escalated_at=now, causes=causes
+                )
+        except IntegrityError:  # another cluster created it
+            return 0
+        return 1
+    same = Escalation.objects.filter(
+        pk=convoy.pk,
+        progress_at=row.progress_at,
+        count=row.count,
+        escalated_at=row.escalated_at,
+    )
+    if fresh:
+        won = same.update(
+            progress_at=since,
+            count=1,
+            escalated_at=now,
+            causes=causes,
+            acknowledged_at=None,
+            acknowledged_by="",
+        )
+        return 1 if won else 0
+    won = same.filter(acknowledged_at__isnull=True).update(
+        count=F("count") + 1, escalated_at=now, causes=causes
+    )
+    return row.count + 1 if won else 0
+
+
+def cause_lines(convoy, verdict, now):
+    """Why the convoy's unfinished beads are not moving, one line per cause."""
+    lines = [verdict.reason] if verdict.reason else []
+    lines += [c.text for c in verdict.causes if c.text and c.text not in lines]
+    if len(lines) > CAUSE_LINES:
+        lines = lines[:CAUSE_LINES] + [f"and {len(lines) - CAUSE_LINES} more"]
+    return lines or ["no cause found"]
+
+
+def _notify(convoy, since, count, causes, now):
+    title = " ".join(convoy.title.split())
+    stalled = duration((now - since).total_seconds())
+    if count == 1:
+        subject = f"⏰ Convoy stuck: {title}"
+    else:
+        subject = f"⏰ Convoy still stuck ({count} of {MAX_NOTIFICATIONS}): {title}"
+    lines = [
+        f"Convoy {convoy.pk} has made no progress for {stalled} "
+        f"(no bead closed or dispatched since {since:%Y-%m-%d %H:%M} UTC).",
+        "",
+        "Why it is not moving:",
+        *(f"  - {line}" for line in causes),
+        "",
+        "Acknowledge it to stop these reminders: the Acknowledge button on the convoy page "
+        f"or in your inbox, `python manage.py convoy ack {convoy.pk}`, or "
+        f"POST /api/convoys/{convoy.pk}/ack.",
+    ]
+    if count < MAX_NOTIFICATIONS:
+        hours = duration(reescalate_after().total_seconds())
+        lines.append(f"Unacknowledged, it is raised again in {hours} (reminder {count} of 3).")
+    else:
+        lines.append(f"This is the last reminder ({count} of {MAX_NOTIFICATIONS}).")
+    record(
+        "convoy.escalated",
+        convoy_id=convoy.pk,
+        actor="escalation",
+        data={
+            "title": convoy.title,
+            "escalation": count,
+            "stuck_since": since.isoformat(),
+            "causes": causes,
+        },
+    )
+    notify.notify_escalation(convoy, subject, "\n".join(lines), now)
+
+
+# --- acknowledgement ----------------------------------------------------------------------------
+def acknowledge(convoy_id, *, actor, now=None):
+    """Stop a convoy's escalation. Returns (State, changed): acknowledging twice changes
+    nothing; a convoy that is not escalated now (never, or it moved since) is refused."""
+    convoy = get_convoy(convoy_id)
+    now = now or timezone.now()
+    with transaction.atomic():
+        found = state(convoy)
+        if found is None or not found.current:
+            raise ServiceError(f"convoy {convoy.pk} is not escalated: nothing to acknowledge")
+        if found.row.acknowledged_at is not None:
+            return found, False
+        won = Escalation.objects.filter(
+            pk=convoy.pk, progress_at=found.row.progress_at, acknowledged_at__isnull=True
+        ).update(acknowledged_at=now, acknowledged_by=actor)
+        if not won:  # acknowledged (or reset) a moment ago
+            found = state(convoy)
+            if found is None or not found.current:
+                raise ServiceError(f"convoy {convoy.pk} is not escalated: nothing to acknowledge")
+            return found, False
+        record(
+            "convoy.acknowledged",
+            convoy_id=convoy.pk,
+            actor=actor,
+            data={"title": convoy.title, "escalations": found.row.count},
+        )
+        # Handled: nobody needs to read the reminders any more.
+        Notification.objects.filter(
+            convoy=convoy, kind=Notification.ESCALATION, read_at__isnull=True
+        ).update(read_at=now)
+        found.row.refresh_from_db()
+    return found, True

@@ -1,0 +1,266 @@
+"""Escalation that stops when acknowledged (issue 16 item 5): a convoy with no progress for
+CONVOY_STUCK_AFTER raises one action-needed notification naming its causes, again after
+CONVOY_REESCALATE_AFTER at most twice, never to someone who may not view it; the convoy page's
+and the inbox's button, `convoy ack` and the API stop it; progress starts afresh. Time is
+passed to the service (`now`), never slept."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import CommandError
+from django.test import Client
+
+from convoys import tasks
+from convoys.models import Escalation, Event, Notification, Subscription
+from convoys.services import beads, convoys, escalation, notify
+from convoys.services.errors import ServiceError
+
+from .factories import bead, blocks, command
+
+STUCK = timedelta(seconds=1800)
+AGAIN = timedelta(hours=4)
+
+
+def viewer(username, email=""):
+    user = User.objects.create_user(username, email=email, password="pw-pw-pw-123")
+    user.user_permissions.add(Permission.objects.get(codename="view_convoy"))
+    return User.objects.get(pk=user.pk)  # fresh: permissions are cached per object
+
+
+def client(user):
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def people(db):
+    return {
+        "alice": viewer("alice", "alice@example.com"),  # the owner
+        "watcher": viewer("watcher"),  # a subscriber without an e-mail address
+        "outsider": User.objects.create_user("outsider", email="out@example.com"),  # no rights
+    }
+
+
+@pytest.fixture
+def stuck(routes, people):
+    """A convoy whose one bead waits on an open decision: nothing can move."""
+    bead("gt-gate", "Pick a database", type="decision")
+    bead("gt-w", "Migrate")
+    blocks("gt-gate", "gt-w")
+    convoy = convoys.create("Stuck work", ["gt-w"], owner="alice")
+    notify.subscribe(people["watcher"], convoy)
+    Subscription.objects.create(user=people["outsider"], convoy=convoy, email=True)
+    return convoy
+
+
+def started(convoy):
+    """When the convoy's clock started (its `convoy.created` event, here)."""
+    return escalation.last_progress([convoy])[convoy.pk]
+
+
+def escalations(convoy=None):
+    notes = Notification.objects.filter(kind=Notification.ESCALATION)
+    return notes.filter(convoy=convoy) if convoy else notes
+
+
+def recipients(notes):
+    return sorted(n.user.username for n in notes)
+
+
+def test_a_stuck_convoy_escalates_once_then_twice_more_at_most(stuck):
+    start = started(stuck)
+    assert escalation.escalate_stuck(now=start + STUCK - timedelta(seconds=1)) == []
+
+    sent = escalation.escalate_stuck(now=start + STUCK)
+    assert [(s["id"], s["escalation"]) for s in sent] == [(stuck.pk, 1)]
+    notes = escalations(stuck)
+    # the owner and the subscriber; the subscriber who may not view convoys gets nothing
+    assert recipients(notes) == ["alice", "watcher"]
+    note = notes.get(user__username="alice")
+    assert note.subject == "⏰ Convoy stuck: Stuck work"
+    assert "made no progress for 30m" in note.body
+    assert "gt-w gated by gt-gate" in note.body  # the cause, named
+    assert f"convoy ack {stuck.pk}" in note.body
+    assert Event.objects.filter(kind="convoy.escalated", convoy_id=stuck.pk).count() == 1
+
+    # Once within the window, however often the scan runs.
+    for minutes in (0, 1, 30, 239):
+        assert escalation.escalate_stuck(now=start + STUCK + timedelta(minutes=minutes)) == []
+    assert escalations(stuck).count() == 2
+
+    # Unacknowledged: again after the window, twice at most.
+    second = escalation.escalate_stuck(now=start + STUCK + AGAIN)
+    assert [s["escalation"] for s in second] == [2]
+    assert escalation.escalate_stuck(now=start + STUCK + AGAIN + timedelta(hours=1)) == []
+    third = escalation.escalate_stuck(now=start + STUCK + 2 * AGAIN)
+    assert [s["escalation"] for s in third] == [3]
+    for later in (3, 4, 10, 100):
+        assert escalation.escalate_stuck(now=start + STUCK + later * AGAIN) == []
+    subjects = [n.subject for n in escalations(stuck).filter(user__username="alice").order_by("id")]
+    assert subjects == [
+        "⏰ Convoy stuck: Stuck work",
+        "⏰ Convoy still stuck (2 of 3): Stuck work",
+        "⏰ Convoy still stuck (3 of 3): Stuck work",
+    ]
+    assert "This is the last reminder (3 of 3)." in escalations(stuck).order_by("id").last().body
+    assert not Notification.objects.filter(user__username="outsider").exists()
+
+
+def test_the_thresholds_are_settings(stuck, settings):
+    settings.CONVOY_STUCK_AFTER = 60
+    settings.CONVOY_REESCALATE_AFTER = 120
+    start = started(stuck)
+    assert [s["escalation"] for s in escalation.escalate_stuck(start + timedelta(seconds=60))] == [
+        1
+    ]
+    assert escalation.escalate_stuck(start + timedelta(seconds=179)) == []
+    assert [s["escalation"] for s in escalation.escalate_stuck(start + timedelta(seconds=180))] == [
+        2
+    ]
+
+
+def test_progress_resets_the_escalation(stuck):
+    start = started(stuck)
+    escalation.escalate_stuck(now=start + STUCK)
+    assert escalations(stuck).count() == 2
+    # Progress: the gate is decided, gt-w dispatched (a `bead.dispatched` event) and closed.
+    bead("gt-w2", "Verify")
+    convoys.add(stuck.pk, ["gt-w2"])
+    beads.close_bead("gt-gate", reason="postgres")
+    command("convoy", "feed", "--once")  # the stranded scan dispatches gt-w
+    moved = Event.objects.filter(kind="bead.dispatched", bead_id="gt-w").get().created_at
+    found = escalation.state(stuck)
+    assert not found.current  # the page no longer shows it; nothing to acknowledge
+    with pytest.raises(ServiceError, match=f"convoy {stuck.pk} is not escalated"):
+        escalation.acknowledge(stuck.pk, actor="cli")
+    # No further reminder for the old stall ...
+    assert escalation.escalate_stuck(now=moved + STUCK - timedelta(seconds=1)) == []
+    # ... but a new stall is escalated afresh, as the first of three.
+    sent = escalation.escalate_stuck(now=moved + STUCK)
+    assert [s["escalation"] for s in sent] == [1]
+    # (its worker went silent meanwhile: both beads are ready again, for the scan to take)
+    assert sent[0]["causes"] == ["2 ready, nobody on them"]
+    row = Escalation.objects.get(pk=stuck.pk)
+    assert (row.count, row.progress_at) == (1, moved)
+
+
+def test_acknowledge_from_the_cli_stops_it(stuck):
+    start = started(stuck)
+    with pytest.raises(CommandError, match=f"convoy {stuck.pk} is not escalated"):
+        command("convoy", "ack", stuck.pk)
+    escalation.escalate_stuck(now=start + STUCK)
+    out = command("convoy", "ack", stuck.pk, "--actor", "ops")
+    assert f"✓ Acknowledged convoy 🚚 {stuck.pk}" in out
+    again = command("convoy", "ack", stuck.pk)
+    assert f"○ Convoy {stuck.pk} was already acknowledged by ops" in again
+    for later in (1, 2, 3):
+        assert escalation.escalate_stuck(now=start + STUCK + later * AGAIN) == []
+    assert escalations(stuck).count() == 2
+    assert not escalations(stuck).filter(read_at__isnull=True).exists()  # handled: read
+    event = Event.objects.get(kind="convoy.acknowledged")
+    assert (event.convoy_id, event.actor) == (stuck.pk, "ops")
+    status = command("convoy", "status", stuck.pk)
+    assert "⏰ Stuck since" in status and "acknowledged by ops" in status
+    data = json.loads(command("convoy", "status", stuck.pk, "--json"))
+    assert data["escalation"]["acknowledged_by"] == "ops"
+    assert data["escalation"]["escalations"] == 1
+    with pytest.raises(CommandError, match="convoy 'hq-cv-nope' not found"):
+        command("convoy", "ack", "hq-cv-nope")
+
+
+def test_acknowledge_from_the_api_stops_it(stuck, people):
+    escalation.escalate_stuck(now=started(stuck) + STUCK)
+    api = client(people["watcher"])
+    got = api.post(f"/api/convoys/{stuck.pk}/ack", content_type="application/json")
+    assert got.status_code == 200, got.content
+    body = got.json()
+    assert body["changed"] is True and body["escalation"]["acknowledged_by"] == "api:watcher"
+    again = api.post(f"/api/convoys/{stuck.pk}/ack", content_type="application/json")
+    assert again.json()["changed"] is False
+    detail = api.get(f"/api/convoys/{stuck.pk}").json()["escalation"]
+    assert detail["current"] and detail["acknowledged_by"] == "api:watcher"
+    assert detail["causes"] == ["gt-w gated by gt-gate"]
+    assert escalation.escalate_stuck(now=started(stuck) + STUCK + AGAIN) == []
+    # Who may not view convoys may not acknowledge; a missing convoy is a 404.
+    refused = client(people["outsider"]).post(f"/api/convoys/{stuck.pk}/ack")
+    assert refused.status_code == 403
+    missing = api.post("/api/convoys/hq-cv-nope/ack")
+    assert missing.status_code == 404
+
+
+def test_acknowledge_from_the_inbox_and_the_convoy_page(stuck, people):
+    alice = client(people["alice"])
+    bead("gt-r", "Quick")
+    landed = convoys.create("Done already", ["gt-r"], owner="alice")
+    beads.close_bead("gt-r", reason="done")
+    convoys.check(landed.pk)
+    escalation.escalate_stuck(now=started(stuck) + STUCK)
+
+    inbox = alice.get("/inbox/").content.decode()
+    action, receipts = inbox.split('id="inbox-receipts"')
+    assert "⚠ Action needed" in action and "⏰ Convoy stuck: Stuck work" in action
+    assert f'action="/convoys/{stuck.pk}/ack/"' in action
+    assert "Convoy landed: Done already" in receipts and "Stuck work" not in receipts
+    page = alice.get(f"/convoys/{stuck.pk}/").content.decode()
+    assert "⏰ Stuck: no progress since" in page and "gt-w gated by gt-gate" in page
+    assert f'action="/convoys/{stuck.pk}/ack/"' in page
+
+    got = alice.post(f"/convoys/{stuck.pk}/ack/", {"next": "/inbox/"})
+    assert (got.status_code, got["Location"]) == (302, "/inbox/")
+    inbox = alice.get("/inbox/").content.decode()
+    assert f'action="/convoys/{stuck.pk}/ack/"' not in inbox
+    assert "acknowledged by web:alice" in inbox
+    page = alice.get(f"/convoys/{stuck.pk}/").content.decode()
+    assert "Acknowledged by web:alice" in page and f"/convoys/{stuck.pk}/ack/" not in page
+    assert escalation.escalate_stuck(now=started(stuck) + STUCK + AGAIN) == []
+
+    # The convoy page's button, on a second stuck convoy; an off-site `next` is ignored.
+    bead("gt-w3", "Also gated")
+    blocks("gt-gate", "gt-w3")
+    other = convoys.create("Also stuck", ["gt-w3"], owner="alice")
+    escalation.escalate_stuck(now=started(other) + STUCK)
+    got = alice.post(f"/convoys/{other.pk}/ack/", {"next": "https://evil.example/"})
+    assert (got.status_code, got["Location"]) == (302, f"/convoys/{other.pk}/")
+    assert Escalation.objects.get(pk=other.pk).acknowledged_by == "web:alice"
+    # Not escalated: a 400 naming why, nothing changed.
+    bead("gt-calm")
+    calm = convoys.create("Calm", ["gt-calm"], owner="alice")
+    refused = alice.post(f"/convoys/{calm.pk}/ack/")
+    assert refused.status_code == 400 and b"is not escalated" in refused.content
+
+
+def test_claims_are_single_under_two_scanners(stuck):
+    """Two clusters scanning at once: each step is one conditional write, so a scan that
+    read the same state a moment later sends nothing."""
+    now = started(stuck) + STUCK
+    since = escalation.last_progress([stuck])[stuck.pk]
+    assert escalation._claim(stuck, since, None, True, ["x"], now) == 1
+    assert escalation._claim(stuck, since, None, True, ["x"], now) == 0  # the row exists
+    stale = Escalation.objects.get(pk=stuck.pk)
+    later = now + AGAIN
+    assert escalation._claim(stuck, since, stale, False, ["x"], later) == 2
+    assert escalation._claim(stuck, since, stale, False, ["x"], later) == 0  # it moved on
+    assert Escalation.objects.get(pk=stuck.pk).count == 2
+
+
+def test_the_periodic_scan_task_escalates(stuck, settings):
+    """The cluster's stranded-scan task (scheduled by the ticker) runs the check."""
+    settings.CONVOY_STUCK_AFTER = 0
+    summary = tasks.stranded_scan()
+    assert [s["id"] for s in summary["escalated"]] == [stuck.pk]
+    assert tasks.stranded_scan()["escalated"] == []
+    out = command("convoy", "feed", "--once", "--json")
+    assert json.loads(out)["escalated"] == []
+
+
+def test_done_empty_and_staged_convoys_are_not_escalated(routes, people):
+    bead("gt-d")
+    done = convoys.create("Done", ["gt-d"], owner="alice")
+    beads.close_bead("gt-d")  # complete, waiting for the scan to land it
+    empty = convoys.create("Empty", [], owner="alice")
+    later = max(started(done), started(empty)) + STUCK
+    assert escalation.escalate_stuck(now=later) == []
+    assert not escalations().exists()
