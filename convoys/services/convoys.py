@@ -25,7 +25,6 @@ from ..models import (
     Convoy,
     Dependency,
     TrackedBead,
-    bead_prefix,
 )
 from .errors import NotFound, ServiceError
 
@@ -404,10 +403,6 @@ def tracking_open_convoy(bead_id):
     return (
         Convoy.objects.filter(status=CONVOY_OPEN, tracked__bead_id=bead_id).order_by("id").first()
     )
-
-
-def rig_of_prefix(bead_id, routes):
-    return routes.get(bead_prefix(bead_id))
 
 
 EDITABLE = (
