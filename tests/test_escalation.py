@@ -82,7 +82,7 @@ def test_a_stuck_convoy_escalates_once_then_twice_more_at_most(stuck):
     note = notes.get(user__username="alice")
     assert note.subject == "⏰ Convoy stuck: Stuck work"
     assert "made no progress for 30m" in note.body
-    assert "gt-w gated by gt-gate" in note.body  # the cause, named
+    assert "gt-w (gated): gated by gt-gate" in note.body  # the cause, named
     assert f"convoy ack {stuck.pk}" in note.body
     assert Event.objects.filter(kind="convoy.escalated", convoy_id=stuck.pk).count() == 1
 
@@ -141,8 +141,12 @@ def test_progress_resets_the_escalation(stuck):
     # ... but a new stall is escalated afresh, as the first of three.
     sent = escalation.escalate_stuck(now=moved + STUCK)
     assert [s["escalation"] for s in sent] == [1]
-    # (its worker went silent meanwhile: both beads are ready again, for the scan to take)
-    assert sent[0]["causes"] == ["2 ready, nobody on them"]
+    # (its worker went silent meanwhile, and nothing took gt-w2: named per bead)
+    assert sent[0]["causes"] == [
+        "1 dead worker, 1 ready",
+        "gt-w (dead worker): gastown/polecats/nux went silent: the next stranded scan rescues it",
+        "gt-w2 (ready): the next feed takes it",
+    ]
     row = Escalation.objects.get(pk=stuck.pk)
     assert (row.count, row.progress_at) == (1, moved)
 
@@ -182,7 +186,7 @@ def test_acknowledge_from_the_api_stops_it(stuck, people):
     assert again.json()["changed"] is False
     detail = api.get(f"/api/convoys/{stuck.pk}").json()["escalation"]
     assert detail["current"] and detail["acknowledged_by"] == "api:watcher"
-    assert detail["causes"] == ["gt-w gated by gt-gate"]
+    assert detail["causes"] == ["1 gated", "gt-w (gated): gated by gt-gate"]
     assert escalation.escalate_stuck(now=started(stuck) + STUCK + AGAIN) == []
     # Who may not view convoys may not acknowledge; a missing convoy is a 404.
     refused = client(people["outsider"]).post(f"/api/convoys/{stuck.pk}/ack")
@@ -205,7 +209,7 @@ def test_acknowledge_from_the_inbox_and_the_convoy_page(stuck, people):
     assert f'action="/convoys/{stuck.pk}/ack/"' in action
     assert "Convoy landed: Done already" in receipts and "Stuck work" not in receipts
     page = alice.get(f"/convoys/{stuck.pk}/").content.decode()
-    assert "⏰ Stuck: no progress since" in page and "gt-w gated by gt-gate" in page
+    assert "⏰ Stuck: no progress since" in page and "gt-w (gated): gated by gt-gate" in page
     assert f'action="/convoys/{stuck.pk}/ack/"' in page
 
     got = alice.post(f"/convoys/{stuck.pk}/ack/", {"next": "/inbox/"})
@@ -264,3 +268,26 @@ def test_done_empty_and_staged_convoys_are_not_escalated(routes, people):
     later = max(started(done), started(empty)) + STUCK
     assert escalation.escalate_stuck(now=later) == []
     assert not escalations().exists()
+
+
+def test_the_notification_names_each_beads_cause(stuck, people):
+    """The causes come from convoys/causes.py, one per unfinished bead, in its order."""
+    bead("gt-x", "Outside work")
+    bead("gt-b", "Needs outside work")
+    blocks("gt-x", "gt-b")
+    convoys.add(stuck.pk, ["gt-b", "gt-gone"])  # gt-gone is in no store
+    sent = escalation.escalate_stuck(now=started(stuck) + STUCK)
+    assert sent[0]["causes"] == [
+        "1 unknown, 1 blocked, 1 gated",
+        "gt-gone (unknown): not in the store",
+        "gt-b (blocked): blocked by gt-x",
+        "gt-w (gated): gated by gt-gate",
+    ]
+    # A paused convoy is stuck too, and says who paused it and why.
+    bead("gt-p", "Paused work")
+    paused = convoys.create("On hold", ["gt-p"], owner="alice")
+    command("convoy", "pause", paused.pk, "--reason", "db migration", "--actor", "ops")
+    sent = escalation.escalate_stuck(now=started(paused) + STUCK)
+    assert [s["causes"] for s in sent if s["id"] == paused.pk] == [
+        ["1 paused", f"gt-p (paused): convoy {paused.pk} paused by ops: db migration"]
+    ]

@@ -9,8 +9,8 @@ pause, a parked bead, or a worker busy on one bead for that long). Empty convoys
 complete ones are left to the stranded scan, which closes or lands them.
 
 A stuck convoy raises one action-needed notification (kind `escalation`) to its owner, its
-notify addresses and its subscribers (those who may view convoys), naming the causes of its
-unfinished beads. Unacknowledged, it is raised again every CONVOY_REESCALATE_AFTER seconds,
+notify addresses and its subscribers (those who may view convoys), naming the cause of each
+unfinished bead (convoys/causes.py: blocked, gated, paused, circuit-broken, working, ...). Unacknowledged, it is raised again every CONVOY_REESCALATE_AFTER seconds,
 at most MAX_REESCALATIONS times. Acknowledging it (the convoy page, the inbox, `convoy ack`,
 `POST /api/convoys/{id}/ack`) stops it; progress after it starts a fresh cycle.
 
@@ -27,7 +27,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from .. import stranding
+from .. import causes as why
 from ..events import record
 from ..formatting import duration
 from ..models import (
@@ -168,13 +168,12 @@ def escalate_stuck(now=None):
             due.append((convoy, since, row, False))
     if not due:
         return []
-    verdicts = stranding.classify([c for c, *_ in due], now, explain=True)
     sent = []
     for convoy, since, row, fresh in due:
-        verdict = verdicts[convoy.pk]
-        if verdict.kind == stranding.EMPTY or verdict.code == "complete":
-            continue  # the stranded scan closes or lands it
-        causes = cause_lines(convoy, verdict, now)
+        found = why.for_convoy(convoy, now)
+        if not found:
+            continue  # empty or complete: the stranded scan closes or lands it
+        causes = cause_lines(found)
         with transaction.atomic():
             count = _claim(convoy, since, row, fresh, causes, now)
             if count:
@@ -218,13 +217,20 @@ def _claim(convoy, since, row, fresh, causes, now):
     return row.count + 1 if won else 0
 
 
-def cause_lines(convoy, verdict, now):
-    """Why the convoy's unfinished beads are not moving, one line per cause."""
-    lines = [verdict.reason] if verdict.reason else []
-    lines += [c.text for c in verdict.causes if c.text and c.text not in lines]
-    if len(lines) > CAUSE_LINES:
-        lines = lines[:CAUSE_LINES] + [f"and {len(lines) - CAUSE_LINES} more"]
-    return lines or ["no cause found"]
+def cause_lines(found):
+    """Why the convoy's unfinished beads are not moving ({bead id: cause}, from
+    convoys/causes.py): a summary ("1 gated, 2 working"), then one line per bead, in the
+    order kinds are decided, at most CAUSE_LINES of them."""
+    order = {kind: n for n, kind in enumerate(why.KINDS)}
+    beads = sorted(found.items(), key=lambda item: order.get(item[1]["kind"], len(order)))
+    lines = [why.summary(found)]
+    lines += [
+        f"{bead_id} ({why.word(cause['kind'])}): {cause.get('text', '')}".rstrip(": ")
+        for bead_id, cause in beads[:CAUSE_LINES]
+    ]
+    if len(beads) > CAUSE_LINES:
+        lines.append(f"and {len(beads) - CAUSE_LINES} more")
+    return lines
 
 
 def _notify(convoy, since, count, causes, now):
