@@ -1,14 +1,18 @@
 """Town-wide capacity (issue 16 item 1): in flight derived from rows, the queue's order
 (priority, then round-robin across convoys, then id) and its positions."""
 
+import json
 from datetime import timedelta
 
 from django.utils import timezone
 
-from convoys.models import Bead, Worker
-from convoys.services import capacity, convoys, dispatch
+from convoys.models import Bead, Convoy, Dispatch, Worker
+from convoys.services import capacity, convoys, dispatch, feeding, staging
+from convoys.services.launch import launch_staged
 
+from . import test_feeding
 from .factories import bead
+from .factories import command as cli
 
 
 def claim(bead_id, convoy_id=""):
@@ -71,3 +75,121 @@ def test_positions_skip_free_slots_paused_parked_and_full_convoys(routes, settin
     assert capacity.queue_positions() == {"gt-a1": 1}
     settings.CONVOY_MAX_IN_FLIGHT = 0
     assert capacity.queue_positions() == {}  # no cap: nothing waits for capacity
+
+
+# --- enforcement: every path, the queue's order, slots freed by closes, failures and deaths --
+
+
+closing = test_feeding.closing  # the fixture: close a bead and run its commit hooks
+
+
+def launched(ids):
+    plan = staging.stage(ids, actor="test")
+    return launch_staged(plan.convoy_id, force=True)
+
+
+def oldest_in_flight():
+    """The bead in flight whose dispatch is oldest."""
+    busy = set(capacity.in_flight_beads().values_list("pk", flat=True))
+    for bead_id in Dispatch.objects.order_by("created_at", "id").values_list("bead_id", flat=True):
+        if bead_id in busy:
+            return bead_id
+    return None
+
+
+def test_two_convoys_of_50_with_a_cap_of_2_take_turns(routes, settings, closing):
+    settings.CONVOY_MAX_IN_FLIGHT = 2
+    a = launched([bead(f"gt-a{i:02d}").id for i in range(50)])
+    assert [d["id"] for d in a.dispatched] == ["gt-a00", "gt-a01"]
+    assert {s["reason"] for s in a.skipped} == {
+        "town at capacity (2 in flight, cap 2): waiting for a free slot"
+    }
+    b = launched([bead(f"gt-b{i:02d}").id for i in range(50)])
+    assert b.dispatched == [] and len(b.skipped) == 50
+    turns = []
+    while (bead_id := oldest_in_flight()) is not None:
+        closing(bead_id)
+        assert capacity.in_flight() <= 2
+        turns += [
+            d.convoy_id for d in Dispatch.objects.filter(path="event").order_by("id")[len(turns) :]
+        ]
+    # B, never served, goes first; then the two convoys alternate until A runs out
+    expected = [b.convoy_id, a.convoy_id] * 48 + [b.convoy_id] * 2
+    assert turns == expected
+    assert set(Convoy.objects.values_list("status", flat=True)) == {"closed"}
+    assert Dispatch.objects.count() == 100
+
+
+class FailingFor:
+    """A dispatcher that fails for the beads listed in FAILING."""
+
+    FAILING = set()
+
+    def dispatch(self, bead_id, rig, convoy_id, worker):
+        from convoys.dispatchers import Outcome
+
+        return Outcome(bead_id not in self.FAILING, "pool down" if bead_id in self.FAILING else "")
+
+
+def test_every_path_keeps_to_the_cap_and_every_freed_slot_is_refilled(
+    routes, settings, closing, monkeypatch
+):
+    settings.CONVOY_MAX_IN_FLIGHT = 1
+    convoy = launched([bead(f"gt-c{i}").id for i in range(5)])
+    cid = convoy.convoy_id
+    assert [d["id"] for d in convoy.dispatched] == ["gt-c0"]
+    full = "town at capacity (1 in flight, cap 1): waiting for a free slot"
+    # catch-up, the scan, a container sling and a single sling all respect it
+    fed = json.loads(cli("convoy", "feed", "--once", "--json"))
+    assert fed["catch_up"].get("dispatched", []) == [] and fed["stranded"]["dispatched"] == []
+    slung = json.loads(cli("sling", cid, "--json"))
+    assert slung["dispatched"] == [] and {s["reason"] for s in slung["skipped"]} >= {full}
+    bead("gt-loose")
+    alone = json.loads(cli("sling", "gt-loose", "--no-convoy", "--json"))
+    assert alone["dispatched"][0]["error"] == full
+    assert capacity.in_flight() == 1
+    # a close frees the slot for the queue's head
+    closing("gt-c0")
+    assert hooked() == ["gt-c1"]
+    # a failed dispatch frees its slot at once: the next head goes in the same pass
+    monkeypatch.setattr(FailingFor, "FAILING", {"gt-c2"})
+    settings.CONVOY_DISPATCHER = "tests.test_capacity.FailingFor"
+    closing("gt-c1")
+    assert hooked() == ["gt-c3"]
+    # a dead worker's slot is free again: the next catch-up fills it (here with the dead
+    # worker's own bead, first in the queue and rescued to a live worker)
+    dead = Bead.objects.get(pk="gt-c3").assignee
+    Worker.objects.filter(name=dead).update(last_seen=timezone.now() - timedelta(hours=1))
+    assert capacity.in_flight() == 0
+    assert feeding.catch_up()["dispatched"] == ["gt-c3"]
+    assert Bead.objects.get(pk="gt-c3").assignee != dead and capacity.in_flight() == 1
+    # raising the cap takes effect at the next event, no restart
+    settings.CONVOY_MAX_IN_FLIGHT = 3
+    assert feeding.catch_up()["dispatched"] == ["gt-c4"]
+    assert capacity.in_flight() == 2  # gt-c2 cools down after its failure
+
+
+def test_pause_and_convoy_limits_still_hold_under_the_cap(routes, settings, closing):
+    from convoys.services import controls
+
+    settings.CONVOY_MAX_IN_FLIGHT = 2
+    first = launched([bead(f"gt-f{i}").id for i in range(3)])
+    assert len(first.dispatched) == 2
+    plan = staging.stage([bead(f"gt-p{i}").id for i in range(3)], actor="test")
+    convoys.update_fields(plan.convoy_id, max_in_flight=1, actor="test")
+    launch_staged(plan.convoy_id, force=True)
+    assert capacity.queue_positions() == {"gt-p0": 1, "gt-f2": 2}
+    controls.pause(plan.convoy_id, actor="test")
+    assert capacity.queue_positions() == {"gt-f2": 1}
+    closing("gt-f0")
+    assert hooked() == ["gt-f1", "gt-f2"]  # the paused convoy's bead was passed over
+    controls.resume(plan.convoy_id, actor="test")
+    assert hooked() == ["gt-f1", "gt-f2"]  # resumed, but the town is full
+    closing("gt-f1")
+    closing("gt-f2")
+    assert hooked() == ["gt-p0"]  # its own limit of 1 holds with a town slot free
+    assert capacity.snapshot().free == 1
+
+
+def hooked():
+    return sorted(Bead.objects.filter(status="hooked").values_list("id", flat=True))

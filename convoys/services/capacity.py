@@ -40,7 +40,7 @@ NEVER = datetime.min.replace(tzinfo=UTC)
 
 def cap():
     """The town's cap on beads in flight; 0 means unlimited."""
-    return max(int(getattr(settings, "CONVOY_MAX_IN_FLIGHT", 0) or 0), 0)
+    return max(settings.CONVOY_MAX_IN_FLIGHT, 0)
 
 
 def lock_town():
@@ -70,10 +70,10 @@ def in_flight(now=None):
     return in_flight_beads(now).count()
 
 
-def town_full(bead_id, now=None):
+def town_full(bead_id, now=None, limit=None):
     """(in flight, cap) when the town has no slot for `bead_id`, else None. Inside a claim,
     after `lock_town()`. The bead itself is not counted (a dead worker's bead taken over)."""
-    limit = cap()
+    limit = cap() if limit is None else limit
     if not limit:
         return None
     busy = in_flight_beads(now).exclude(pk=bead_id).count()

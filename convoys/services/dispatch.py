@@ -7,6 +7,8 @@ releases the claim, and the bead cools down before it is tried again.
 Two operator controls are enforced here, so every path (launch, close, catch-up, scan, sling)
 obeys them: a bead tracked by a paused convoy is not claimed, and a bead whose dispatch
 failed CONVOY_MAX_DISPATCH_FAILURES times in a row is parked (the breaker) until retried.
+The town's cap on beads in flight (services/capacity.py) is enforced here too: with a cap set,
+a claim takes the town lock first, then counts the beads in flight in its own transaction.
 """
 
 import logging
@@ -31,6 +33,7 @@ from ..models import (
     Worker,
 )
 from ..readiness import worker_dead
+from . import capacity
 
 log = logging.getLogger("convoys.dispatch")
 
@@ -148,6 +151,9 @@ def refusal(bead, convoy_id=""):
     full = full_convoys(bead, convoy_id)
     if full:
         return "; ".join(f"convoy {pk} at max in flight ({limit})" for pk, limit in full)
+    town = capacity.town_full(bead.pk)
+    if town:
+        return capacity.refusal_text(town)
     return "claimed by another dispatcher"
 
 
@@ -171,10 +177,15 @@ def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
     """Claim `bead` as read by the caller; return a Claim, or None if someone else won.
     `forced`: sent past open blockers by `sling --force` (recorded on the attempt).
     Nobody wins a bead held by a paused convoy, one at its max in flight, or parked by the
-    breaker."""
+    breaker, nor any bead while the town is at its cap."""
+    town_cap = capacity.cap()
+    if town_cap:
+        capacity.lock_town()  # before any row lock: claims of the town count in turn
     if paused_convoys(bead.pk, convoy_id) or full_convoys(bead, convoy_id):
         return None
     now = timezone.now()
+    if town_cap and capacity.town_full(bead.pk, now, limit=town_cap):
+        return None
     target = Bead.objects.filter(
         pk=bead.pk,
         status=bead.status,

@@ -3,6 +3,10 @@
 Every path dispatches through `dispatch.claim`, so running any of them twice, in two
 clusters, or racing each other never dispatches a bead twice. One drain runs at a time per
 convoy (a lease), and each close event is handled once (a unique marker row).
+
+With a town cap (services/capacity.py) a freed slot belongs to the head of the town's queue,
+not to the convoy whose bead closed: every feeder (close, resume, catch-up, scan) then lands
+what is complete and runs `feed_town`, which dispatches queue heads while slots are free.
 """
 
 import logging
@@ -24,12 +28,13 @@ from ..models import (
     Bead,
     Convoy,
     Cursor,
+    Dispatch,
     Event,
     HandledEvent,
     TrackedBead,
 )
 from ..readiness import ready_beads
-from . import dispatch, leases, staging
+from . import capacity, dispatch, leases, staging
 from .convoys import EMPTY_REASON, check, close_if_complete, get_convoy, set_status
 
 log = logging.getLogger("convoys.feeding")
@@ -87,6 +92,8 @@ def _drain(convoy, path, limit, me, name):
         return []
     if close_if_complete(convoy, actor=path):
         return []
+    if capacity.cap():  # a town cap: the slot goes to the head of the town's queue
+        return feed_town(path)
     tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     if limit is None:
         limit = 1 if not convoy.max_in_flight else convoy.max_in_flight
@@ -111,6 +118,30 @@ def _drain(convoy, path, limit, me, name):
     if not results:
         log.info("convoy %s: no ready issues to feed", convoy.pk)
     return results
+
+
+def feed_town(path):
+    """With a town cap: dispatch the heads of the town's queue while slots are free (a
+    failed dispatch frees its slot for the next head). Several feeders may run at once, in
+    any process: each claim counts the beads in flight under the town lock, so a feeder
+    whose claim is refused because the town filled up stops, and one that lost a bead to
+    another feeder tries the next. Returns the successful dispatch results."""
+    results, tried = [], set()
+    while True:
+        snap = capacity.snapshot()
+        heads = [q for q in snap.queue if q.bead_id not in tried][: snap.free]
+        if not heads:
+            return results
+        for queued in heads:
+            tried.add(queued.bead_id)
+            won = dispatch.claim(queued.bead, convoy_id=queued.convoy_id, path=path)
+            if won is None:
+                if capacity.town_full(queued.bead_id):
+                    return results  # the town filled up: whoever frees a slot feeds next
+                continue  # taken by another feeder, or its convoy filled up
+            result = dispatch.run(won)
+            if result["ok"]:
+                results.append(result)
 
 
 def handle_close_event(seq, path="event"):
@@ -162,7 +193,11 @@ def catch_up(batch=1000):
             Cursor.objects.filter(name=CATCH_UP_CURSOR, position__lt=events[-1][0]).update(
                 position=events[-1][0]
             )
-        return {"handled": handled, "position": events[-1][0] if events else cursor.position}
+        summary = {"handled": handled, "position": events[-1][0] if events else cursor.position}
+        if capacity.cap():
+            # Slots freed by no event (a worker found dead, the cap raised) are filled here.
+            summary["dispatched"] = [r["id"] for r in feed_town("event")]
+        return summary
     finally:
         leases.release("catch-up", me)
 
@@ -199,22 +234,18 @@ def stranded_scan(now=None):
         now = now or timezone.now()
         summary = {"dispatched": [], "closed_empty": [], "landed": [], "stuck": []}
         grace = timedelta(seconds=settings.CONVOY_EMPTY_GRACE)
-        for convoy, verdict in stranding.open_verdicts(now):
+        verdicts = list(stranding.open_verdicts(now))
+        town = bool(capacity.cap())
+        if town:
+            _town_scan(summary, verdicts)
+        for convoy, verdict in verdicts:
             if verdict.kind == stranding.FEEDABLE:
+                if town:
+                    continue  # fed from the town's queue above
                 results = feed_convoy(convoy, "stranded", limit=1, wait=0)
                 summary["dispatched"] += [r["id"] for r in results]
                 if results:
-                    with transaction.atomic():
-                        record(
-                            "stranded.found",
-                            convoy_id=convoy.pk,
-                            actor="stranded",
-                            data={
-                                "title": convoy.title,
-                                "dispatched": results[0]["id"],
-                                "ready_count": len(verdict.ready),
-                            },
-                        )
+                    _found(convoy, results[0]["id"], len(verdict.ready))
             elif verdict.kind == stranding.EMPTY:
                 if now - convoy.created_at >= grace:
                     with transaction.atomic():
@@ -228,6 +259,33 @@ def stranded_scan(now=None):
         return summary
     finally:
         leases.release("stranded-scan", me)
+
+
+def _town_scan(summary, verdicts):
+    """The scan with a town cap: one pass over the town's queue (one dispatch per feedable
+    convoy would jump the queue's order); the first dispatch into a feedable convoy is
+    recorded as found, as without a cap."""
+    feedable = {c.pk: (c, v) for c, v in verdicts if v.kind == stranding.FEEDABLE}
+    for result in feed_town("stranded"):
+        summary["dispatched"].append(result["id"])
+        convoy_id = (
+            Dispatch.objects.filter(bead_id=result["id"], path="stranded")
+            .values_list("convoy_id", flat=True)
+            .first()
+        )
+        if convoy_id in feedable:
+            convoy, verdict = feedable.pop(convoy_id)
+            _found(convoy, result["id"], len(verdict.ready))
+
+
+def _found(convoy, bead_id, ready_count):
+    with transaction.atomic():
+        record(
+            "stranded.found",
+            convoy_id=convoy.pk,
+            actor="stranded",
+            data={"title": convoy.title, "dispatched": bead_id, "ready_count": ready_count},
+        )
 
 
 def check_report(convoy_id, actor="web"):

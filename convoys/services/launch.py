@@ -1,5 +1,7 @@
 """Launch: every check first, then open the convoy and claim each ready Wave 1 task in one
 transaction, then run the dispatcher for each claim (a failure releases only its own claim).
+With a town cap, Wave 1 beads past the free slots are skipped with the reason and wait in
+the town's queue (services/capacity.py).
 An epic or a task list is staged and launched in one step.
 """
 
@@ -10,7 +12,7 @@ from django.db import transaction
 from .. import dag as dagmod
 from ..models import CONVOY_CLOSED, CONVOY_OPEN, CONVOY_STAGED_WARNINGS, Bead, Convoy, Rig
 from ..readiness import blocked_by, ready_beads
-from . import dispatch, staging
+from . import capacity, dispatch, staging
 from .convoys import get_convoy, set_status
 from .errors import ServiceError
 
@@ -105,6 +107,8 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
     wave1 = waves[0]
     claims, skipped = [], []
     with transaction.atomic():
+        if capacity.cap():
+            capacity.lock_town()  # before the convoy's row lock, as every claim takes them
         convoy = get_convoy(convoy.id, lock=True)
         if convoy.status not in ("staged_ready", CONVOY_STAGED_WARNINGS):
             raise ServiceError(

@@ -20,7 +20,7 @@ from ..models import (
     bead_prefix,
 )
 from ..readiness import blocked_by, ready_beads
-from . import dispatch
+from . import capacity, dispatch
 from .convoys import get_convoy, new_convoy_id, tracking_open_convoy
 from .errors import ServiceError
 from .launch import why_not_ready
@@ -181,6 +181,8 @@ def sling_convoy(convoy_id, *, force=False, actor="cli"):
     claim (a failure releases only its own). Returns (convoy, results, skipped)."""
     claims, skipped = [], []
     with transaction.atomic():
+        if capacity.cap():
+            capacity.lock_town()  # before the convoy's row lock, as every claim takes them
         convoy = get_convoy(convoy_id, lock=True)
         if convoy.is_staged:
             raise ServiceError(
@@ -215,7 +217,7 @@ def sling_convoy(convoy_id, *, force=False, actor="cli"):
                 if won:
                     claims.append(won)
                     continue
-                reason = "claimed by another dispatcher"
+                reason = dispatch.refusal(bead, convoy.pk)
             skipped.append({"id": bead_id, "reason": reason})
     results = [{**dispatch.run(claim), "forced": claim.bead_id in blockers} for claim in claims]
     return convoy, results, skipped
