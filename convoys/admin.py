@@ -19,7 +19,6 @@ from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
-from .api import create_token, digest
 from .ids import id_problem
 from .models import (
     CONVOY_CLOSED,
@@ -47,6 +46,7 @@ from .services import convoys as convoy_service
 from .services import launch, notify
 from .services import rigs as rig_service
 from .services.errors import ServiceError
+from .services.tokens import create_token, digest
 
 # bd's built-in issue types and Gas Town's orchestrator ones (reference/beads-model.md §1.4).
 KNOWN_TYPES = (

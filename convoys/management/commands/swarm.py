@@ -22,10 +22,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections, transaction
 
-from ...api import create_token
 from ...models import bead_prefix
 from ...services import beads, demo
 from ...services.errors import ServiceError
+from ...services.tokens import create_token
 
 log = logging.getLogger("convoys.swarm")
 FOLLOW_UP = "Follow-up: "  # found while doing a bead; follow-ups find nothing more

@@ -2,7 +2,7 @@
 
 from django.contrib.auth import get_user_model
 
-from ...api import create_token
+from ...services.tokens import create_token
 from ..base import ServiceCommand, error
 
 

@@ -1,0 +1,18 @@
+"""API bearer tokens: made here (a write), shown once, stored only as a SHA-256 digest.
+The API authenticates with `digest`; `manage.py tokens create`, the swarm and admin create."""
+
+import hashlib
+import secrets
+
+from ..models import ApiToken
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(user, name: str) -> str:
+    """A new token for `user`, labelled `name`; the only time its text exists."""
+    token = "cvw_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, name=name, digest=digest(token))
+    return token
