@@ -478,3 +478,17 @@ class Escalation(models.Model):
 
     def __str__(self):
         return f"{self.convoy_id} escalated {self.count}x"
+
+
+class TownSetting(models.Model):
+    """An operator's run-time setting for the whole town, by name (`convoy capacity --set N`
+    writes "max-in-flight"): read at every use, so every process obeys a change at its next
+    event, with no restart. No row: the environment's value holds."""
+
+    name = models.CharField(max_length=60, primary_key=True)
+    value = models.IntegerField()
+    set_by = models.CharField(max_length=255, blank=True, default="")
+    set_at = models.DateTimeField()
+
+    def __str__(self):
+        return f"{self.name} = {self.value}"
