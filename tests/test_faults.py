@@ -30,7 +30,7 @@ from django.test import Client
 from convoys.events import last_seq
 from convoys.services import beads
 
-from .conftest import child_env, free_port, spawn, wait_port
+from .conftest import child_env, free_port, log_file, spawn, wait_port
 from .factories import bead
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -276,8 +276,8 @@ def test_redis_outage_of_10_seconds_loses_nothing(routes, tmp_path):
         return subprocess.Popen(
             [binary, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""]
             + ["--appendonly", "no", "--dir", str(tmp_path)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log_file("redis"),
+            stderr=subprocess.STDOUT,
         )
 
     redis = start_redis()

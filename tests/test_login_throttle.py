@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from .conftest import ROOT, child_env, free_port, wait_port
+from .conftest import ROOT, child_env, free_port, log_file, wait_port
 
 PASSWORD = "right-horse-battery"
 
@@ -136,8 +136,8 @@ def test_a_forged_x_forwarded_for_does_not_escape_the_lock_on_a_real_server():
         [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port)],
         cwd=ROOT,
         env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log_file("serve"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
