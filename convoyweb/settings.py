@@ -262,7 +262,8 @@ CONVOY_FEED_INTERVAL = env_float("CONVOY_FEED_INTERVAL", 5.0)
 CONVOY_STRANDED_INTERVAL = env_float("CONVOY_STRANDED_INTERVAL", 30.0)
 CONVOY_RETRY_COOLDOWN = env_float("CONVOY_RETRY_COOLDOWN", 60.0)
 CONVOY_MAX_DISPATCH_FAILURES = env_int("CONVOY_MAX_DISPATCH_FAILURES", 3)  # then the bead is parked
-# Beads in flight across all convoys, 0 = unlimited (convoys/services/capacity.py).
+# Beads in flight across all convoys, 0 = unlimited (convoys/services/capacity.py);
+# `convoy capacity --set N` overrides it at run time.
 CONVOY_MAX_IN_FLIGHT = env_int("CONVOY_MAX_IN_FLIGHT", 0)
 CONVOY_WORKER_TIMEOUT = env_float("CONVOY_WORKER_TIMEOUT", 600.0)
 CONVOY_EMPTY_GRACE = env_float("CONVOY_EMPTY_GRACE", 300.0)

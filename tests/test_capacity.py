@@ -1,12 +1,14 @@
 """Town-wide capacity (issue 16 item 1): in flight derived from rows, the queue's order
 (priority, then round-robin across convoys, then id) and its positions."""
 
+import io
 import json
 from datetime import timedelta
 
+import pytest
 from django.utils import timezone
 
-from convoys.models import Bead, Convoy, Dispatch, Worker
+from convoys.models import Bead, Convoy, Dispatch, Event, Worker
 from convoys.services import capacity, convoys, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
@@ -193,3 +195,36 @@ def test_pause_and_convoy_limits_still_hold_under_the_cap(routes, settings, clos
 
 def hooked():
     return sorted(Bead.objects.filter(status="hooked").values_list("id", flat=True))
+
+
+def test_convoy_capacity_command_shows_and_changes_the_cap(routes, settings):
+    from django.core.management import CommandError, call_command
+
+    settings.CONVOY_MAX_IN_FLIGHT = 0
+    assert "2 in flight" not in cli("convoy", "capacity")
+    assert "no cap (CONVOY_MAX_IN_FLIGHT)" in cli("convoy", "capacity")
+    settings.CONVOY_MAX_IN_FLIGHT = 1
+    a = launched([bead(f"gt-a{i}").id for i in range(3)])
+    text = cli("convoy", "capacity")
+    assert "1 in flight / cap 1 (CONVOY_MAX_IN_FLIGHT) · 0 free · 2 queued" in text
+    assert "   1. gt-a1" in text and "   2. gt-a2" in text
+    report = json.loads(cli("convoy", "capacity", "--json"))
+    assert (report["cap"], report["in_flight"], report["queued"]) == (1, 1, 2)
+    assert [(q["position"], q["id"], q["convoy"]) for q in report["queue"]] == [
+        (1, "gt-a1", a.convoy_id),
+        (2, "gt-a2", a.convoy_id),
+    ]
+    # a run-time override: no restart, and more room feeds the queue at once
+    raised = json.loads(cli("convoy", "capacity", "--set", "2", "--actor", "ops", "--json"))
+    assert raised["changed"] == {"old": 1, "new": 2, "dispatched": ["gt-a1"]}
+    assert (raised["source"], raised["set_by"], raised["in_flight"]) == ("override", "ops", 2)
+    assert Event.objects.filter(kind="capacity.changed", actor="ops").exists()
+    for hostile in ("-1", "two", "1e3", "1000001", "", "٣"):
+        with pytest.raises(CommandError, match="cap: a whole number from 0"):
+            call_command("convoy", "capacity", "--set", hostile, stdout=io.StringIO())
+    assert capacity.cap() == 2  # refused values changed nothing
+    lifted = cli("convoy", "capacity", "--set", "0")
+    assert "Town cap 2 → none (unlimited); dispatched gt-a2" in lifted
+    assert "no cap (override, set by cli at" in lifted
+    back = json.loads(cli("convoy", "capacity", "--unset", "--json"))
+    assert back["cap"] == 1 and back["source"] == "CONVOY_MAX_IN_FLIGHT"

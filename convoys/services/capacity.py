@@ -1,7 +1,9 @@
 """Town-wide capacity: at most `cap()` beads in flight across all convoys.
 
-The cap is CONVOY_MAX_IN_FLIGHT (0 = unlimited, the default), read at every use, so the next
-event in any process obeys a change.
+The cap is CONVOY_MAX_IN_FLIGHT (0 = unlimited, the default) unless an operator set one at
+run time (`convoy capacity --set N`, a TownSetting row; `--unset` goes back to the
+environment's). It is read at every use, so the next event in every process obeys a change,
+with no restart; raising it feeds the town at once.
 
 In flight is derived from rows each time, never kept in a counter that could drift: a bead is
 in flight while it is hooked or in progress, its assignee is the worker one of our dispatches
@@ -26,21 +28,83 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Exists, Max, OuterRef
 from django.utils import timezone
 
-from ..models import ACTIVE_WORK_STATUSES, CONVOY_OPEN, Bead, Convoy, Dispatch, TrackedBead
+from ..events import record
+from ..models import (
+    ACTIVE_WORK_STATUSES,
+    CONVOY_OPEN,
+    Bead,
+    Convoy,
+    Dispatch,
+    TownSetting,
+    TrackedBead,
+)
 from ..readiness import ready_beads, worker_dead
+from .errors import ServiceError
 
 # pg_advisory_xact_lock key: "conv" "cap" as two 32-bit halves, fixed for every process.
 LOCK_KEY = 0x636F6E76_00636170
 NEVER = datetime.min.replace(tzinfo=UTC)
+SETTING = "max-in-flight"
+CAP_LIMIT = 1_000_000
 
 
 def cap():
     """The town's cap on beads in flight; 0 means unlimited."""
-    return max(settings.CONVOY_MAX_IN_FLIGHT, 0)
+    override = TownSetting.objects.filter(pk=SETTING).values_list("value", flat=True).first()
+    return max(settings.CONVOY_MAX_IN_FLIGHT if override is None else override, 0)
+
+
+def cap_source():
+    """(cap, where it comes from): the override's row, or the environment."""
+    row = TownSetting.objects.filter(pk=SETTING).first()
+    if row is None:
+        return max(settings.CONVOY_MAX_IN_FLIGHT, 0), {"source": "CONVOY_MAX_IN_FLIGHT"}
+    return row.value, {"source": "override", "set_by": row.set_by, "set_at": row.set_at}
+
+
+def parse_cap(text):
+    """A cap typed by an operator: a whole number from 0 (unlimited) to CAP_LIMIT."""
+    text = str(text).strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > CAP_LIMIT:
+        raise ServiceError(
+            f"cap: a whole number from 0 (unlimited) to {CAP_LIMIT:,} ({text[:40]!r} given)"
+        )
+    return int(text)
+
+
+def set_cap(value, *, actor):
+    """Override the cap at run time (None: back to CONVOY_MAX_IN_FLIGHT). Recorded as a
+    `capacity.changed` event; when it leaves more room the town is fed at once. Returns
+    (old cap, new cap, dispatch results)."""
+    if value is not None:
+        value = parse_cap(value)
+    with transaction.atomic():
+        lock_town()  # claims in flight finish counting under the old cap first
+        old = cap()
+        waiting = sorted({q.convoy_id for q in queue()}) if old else []
+        if value is None:
+            TownSetting.objects.filter(pk=SETTING).delete()
+        else:
+            TownSetting.objects.update_or_create(
+                pk=SETTING, defaults={"value": value, "set_by": actor, "set_at": timezone.now()}
+            )
+        new = cap()
+        if new != old:
+            record("capacity.changed", actor=actor, data={"old": old, "new": new})
+    results = []
+    if old and (not new or new > old):  # more room: the queue moves now
+        from .feeding import feed_convoy, feed_town
+
+        if new:
+            results = feed_town("event")
+        else:  # no cap any more: each convoy that waited is fed as a close would feed it
+            for convoy in Convoy.objects.filter(pk__in=waiting):
+                results += feed_convoy(convoy, "event")
+    return old, new, results
 
 
 def lock_town():
@@ -205,6 +269,18 @@ def snapshot(now=None):
     for position, queued in enumerate(snap.waiting, start=1):
         queued.position = position
     return snap
+
+
+def report(now=None):
+    """What `convoy capacity --json` prints: the snapshot with where the cap comes from."""
+    snap = snapshot(now)
+    _, origin = cap_source()
+    return {
+        **snap.as_json(),
+        "source": origin["source"],
+        "set_by": origin.get("set_by", ""),
+        "set_at": origin.get("set_at"),
+    }
 
 
 def queue_positions(now=None):

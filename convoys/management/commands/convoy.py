@@ -1,12 +1,12 @@
 """`manage.py convoy create|add|check|status|list|close|land|watch|unwatch|stranded|stage|launch|
-pause|resume|ack|feed`."""
+pause|resume|ack|capacity|feed`."""
 
 from django.utils import timezone
 
 from ... import selectors, stranding
 from ...formatting import render_launch
 from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
-from ...services import controls, escalation, feeding, launch, notify, staging
+from ...services import capacity, controls, escalation, feeding, launch, notify, staging
 from ...services import convoys as convoy_service
 from ...services.notify import format_duration
 from ..base import ServiceCommand, error
@@ -177,6 +177,18 @@ class Command(ServiceCommand):
         p = sub.add_parser("ack", help="acknowledge a stuck convoy's escalation: no more reminders")
         p.add_argument("convoy")
         p.add_argument("--actor", default="cli", help="who acknowledges it (default: cli)")
+        self.add_json(p)
+        p = sub.add_parser(
+            "capacity", help="the town's beads in flight, its cap, and the queue waiting for it"
+        )
+        change = p.add_mutually_exclusive_group()
+        change.add_argument(
+            "--set", default=None, metavar="N", help="cap at N beads in flight now (0: no cap)"
+        )
+        change.add_argument(
+            "--unset", action="store_true", help="back to CONVOY_MAX_IN_FLIGHT's cap"
+        )
+        p.add_argument("--actor", default="cli", help="who changes it (default: cli)")
         self.add_json(p)
         p = sub.add_parser("feed", help="run one catch-up pass and one stranded scan now")
         p.add_argument("--once", action="store_true", help="(the only mode; for cron and tests)")
@@ -405,6 +417,40 @@ class Command(ServiceCommand):
         else:
             self.stdout.write(f"○ Convoy {row.id} is not paused")
 
+    def do_capacity(self, set, unset, actor, json, **_):
+        changed = None
+        if set is not None or unset:
+            old, new, fed = capacity.set_cap(None if unset else set, actor=actor)
+            changed = {"old": old, "new": new, "dispatched": [r["id"] for r in fed]}
+        report = capacity.report()
+        if json:
+            self.write_json({**report, **({"changed": changed} if changed else {})})
+            return
+        if changed:
+            moved = ", ".join(changed["dispatched"]) or "nothing"
+            self.stdout.write(
+                f"✓ Town cap {_cap_words(changed['old'])} → {_cap_words(changed['new'])}; "
+                f"dispatched {moved}"
+            )
+        source = report["source"]
+        if report["set_by"]:
+            source += f", set by {report['set_by']} at {report['set_at']:%Y-%m-%d %H:%M:%S} UTC"
+        if not report["cap"]:
+            self.stdout.write(
+                f"Town capacity: {report['in_flight']} in flight, no cap ({source}): "
+                "nothing waits for capacity"
+            )
+            return
+        self.stdout.write(
+            f"Town capacity: {report['in_flight']} in flight / cap {report['cap']} ({source}) · "
+            f"{report['free']} free · {report['queued']} queued"
+        )
+        for item in report["queue"]:
+            self.stdout.write(
+                f"  {item['position']:>4}. {item['id']:<16} P{item['priority']}  "
+                f"convoy {item['convoy']}  {' '.join(item['title'].split())[:60]}"
+            )
+
     def do_ack(self, convoy, actor, json, **_):
         found, changed = escalation.acknowledge(convoy, actor=actor)
         row = found.row
@@ -557,6 +603,10 @@ def _escalation_line(found):
     if row.acknowledged_at:
         return line + f", acknowledged by {row.acknowledged_by}"
     return line + f" (`convoy ack {row.convoy_id}` stops it)"
+
+
+def _cap_words(value):
+    return str(value) if value else "none (unlimited)"
 
 
 def _pause_line(paused):
