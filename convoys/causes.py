@@ -49,7 +49,7 @@ from .models import (
     Worker,
 )
 from .readiness import blocked_by, ready_beads, worker_dead
-from .services import dispatch
+from .services import capacity, dispatch
 from .services.controls import parked_among
 
 KINDS = (
@@ -185,8 +185,8 @@ def decide(facts):
             "kind": "circuit-broken",
             "failures": facts.failures,
             "last_error": facts.last_error,
-            "text": f"{facts.failures} failed dispatches in a row: parked until "
-            f"`beads retry {facts.bead_id}`",
+            "text": f"parked: dispatch failed {facts.failures} times in a row; "
+            f"`beads retry {facts.bead_id}` clears it",
         }
     if facts.ready and facts.cooling_until is not None:
         return {
@@ -362,6 +362,7 @@ def load(bead_ids, selection, now=None):
         item.staged.sort()
     if capped:
         _convoy_capacity(facts, capped, held_back, now)
+    _town_capacity(facts, now)
     return {bead_id: decide(facts[bead_id]) for bead_id in wanted}
 
 
@@ -408,9 +409,32 @@ def _convoy_capacity(facts, capped, held_back, now):
                 "queued": len(queue) - free,
                 "in_flight": in_flight,
                 "cap": limit,
-                "text": f"convoy {convoy_id} is at its max in flight ({in_flight}/{limit}): "
-                f"{_ordinal(position)} of {len(queue) - free} waiting",
+                "text": f"convoy {convoy_id} runs at most {limit} at once ({in_flight} in "
+                f"flight): {_ordinal(position)} of {len(queue) - free} in its queue",
             }
+
+
+def _town_capacity(facts, now):
+    """Ready beads past the town's free slots (CONVOY_MAX_IN_FLIGHT) wait in the town queue
+    (services.capacity: priority, then round-robin across convoys, then id). Nothing to read
+    without a cap; with one, the capacity module's queries, whatever the number of beads."""
+    if not capacity.cap():
+        return
+    snap = capacity.snapshot(now)
+    waiting = snap.waiting
+    for queued in waiting:
+        item = facts.get(queued.bead_id)
+        if item is None or item.capacity is not None:
+            continue
+        item.capacity = {
+            "scope": "town",
+            "position": queued.position,
+            "queued": len(waiting),
+            "in_flight": snap.in_flight,
+            "cap": snap.cap,
+            "text": f"the town runs at most {snap.cap} at once ({snap.in_flight} in flight): "
+            f"{_ordinal(queued.position)} of {len(waiting)} in the town queue",
+        }
 
 
 def _ordinal(n):

@@ -13,7 +13,7 @@ from convoys import causes, stranding
 from convoys.causes import Facts, Pause, Row
 from convoys.dispatchers import Outcome
 from convoys.models import Bead, Worker
-from convoys.services import controls, convoys, dispatch, rigs
+from convoys.services import capacity, controls, convoys, dispatch, rigs
 from convoys.services.rigs import upsert_route
 
 from .factories import bead, blocks
@@ -189,6 +189,32 @@ def test_ready_beads_past_the_free_slots_wait_in_priority_order(routes):
     assert found["gt-0"]["kind"] == "ready"  # priority 0 takes the one free slot
     assert [found[i].get("position") for i in ("gt-2", "gt-3", "gt-4")] == [1, 2, 3]
     assert {found[i]["kind"] for i in ("gt-2", "gt-3", "gt-4")} == {"waiting-for-capacity"}
+
+
+def test_ready_beads_past_the_town_cap_wait_at_their_place_in_the_town_queue(routes, settings):
+    for bead_id in ("gt-1", "gt-2", "gt-3", "gt-x"):
+        bead(bead_id)
+    first = convoys.create("First", ["gt-1", "gt-2", "gt-3"])
+    second = convoys.create("Second", ["gt-x"])
+    assert dispatch.dispatch(Bead.objects.get(pk="gt-1"), convoy_id=first.pk)["ok"]
+    settings.CONVOY_MAX_IN_FLIGHT = 1
+    positions = capacity.queue_positions()
+    assert sorted(positions.values()) == [1, 2, 3]
+    found = {**causes.for_convoy(first), **causes.for_convoy(second)}
+    for bead_id, position in positions.items():
+        waiting = found[bead_id]
+        assert (waiting["kind"], waiting["scope"], waiting["position"]) == (
+            "waiting-for-capacity",
+            "town",
+            position,
+        )
+        assert (waiting["in_flight"], waiting["cap"], waiting["queued"]) == (1, 1, 3)
+    assert found["gt-1"]["kind"] == "working"
+    settings.CONVOY_MAX_IN_FLIGHT = 2  # a free slot: the first in the queue is ready
+    found = {**causes.for_convoy(first), **causes.for_convoy(second)}
+    head = min(positions, key=positions.get)
+    assert found[head]["kind"] == "ready"
+    assert [found[i]["position"] for i in sorted(positions, key=positions.get)[1:]] == [1, 2]
 
 
 def test_a_bead_outside_any_open_convoy_is_ready_to_sling(routes):
