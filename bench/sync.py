@@ -1,22 +1,38 @@
-"""`beads sync` pass times: a generated bd JSONL source of N beads (as bench/import.py makes
-them), synced once into a fresh database, then passes timed: the source unchanged, and the
-source with --changed records rewritten (a new title each run, every fifth one closed), each
-the median over --runs. Prints both side by side with the process's peak RSS, and once the
-unchanged pass of a process that has not read the source yet (no line known).
+"""`beads sync` measured (issue 18): pass times, memory, and the lag from a close in bd to the
+next dispatch. Each part runs in a process of its own, on a fresh database.
 
-    .venv/bin/python bench/sync.py [--beads 100000] [--changed 100] [--runs 5]
+- times: a generated bd JSONL source of --beads beads (as bench/import.py makes them), synced
+  once, then passes timed: the source unchanged, and the source with --changed records
+  rewritten (a new title each run, every fifth one closed), each the median over --runs.
+- memory: at 1x and --scale x the size, the source synced once (creating the beads), then a
+  new process runs two unchanged passes and a pass with --changed records; its peak RSS above its own RSS before the first pass is what
+  the passes took. Flat means the 5x figure is about the 1x one.
+- lag: a town of --filler generated beads plus a chain of --closes + 1 beads, launched; a real
+  task cluster (`manage.py cluster`) with CONVOY_SYNC_SOURCES set to the town and
+  CONVOY_SYNC_INTERVAL=1. The bench closes the chain's beads one at a time in the town's file
+  (a random 0-1 s apart, so closes fall anywhere between two ticks) and measures from the
+  file's rename to the next bead's dispatch row: p50, p99 and max (goal p99 < 1.5 s).
+
+    .venv/bin/python bench/sync.py [--beads 100000] [--changed 100] [--runs 5] [--scale 5]
+        [--closes 60] [--filler 1000] [--parts times,memory,lag]
 """
 
 import argparse
 import importlib.util
 import json
+import logging
+import os
+import random
 import resource
+import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import median, setup, timed  # noqa: E402
+from _common import ROOT, median, percentile, setup, timed  # noqa: E402
 
 
 def generator():
@@ -29,11 +45,12 @@ def generator():
     return module.generate
 
 
-def rewrite(path, lines, changed, run):
-    """The source with `changed` records spread over the file given a new title."""
-    step = max(len(lines) // changed, 1)
-    with open(path, "w") as out:
-        for index, line in enumerate(lines):
+def rewrite(original, path, count, changed, run):
+    """`path` becomes `original` with `changed` records spread over it given a new title
+    (every fifth one closed), written line by line (nothing held) and renamed into place."""
+    step = max(count // changed, 1)
+    with open(original) as source, open(f"{path}.new", "w") as out:
+        for index, line in enumerate(source):
             if index % step == 0 and index // step < changed:
                 record = json.loads(line)
                 record["title"] = f"{record['title']} (run {run})"
@@ -42,6 +59,213 @@ def rewrite(path, lines, changed, run):
                     record["closed_at"] = record["updated_at"]
                 line = json.dumps(record) + "\n"
             out.write(line)
+    os.replace(f"{path}.new", path)
+
+
+def restore(original, path):
+    shutil.copyfile(original, f"{path}.new")
+    os.replace(f"{path}.new", path)
+
+
+def rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def part_times(args, folder):
+    setup()
+    from convoys.services import sync
+
+    path, original = folder / "town.jsonl", folder / "generated.jsonl"
+    generator()(original, args.beads)
+    restore(original, path)
+    source = sync.FileSource(path)
+    first, report = timed(sync.sync, source)
+    print(f"first pass: {report.created:,} beads created in {first:.1f} s")
+    unchanged, changed = [], []
+    for run in range(args.runs):
+        seconds, report = timed(sync.sync, source)
+        assert report.changed == 0, report
+        unchanged.append(seconds)
+        rewrite(original, path, args.beads, args.changed, run)
+        seconds, report = timed(sync.sync, source)
+        assert report.updated == args.changed, report
+        changed.append(seconds)
+        restore(original, path)
+        sync.sync(source)  # back to the generated source for the next unchanged pass
+    print(
+        f"{args.beads:,} beads ({path.stat().st_size / 1e6:.0f} MB): median unchanged pass "
+        f"{median(unchanged):.2f} s (goal < 1 s) | median pass with {args.changed} changed "
+        f"records {median(changed):.2f} s (goal < 2 s)"
+    )
+    print(f"  unchanged runs: {', '.join(f'{s:.2f}' for s in unchanged)}")
+    print(f"  changed runs:   {', '.join(f'{s:.2f}' for s in changed)}")
+
+
+def part_memory_passes(args, folder):
+    """In a process of its own: the passes whose memory is measured."""
+    setup(os.environ["BENCH_SYNC_DATABASE"])
+    from convoys.services import sync
+
+    path, original = folder / "town.jsonl", folder / "generated.jsonl"
+    source = sync.FileSource(path)
+    before = rss_mb()
+    passes = {}
+    passes["unchanged"], _ = timed(sync.sync, source)
+    passes["unchanged again"], _ = timed(sync.sync, source)
+    rewrite(original, path, args.beads, args.changed, 0)
+    passes[f"{args.changed} changed"], _ = timed(sync.sync, source)
+    restore(original, path)
+    sync.sync(source)
+    print(json.dumps({"before": before, "peak": rss_mb(), "passes": passes}))
+
+
+def part_memory(args, folder):
+    results = {}
+    for scale in (1, args.scale):
+        beads = args.beads * scale
+        where = Path(tempfile.mkdtemp(prefix="convoyweb-sync-memory-"))
+        url = f"sqlite:///{where}/bench.sqlite3"
+        generator()(where / "generated.jsonl", beads)
+        restore(where / "generated.jsonl", where / "town.jsonl")
+        started = time.perf_counter()
+        child(["--part", "memory-create", "--beads", str(beads)], where, url)
+        created = time.perf_counter() - started
+        out = child(
+            ["--part", "memory-passes", "--beads", str(beads), "--changed", str(args.changed)],
+            where,
+            url,
+        )
+        results[scale] = json.loads(out.splitlines()[-1])
+        took = results[scale]["peak"] - results[scale]["before"]
+        times = ", ".join(f"{k} {v:.2f} s" for k, v in results[scale]["passes"].items())
+        print(
+            f"{scale}x ({beads:,} beads, created in {created:.0f} s): passes took "
+            f"{took:.0f} MB above the process's {results[scale]['before']:.0f} MB ({times})"
+        )
+        shutil.rmtree(where, ignore_errors=True)
+    small, big = (results[s]["peak"] - results[s]["before"] for s in (1, args.scale))
+    print(f"memory of the passes, {args.scale}x vs 1x: {big / max(small, 1):.2f}x (flat: ~1x)")
+
+
+def part_memory_create(args, folder):
+    setup(os.environ["BENCH_SYNC_DATABASE"])
+    from convoys.services import sync
+
+    sync.sync(sync.FileSource(folder / "town.jsonl"))
+
+
+def child(argv, folder, url):
+    env = {**os.environ, "BENCH_SYNC_DATABASE": url, "BENCH_SYNC_FOLDER": str(folder)}
+    done = subprocess.run(
+        [sys.executable, __file__, *argv], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode:
+        raise SystemExit(f"{argv}: exited {done.returncode}\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def close_in(path, bead_id):
+    """Rewrite the town's record of `bead_id` closed, as a worker would; returns the moment
+    the new file is in place."""
+    with open(path) as source, open(f"{path}.new", "w") as out:
+        for line in source:
+            if bead_id in line:
+                record = json.loads(line)
+                if record["id"] == bead_id:
+                    record.update(status="closed", closed_at="2026-12-01T10:00:00Z")
+                    line = json.dumps(record) + "\n"
+            out.write(line)
+    os.replace(f"{path}.new", path)
+    return time.time()
+
+
+def part_lag(args, folder):
+    url = setup()
+    from convoys.models import Dispatch, SyncSource
+    from convoys.services import rigs, staging, sync
+    from convoys.services.launch import launch_staged
+
+    rigs.upsert_route("gt-", "gastown")
+    town = folder / "town.jsonl"
+    generator()(town, args.filler)
+    chain = [f"gt-chain{i:04d}" for i in range(args.closes + 1)]
+    with open(town, "a") as out:
+        for index, bead_id in enumerate(chain):
+            deps = [{"issue_id": bead_id, "depends_on_id": chain[index - 1], "type": "blocks"}]
+            record = {
+                "id": bead_id,
+                "title": f"Step {index}",
+                "status": "open",
+                "priority": 2,
+                "issue_type": "task",
+                "created_at": "2026-12-01T09:00:00Z",
+                "dependencies": deps if index else [],
+            }
+            out.write(json.dumps(record) + "\n")
+    sync.sync(sync.FileSource(town))
+    launch_staged(staging.stage(chain).convoy_id, force=True)
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "PYTHONUNBUFFERED": "1",
+        "CONVOY_SYNC_SOURCES": str(town),
+        "CONVOY_SYNC_INTERVAL": "1",
+    }
+    log = open(folder / "cluster.log", "w")  # noqa: SIM115 (the child writes it)
+    cluster = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "cluster"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    rng = random.Random(1)
+    lags = []
+    try:
+        started = time.time()
+        while not SyncSource.objects.filter(last_pass_at__gt=_aware(started)).exists():
+            if time.time() - started > 60:
+                raise SystemExit("the cluster made no sync pass within 60 s")
+            time.sleep(0.05)
+        for current, following in zip(chain, chain[1:], strict=False):
+            time.sleep(rng.uniform(0, 1))
+            written = close_in(town, current)
+            while True:
+                at = (
+                    Dispatch.objects.filter(bead_id=following, ok=True)
+                    .values_list("created_at", flat=True)
+                    .first()
+                )
+                if at is not None:
+                    break
+                if time.time() - written > 30:
+                    raise SystemExit(f"{following} not dispatched within 30 s")
+                time.sleep(0.005)
+            lags.append(at.timestamp() - written)
+    finally:
+        cluster.terminate()
+        cluster.wait(60)
+        log.close()
+    print(
+        f"close written to the source -> next dispatch, CONVOY_SYNC_INTERVAL=1, a town of "
+        f"{args.filler + len(chain):,} beads, {len(lags)} closes: p50 {median(lags):.2f} s, "
+        f"p99 {percentile(lags, 99):.2f} s (goal < 1.5 s), max {max(lags):.2f} s"
+    )
+
+
+def _aware(seconds):
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+PARTS = {
+    "times": part_times,
+    "memory": part_memory,
+    "memory-create": part_memory_create,
+    "memory-passes": part_memory_passes,
+    "lag": part_lag,
+}
 
 
 def main():
@@ -49,39 +273,25 @@ def main():
     parser.add_argument("--beads", type=int, default=100_000)
     parser.add_argument("--changed", type=int, default=100)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--scale", type=int, default=5)
+    parser.add_argument("--closes", type=int, default=60)
+    parser.add_argument("--filler", type=int, default=1000)
+    parser.add_argument("--parts", default="times,memory,lag")
+    parser.add_argument("--part", help=argparse.SUPPRESS)  # one part, in this process
     args = parser.parse_args()
-    setup()
-    from convoys.services import sync
-
-    folder = Path(tempfile.mkdtemp(prefix="convoyweb-sync-"))
-    path = folder / "town.jsonl"
-    generator()(path, args.beads)
-    lines = path.read_text().splitlines(keepends=True)
-    source = sync.FileSource(path)
-    first, report = timed(sync.sync, source)
-    print(f"first pass: {report.created:,} beads created in {first:.1f} s")
-    sync._known_lines.clear()  # as a process that has not read this source yet
-    cold, _ = timed(sync.sync, source)
-    print(f"unchanged pass in a new process (every line parsed and checked): {cold:.2f} s")
-    unchanged, changed = [], []
-    for run in range(args.runs):
-        seconds, report = timed(sync.sync, source)
-        assert report.changed == 0, report
-        unchanged.append(seconds)
-        rewrite(path, lines, args.changed, run)
-        seconds, report = timed(sync.sync, source)
-        assert report.updated == args.changed, report
-        changed.append(seconds)
-        path.write_text("".join(lines))
-        sync.sync(source)  # back to the generated source for the next unchanged pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(
-        f"{args.beads:,} beads ({path.stat().st_size / 1e6:.0f} MB): median unchanged pass "
-        f"{median(unchanged):.2f} s | median pass with {args.changed} changed records "
-        f"{median(changed):.2f} s | peak RSS {peak:.0f} MB"
-    )
-    print(f"  unchanged runs: {', '.join(f'{s:.2f}' for s in unchanged)}")
-    print(f"  changed runs:   {', '.join(f'{s:.2f}' for s in changed)}")
+    if args.part:
+        logging.getLogger("django-q").setLevel(logging.WARNING)  # its "Enqueued" lines
+        folder = Path(os.environ.get("BENCH_SYNC_FOLDER") or tempfile.mkdtemp())
+        PARTS[args.part](args, folder)
+        return
+    argv = []
+    for name in ("beads", "changed", "runs", "scale", "closes", "filler"):
+        argv += [f"--{name}", str(getattr(args, name))]
+    for part in args.parts.split(","):
+        folder = tempfile.mkdtemp(prefix=f"convoyweb-sync-{part}-")
+        env = {**os.environ, "BENCH_SYNC_FOLDER": folder}
+        subprocess.run([sys.executable, __file__, *argv, "--part", part], env=env, check=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -338,6 +338,8 @@ class SourcedRecord(models.Model):
     id = models.CharField(max_length=255, primary_key=True)
     source = models.CharField(max_length=500, db_index=True)
     digest = models.CharField(max_length=32)
+    # A hash of the line it was last read from: a pass skips the lines it finds here.
+    line = models.CharField(max_length=32, blank=True, default="", db_index=True)
     missing_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self):

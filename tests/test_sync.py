@@ -253,13 +253,36 @@ def test_a_known_line_repeated_is_a_duplicate(routes, town):
         run_sync(town)
 
 
-def test_a_line_known_to_this_process_is_read_again_when_another_pass_changed_its_bead(
-    routes, town
-):
+@pytest.mark.parametrize("filler", [0, 1500])  # the two lines in one batch, or in two
+def test_an_id_twice_changes_nothing_and_names_both_lines(routes, town, filler):
     run_sync(town)
-    # Another process synced another version of gt-s1 meanwhile.
+    with town.open("a") as stream:
+        for i in range(filler):
+            stream.write(json.dumps({"id": f"gt-f{i}", "title": "Filler"}) + "\n")
+        stream.write(json.dumps({**records(town)[2], "id": "gt-s1", "title": "Again"}) + "\n")
+    events = Event.objects.count()
+    line = 4 + filler
+    with pytest.raises(
+        CommandError, match=rf"{town}:{line}: duplicate id 'gt-s1' \(first on line 2\)"
+    ):
+        run_sync(town)
+    assert Bead.objects.get(pk="gt-s1").title == "Run the train"
+    assert Event.objects.count() == events and Bead.objects.count() == 3
+
+
+def test_an_id_twice_in_a_first_pass_creates_nothing(routes, town):
+    with town.open("a") as stream:
+        stream.write(json.dumps({**records(town)[0], "title": "Again"}) + "\n")
+    with pytest.raises(CommandError, match=rf"{town}:4: duplicate id 'gt-s0' \(first on line 1\)"):
+        run_sync(town)
+    assert not Bead.objects.exists() and not SourcedRecord.objects.exists()
+
+
+def test_a_known_line_is_read_again_when_another_pass_changed_its_bead(routes, town):
+    run_sync(town)
+    # Another pass synced another version of gt-s1 meanwhile (from another line).
     Bead.objects.filter(pk="gt-s1").update(title="Another version")
-    SourcedRecord.objects.filter(pk="gt-s1").update(digest="0" * 32)
+    SourcedRecord.objects.filter(pk="gt-s1").update(digest="0" * 32, line="f" * 32)
     [report] = run_sync(town)
     assert report["updated"] == 1 and Bead.objects.get(pk="gt-s1").title == "Run the train"
 

@@ -8,10 +8,15 @@ through the import service, which compares field by field and writes each change
 event, so a close in bd is a `bead.closed` event that feeds the next bead as a local close
 does. A record the source no longer has is never deleted: it is marked missing.
 
-Most lines of a pass are the lines of the last one: a process remembers, per source, a hash of
-each line its last good pass read with that record's id and digest, and such a line, while the
-stored digest still agrees, is handed to the checks blank (its line number kept), so an
-unchanged pass costs a hash per line rather than a parse and a check.
+Most lines of a pass are the lines of the last one: each record's row keeps a hash of the line
+it was last read from, and a line whose hash is stored (looked up a batch of lines at a time)
+is handed to the checks blank (its line number kept), so an unchanged pass costs a hash per
+line and a query per batch rather than a parse and a check, in any process.
+
+A pass streams: it holds a batch of lines, not the source (a command's output is spooled to a
+temporary file). Records the source no longer has are found by comparing the count and a hash
+sum of the ids read with those of the records stored as present; only when they differ (a
+record dropped, an id twice) is the source read again for its ids.
 
 A pass is one transaction: a bad source (unreadable file, failing command, any bad line)
 changes nothing and keeps the last good state. Its error is kept on the source's SyncSource
@@ -20,13 +25,13 @@ cluster and a command line) from running at once.
 """
 
 import hashlib
-import io
 import json
 import logging
 import os
 import shlex
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -56,7 +61,7 @@ STDERR_SHOWN = 500  # characters of a failing command's standard error kept in t
 IGNORED_KEYS = beadfile.COUNTED  # recomputed by bd from other records: not this one's content
 # A record marked missing from its source, or back in it: its event (model, kind, id field).
 PRESENCE_EVENTS = ((Bead, "bead.updated", "bead_id"), (Convoy, "convoy.updated", "convoy_id"))
-_known_lines = {}  # source name -> {line hash: (id, digest)} of this process's last good pass
+ID_SUM_MASK = 2**64 - 1
 
 
 class SyncFailed(ServiceError):
@@ -68,8 +73,8 @@ class SyncFailed(ServiceError):
 
 class Source(ABC):
     """Where bd JSONL comes from. A new kind of source is one subclass: a `name` (shown on the
-    dashboard, at most NAME_MAX characters) and `open()`, a binary stream of JSONL lines that
-    raises SyncFailed when the source cannot be read."""
+    dashboard, at most NAME_MAX characters) and `open()`, a seekable binary stream of JSONL
+    lines (a pass may read it twice) that raises SyncFailed when the source cannot be read."""
 
     name = ""
 
@@ -104,15 +109,23 @@ class CommandSource(Source):
 
     def open(self):
         timeout = self.timeout or settings.CONVOY_SYNC_TIMEOUT
+        out = tempfile.TemporaryFile()  # noqa: SIM115 (returned open)
         try:
             done = subprocess.run(
-                self.argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=timeout
+                self.argv,
+                stdout=out,  # a file, not memory: a pass reads it as it reads a file source
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
             )
         except subprocess.TimeoutExpired:
+            out.close()
             raise SyncFailed(f"{self.name}: no answer within {timeout:g} s")
         except OSError as exc:
+            out.close()
             raise SyncFailed(f"{self.name}: cannot run {self.argv[0]!r}: {exc.strerror}")
         if done.returncode:
+            out.close()
             stderr = done.stderr.decode("utf-8", "replace").strip()
             if len(stderr) > STDERR_SHOWN:
                 stderr = "…" + stderr[-STDERR_SHOWN:]
@@ -120,7 +133,8 @@ class CommandSource(Source):
                 f"{self.name}: exited with status {done.returncode}"
                 + (f": {' / '.join(stderr.splitlines())}" if stderr else "")
             )
-        return io.BytesIO(done.stdout)
+        out.seek(0)
+        return out
 
 
 def source_for(text):
@@ -206,8 +220,7 @@ def sync(source, routes_path=None, holder=None, actor="sync"):
     try:
         started = time.monotonic()
         try:
-            report, known = _pass(source, routes_path, actor)
-            _known_lines[source.name] = known
+            report = _pass(source, routes_path, actor)
         except (SyncFailed, BadLine, ServiceError) as exc:
             failure = SyncFailed(str(exc))
             failure.first = _failed(source.name, failure)
@@ -229,126 +242,204 @@ def _pass(source, routes_path, actor):
                     jsonl.import_routes(routes, str(routes_path))
             except OSError as exc:
                 raise SyncFailed(f"{routes_path}: {exc.strerror}")
-        records = SourcedRecord.objects.filter(source=source.name)
-        stored = dict(records.values_list("id", "digest"))
-        missing = set(records.filter(missing_since__isnull=False).values_list("id", flat=True))
         imported = jsonl.ImportReport(file=source.name)
         importer = jsonl._Importer(imported, actor)
-        lines = _KnownLines(source.name, stream, _known_lines.get(source.name, {}), stored)
-        digests = _read(lines, importer)
-        present = lines.present
-        report.records = len(present)
+        lines = _Lines(source.name, stream, actor)
+        _read(lines, importer)
+        report.records = lines.count
         discovered.join(importer.discovered_edges, actor=actor)
         report.created = imported.beads_created + imported.convoys_created
         report.updated = imported.beads_updated + imported.convoys_updated
         report.unchanged = report.records - report.created - report.updated
-        report.events = imported.events
-        _keep_digests(source.name, digests)
-        _mark_presence(source.name, stored, missing, present, report, actor)
-    return report, lines.kept
+        gone = _gone(lines, stream)
+        report.missing, report.returned = len(gone), lines.returned
+        gone_events = _mark(source.name, gone, timezone.now(), actor)
+        report.events = imported.events + lines.events + gone_events
+    return report
 
 
-class _KnownLines:
-    """The source's stream as `beadfile.read_records` reads it, with each line the last good
-    pass read (same bytes, its digest still the stored one) blanked out: the checks skip it,
-    its line number stays. Notes every record's id and line in `present`, refusing a
-    duplicate, and in `kept` the lines to remember for the next pass."""
+def _id_sum(ids):
+    """Count and sum (mod 2**64) of the ids' hashes: equal for two id lists exactly when they
+    hold the same ids (but for a 2**-64 chance), duplicates included."""
+    count = total = 0
+    for item_id in ids:
+        count += 1
+        total = (total + hash(item_id)) & ID_SUM_MASK
+    return count, total
 
-    def __init__(self, name, stream, known, stored):
-        self.name, self.stream, self.known, self.stored = name, stream, known, stored
+
+class _Lines:
+    """The source's stream as `beadfile.read_records` reads it, BATCH lines looked up at a
+    time: a line whose hash is stored as the line a record of this source was last read from
+    is handed on blank (the checks skip it, its line number stays); its record is present and
+    unchanged. Keeps the count and the hash sum (`_id_sum`) of the ids present, and no more."""
+
+    def __init__(self, name, stream, actor):
+        self.name, self.stream, self.actor = name, stream, actor
         self.number = 0
-        self.present = {}  # id -> its line
+        self.ahead = []  # (raw line, its hash or None when known)
         self.hashes = {}  # line number -> hash, of the lines handed on to be read
-        self.kept = {}  # line hash -> (id, digest)
+        self.count = self.sum = 0
+        self.returned = self.events = 0
 
     def readline(self, size=-1):
-        raw = self.stream.readline(size)
-        if not raw:
-            return raw
+        if not self.ahead:
+            self._look_ahead(size)
+            if not self.ahead:
+                return b""
+        raw, key = self.ahead.pop()
         self.number += 1
-        key = hashlib.blake2b(raw, digest_size=16).digest()
-        hit = self.known.get(key)
-        if hit is not None and self.stored.get(hit[0]) == hit[1]:
-            self.note(hit[0], self.number)
-            self.kept[key] = hit
+        if key is None:
             return b"\n"
-        self.hashes[self.number] = key
+        if not raw.isspace():
+            self.hashes[self.number] = key
         return raw
 
-    def note(self, item_id, number):
-        first = self.present.setdefault(item_id, number)
-        if first != number:
-            raise BadLine(f"{self.name}:{number}: duplicate id '{item_id}' (first on line {first})")
+    def _look_ahead(self, size):
+        raws = []
+        while len(raws) < jsonl.BATCH:
+            raw = self.stream.readline(size)
+            if not raw:
+                break
+            raws.append(raw)
+        if not raws:
+            return
+        keys = [hashlib.blake2b(raw, digest_size=16).hexdigest() for raw in raws]
+        rows = SourcedRecord.objects.filter(source=self.name, line__in=set(keys))
+        known, back = {}, []
+        for key, item_id, missing in rows.values_list("line", "id", "missing_since"):
+            known[key] = item_id
+            if missing:
+                back.append(item_id)
+        self.note([known[key] for key in keys if key in known])
+        self.back(back)
+        self.ahead = [
+            (raw, None if key in known else key) for raw, key in zip(raws, keys, strict=True)
+        ]
+        self.ahead.reverse()
 
-    def read(self, item_id, number, content):
-        """A record read and checked on line `number`, whose content digest is `content`."""
-        self.note(item_id, number)
-        self.kept[self.hashes.pop(number)] = (item_id, content)
+    def note(self, ids):
+        count, total = _id_sum(ids)
+        self.count += count
+        self.sum = (self.sum + total) & ID_SUM_MASK
+
+    def back(self, ids):
+        """Records marked missing that the source has again."""
+        if ids:
+            self.returned += len(ids)
+            self.events += _mark(self.name, ids, None, self.actor)
 
 
 def _read(lines, importer):
-    """Check every line not known from the last pass; hand the records whose digest changed
-    to the importer, a batch at a time. Returns {id: new digest} of the changed ones."""
-    digests, batch, memories = {}, [], []
+    """Check every line not known from an earlier pass; hand the records whose digest
+    changed to the importer, and keep each read record's digest and line, a batch at a time."""
+    pending, memories = [], []
     max_line = settings.CONVOY_IMPORT_MAX_LINE
     for number, record in beadfile.read_records(lines, lines.name, max_line):
-        if type(record) is beadfile.MemoryLine:
-            memories.append(record)
+        if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
+            lines.hashes.pop(number, None)
+            if type(record) is beadfile.MemoryLine:
+                memories.append(record)
             continue
-        if beadfile.skipped(record):
-            continue
+        pending.append((number, record))
+        if len(pending) >= jsonl.BATCH:
+            _compare(lines, importer, pending)
+            pending = []
+    _compare(lines, importer, pending)
+    if memories:
+        importer.memories(memories)
+
+
+def _compare(lines, importer, pending):
+    """A batch of records read: the changed ones to the importer; every one's digest and
+    line kept (an unchanged record read from a new line, key order say, keeps its new line).
+    An id twice in the batch is refused here (one across batches, by `_gone`)."""
+    if not pending:
+        return
+    ids = [record["id"] for _, record in pending]
+    if len(set(ids)) < len(ids):
+        first = {}
+        for number, record in pending:
+            seen = first.setdefault(record["id"], number)
+            if seen != number:
+                raise BadLine(
+                    f"{lines.name}:{number}: duplicate id '{record['id']}' (first on line {seen})"
+                )
+    stored = {
+        i: (source, digest, missing)
+        for i, source, digest, missing in SourcedRecord.objects.filter(pk__in=ids).values_list(
+            "id", "source", "digest", "missing_since"
+        )
+    }
+    batch, rows, back = [], [], []
+    for number, record in pending:
         item_id = record["id"]
         content = digest(record)
-        lines.read(item_id, number, content)
-        if lines.stored.get(item_id) == content:
+        line = lines.hashes.pop(number)
+        rows.append(SourcedRecord(id=item_id, source=lines.name, digest=content, line=line))
+        source, stored_digest, missing = stored.get(item_id, (None, None, None))
+        if source == lines.name and stored_digest == content:
+            if missing:
+                back.append(item_id)
             continue
-        digests[item_id] = content
         if beadfile.is_convoy_record(record):
             batch.append((number, record, None))
         else:
             batch.append((number, None, jsonl._prepare(record, importer.routes, importer.now)))
-        if len(batch) >= jsonl.BATCH:
-            importer.add(batch)
-            batch = []
+    lines.note(ids)
     importer.add(batch)
-    if memories:
-        importer.memories(memories)
-    return digests
-
-
-def _keep_digests(name, digests):
     SourcedRecord.objects.bulk_create(
-        [SourcedRecord(id=i, source=name, digest=d) for i, d in digests.items()],
+        rows,
         batch_size=jsonl.BATCH,
         update_conflicts=True,
         unique_fields=["id"],
-        update_fields=["source", "digest", "missing_since"],
+        update_fields=["source", "digest", "line"],
     )
+    lines.back(back)
 
 
-def _mark_presence(name, stored, missing, present, report, actor):
-    """Mark the records the source no longer has as missing (never deleted), and clear the
-    mark of those it has again; each bead and convoy among them gets an event saying so."""
-    gone = [i for i in stored if i not in present and i not in missing]
-    back = sorted(i for i in missing if i in present)
-    now = timezone.now()
+def _gone(lines, stream):
+    """The ids of this source's records the pass did not read. When the count and hash sum
+    of the ids read equal those of the records stored as present (the usual pass), none:
+    nothing is held. Otherwise the source is read again for its ids (a rare pass: a record
+    dropped, or an id twice), which also names a duplicate id with its lines."""
+    present = SourcedRecord.objects.filter(source=lines.name, missing_since__isnull=True)
+    ids = present.values_list("id", flat=True).order_by().iterator(chunk_size=jsonl.BATCH)
+    if _id_sum(ids) == (lines.count, lines.sum):
+        return []
+    stream.seek(0)
+    first = {}
+    max_line = settings.CONVOY_IMPORT_MAX_LINE
+    for number, record in beadfile.read_records(stream, lines.name, max_line):
+        if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
+            continue
+        seen = first.setdefault(record["id"], number)
+        if seen != number:
+            raise BadLine(
+                f"{lines.name}:{number}: duplicate id '{record['id']}' (first on line {seen})"
+            )
+    return [i for i in present.values_list("id", flat=True) if i not in first]
+
+
+def _mark(name, ids, since, actor):
+    """Mark records as missing from their source since `since` (never deleted), or clear the
+    mark (`since` None); each bead and convoy among them gets an event saying so. Returns
+    the number of events."""
     events = []
-    for ids, since, is_missing in ((gone, now, True), (back, None, False)):
-        for start in range(0, len(ids), jsonl.BATCH):
-            part = ids[start : start + jsonl.BATCH]
-            SourcedRecord.objects.filter(pk__in=part).update(missing_since=since)
-            for model, kind, key in PRESENCE_EVENTS:
-                for row in model.objects.filter(pk__in=part).only("id", "status", "title"):
-                    data = {
-                        "status": row.status,
-                        "title": row.title,
-                        "source": name,
-                        "missing_from_source": is_missing,
-                        "changes": ["missing_from_source"],
-                    }
-                    events.append(dict(kind=kind, actor=actor, data=data, **{key: row.id}))
-    report.missing, report.returned = len(gone), len(back)
-    report.events += record_many(events, instances=False)
+    for start in range(0, len(ids), jsonl.BATCH):
+        part = ids[start : start + jsonl.BATCH]
+        SourcedRecord.objects.filter(pk__in=part).update(missing_since=since)
+        for model, kind, key in PRESENCE_EVENTS:
+            for row in model.objects.filter(pk__in=part).only("id", "status", "title"):
+                data = {
+                    "status": row.status,
+                    "title": row.title,
+                    "source": name,
+                    "missing_from_source": since is not None,
+                    "changes": ["missing_from_source"],
+                }
+                events.append(dict(kind=kind, actor=actor, data=data, **{key: row.id}))
+    return record_many(events, instances=False)
 
 
 def _failed(name, failure):
