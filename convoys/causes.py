@@ -241,6 +241,19 @@ def summary(causes):
     return ", ".join(f"{n} {word(kind)}" for kind, n in counts(causes))
 
 
+class Causes(dict):
+    """{bead id: cause}, and `blockers`: every unfinished blocker of those beads, named by a
+    cause or not (a paused bead's blockers too)."""
+
+    blockers = frozenset()
+
+
+def outside_blockers(causes, tracked, limit=200):
+    """The unfinished blockers and gates of the beads that `tracked` does not hold: a page
+    showing the causes watches them, as their close changes a cause. At most `limit`."""
+    return sorted(set(causes.blockers) - set(tracked))[:limit]
+
+
 def jsonable(cause):
     """The cause with times as RFC 3339 text (for JSON writers without an encoder)."""
     if cause is None:
@@ -261,10 +274,10 @@ def for_bead(bead_id, now=None):
 
 
 def load(bead_ids, selection, now=None):
-    """{bead id: cause} for those of `bead_ids` (in that order) that are not done. `selection`
-    selects the same ids in queries: a values() subquery for many beads, the list for a few.
-    Twelve or thirteen queries whatever the number of beads (four more when a convoy tracking
-    them has a max in flight)."""
+    """`Causes` {bead id: cause} for those of `bead_ids` (in that order) that are not done.
+    `selection` selects the same ids in queries: a values() subquery for many beads, the list
+    for a few. Twelve or thirteen queries whatever the number of beads (four more when a
+    convoy tracking them has a max in flight, and the capacity module's with a town cap)."""
     now = now or timezone.now()
     beads = Bead.objects.filter(pk__in=selection)
     rows, done = {}, set()
@@ -276,8 +289,9 @@ def load(bead_ids, selection, now=None):
         else:
             rows[r[0]] = (Row(r[1], r[2], r[3], r[4] or "", r[5] or "", r[6]), r[7])
     wanted = [i for i in dict.fromkeys(bead_ids) if i not in done]
+    result = Causes()
     if not wanted:
-        return {}
+        return result
     unfinished = beads.exclude(status__in=DONE_STATUSES)
     ready = set(ready_beads(unfinished, now).values_list("pk", flat=True))
     blocking = blocked_by(unfinished.values("pk"))
@@ -363,7 +377,9 @@ def load(bead_ids, selection, now=None):
     if capped:
         _convoy_capacity(facts, capped, held_back, now)
     _town_capacity(facts, now)
-    return {bead_id: decide(facts[bead_id]) for bead_id in wanted}
+    result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
+    result.blockers = frozenset(b for ids in blocking.values() for b in ids)
+    return result
 
 
 def _convoy_capacity(facts, capped, held_back, now):
