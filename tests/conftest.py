@@ -5,6 +5,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +21,15 @@ def shared_file(name):
     return path
 
 
+class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):
+    """Django's own PBKDF2 with one iteration: a test user's password costs microseconds, not
+    half a second (its 1,000,000 iterations were a third of the fast loop's time). The
+    iteration count travels in the stored hash, so the daphne and cluster processes the tests
+    start (with the default hashers) still check these passwords."""
+
+    iterations = 1
+
+
 @pytest.fixture(autouse=True)
 def _sync_tasks(monkeypatch, settings):
     """django-q2 runs tasks inline in unit tests (its documented test mode)."""
@@ -28,6 +38,7 @@ def _sync_tasks(monkeypatch, settings):
     monkeypatch.setattr(Conf, "SYNC", True)
     settings.CONVOY_RETRY_COOLDOWN = 60
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.PASSWORD_HASHERS = ["tests.conftest.QuickPBKDF2PasswordHasher"]
 
 
 @pytest.fixture
