@@ -50,7 +50,6 @@ WORKER_NAMES = (
     "morsov",
     "keeper",
     "cheedo",
-    "dag",
     "organic",
     "coma",
     "valkyrie",
