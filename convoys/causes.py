@@ -241,6 +241,33 @@ def summary(causes):
     return ", ".join(f"{n} {word(kind)}" for kind, n in counts(causes))
 
 
+def _read_rows(beads):
+    """({id: (Row, updated_at)} of the unfinished beads, the ids of the done ones)."""
+    rows, done = {}, set()
+    for r in beads.values_list(
+        "id", "status", "issue_type", "assignee", "rig_id", "rig__state", "priority", "updated_at"
+    ):
+        if r[1] in DONE_STATUSES:
+            done.add(r[0])
+        else:
+            rows[r[0]] = (Row(r[1], r[2], r[3], r[4] or "", r[5] or "", r[6]), r[7])
+    return rows, done
+
+
+def _known_rows(beads):
+    """The same from rows read already (their rigs' states: one query)."""
+    states = dict(Rig.objects.values_list("name", "state"))
+    rows, done = {}, set()
+    for bead_id, b in beads.items():
+        if b.status in DONE_STATUSES:
+            done.add(bead_id)
+        else:
+            rig = b.rig_id or ""
+            row = Row(b.status, b.issue_type, b.assignee, rig, states.get(rig, "") if rig else "")
+            rows[bead_id] = (row, b.updated_at)
+    return rows, done
+
+
 class Causes(dict):
     """{bead id: cause}, and `blockers`: every unfinished blocker of those beads, named by a
     cause or not (a paused bead's blockers too)."""
@@ -262,10 +289,12 @@ def jsonable(cause):
 
 
 # --- loading ---------------------------------------------------------------------------------
-def for_convoy(convoy, now=None):
-    """{bead id: cause} for the beads `convoy` tracks that are not done (unknown ids too)."""
+def for_convoy(convoy, now=None, known=None):
+    """{bead id: cause} for the beads `convoy` tracks that are not done (unknown ids too).
+    `known`: what the caller read of them already (see `load`)."""
     tracked = TrackedBead.objects.filter(convoy=convoy)
-    return load(list(tracked.values_list("bead_id", flat=True)), tracked.values("bead_id"), now)
+    ids = known.tracked if known is not None else tracked.values_list("bead_id", flat=True)
+    return load(list(ids), tracked.values("bead_id"), now, known)
 
 
 def for_bead(bead_id, now=None):
@@ -273,37 +302,42 @@ def for_bead(bead_id, now=None):
     return load([bead_id], [bead_id], now).get(bead_id)
 
 
-def load(bead_ids, selection, now=None):
+def load(bead_ids, selection, now=None, known=None):
     """`Causes` {bead id: cause} for those of `bead_ids` (in that order) that are not done.
     `selection` selects the same ids in queries: a values() subquery for many beads, the list
     for a few. Twelve or thirteen queries whatever the number of beads (four more when a
-    convoy tracking them has a max in flight, and the capacity module's with a town cap)."""
+    convoy tracking them has a max in flight, and the capacity module's with a town cap).
+
+    `known`, when the caller has read them by the same rules (a convoy page's snapshot): an
+    object with `beads` {id: row with status, issue_type, assignee, rig_id, updated_at},
+    `ready` (ids), `blockers` {id: unfinished blocker ids} and `target_types` {blocker id:
+    issue type}; then five queries fewer."""
     now = now or timezone.now()
     beads = Bead.objects.filter(pk__in=selection)
-    rows, done = {}, set()
-    for r in beads.values_list(
-        "id", "status", "issue_type", "assignee", "rig_id", "rig__state", "priority", "updated_at"
-    ):
-        if r[1] in DONE_STATUSES:
-            done.add(r[0])
-        else:
-            rows[r[0]] = (Row(r[1], r[2], r[3], r[4] or "", r[5] or "", r[6]), r[7])
+    if known is None:
+        rows, done = _read_rows(beads)
+    else:
+        rows, done = _known_rows(known.beads)
     wanted = [i for i in dict.fromkeys(bead_ids) if i not in done]
     result = Causes()
     if not wanted:
         return result
     unfinished = beads.exclude(status__in=DONE_STATUSES)
-    ready = set(ready_beads(unfinished, now).values_list("pk", flat=True))
-    blocking = blocked_by(unfinished.values("pk"))
-    # Blockers that are not work (a decision, a gate) gate rather than block.
-    targets = Dependency.objects.filter(
-        issue_id__in=unfinished.values("pk"), type__in=BLOCKING_DEP_TYPES
-    ).values("depends_on_id")
-    not_work = set(
-        Bead.objects.filter(pk__in=targets)
-        .exclude(issue_type__in=SLINGABLE_TYPES)
-        .values_list("pk", flat=True)
-    )
+    if known is None:
+        ready = set(ready_beads(unfinished, now).values_list("pk", flat=True))
+        blocking = blocked_by(unfinished.values("pk"))
+        # Blockers that are not work (a decision, a gate) gate rather than block.
+        targets = Dependency.objects.filter(
+            issue_id__in=unfinished.values("pk"), type__in=BLOCKING_DEP_TYPES
+        ).values("depends_on_id")
+        not_work = set(
+            Bead.objects.filter(pk__in=targets)
+            .exclude(issue_type__in=SLINGABLE_TYPES)
+            .values_list("pk", flat=True)
+        )
+    else:
+        ready, blocking = set(known.ready), known.blockers
+        not_work = {t for t, kind in known.target_types.items() if kind not in SLINGABLE_TYPES}
     assigned = unfinished.exclude(assignee="")
     dead = set(assigned.filter(worker_dead(now)).values_list("pk", flat=True))
     seen = dict(

@@ -178,6 +178,36 @@ def test_one_bead_per_kind(every_kind):
     assert causes.summary(found) == ", ".join(f"1 {causes.word(k)}" for k in EXPECTED.values())
 
 
+def test_what_a_page_read_already_gives_the_same_causes(every_kind):
+    """A convoy page hands over its rows, ready set and blockers (read by the same rules)."""
+    from types import SimpleNamespace
+
+    from convoys.readiness import blocked_by, ready_beads
+    from convoys.selectors import tracked_beads
+
+    tracked, rows, _ = tracked_beads(every_kind)
+    subset = Bead.objects.filter(pk__in=tracked)
+    blockers = blocked_by(tracked)
+    targets = {t for ts in blockers.values() for t in ts}
+    known = SimpleNamespace(
+        tracked=tracked,
+        beads=rows,
+        ready=set(ready_beads(subset).values_list("pk", flat=True)),
+        blockers=blockers,
+        target_types=dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type")),
+    )
+
+    def stable(found):
+        return {i: {k: v for k, v in c.items() if k != "rescue_by"} for i, c in found.items()}
+
+    with CaptureQueriesContext(connection) as fresh:
+        alone = causes.for_convoy(every_kind)
+    with CaptureQueriesContext(connection) as handed:
+        given = causes.for_convoy(every_kind, known=known)
+    assert stable(given) == stable(alone) and given.blockers == alone.blockers
+    assert len(handed) == len(fresh) - 5
+
+
 def test_ready_beads_past_the_free_slots_wait_in_priority_order(routes):
     for bead_id in ("gt-1", "gt-2", "gt-3", "gt-4"):
         bead(bead_id)
