@@ -2,6 +2,7 @@
 decided in a fixed order by `convoys.causes`; the convoy page, the bead page, the API and
 `convoy status` all show it and agree."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -16,7 +17,7 @@ from convoys.models import Bead, Worker
 from convoys.services import capacity, controls, convoys, dispatch, rigs
 from convoys.services.rigs import upsert_route
 
-from .factories import bead, blocks
+from .factories import bead, blocks, signed_in
 
 NOW = timezone.now()
 
@@ -290,3 +291,17 @@ def test_the_stranded_reason_of_a_parked_bead_says_retry_not_cooldown(routes):
         "gt-a parked by the dispatch breaker (failed dispatches in a row; `beads retry gt-a` "
         "clears it); dispatch failing for gt-b (retried after the cooldown)"
     )
+
+
+def test_the_dashboard_row_of_a_paused_convoy_wears_a_paused_badge(routes):
+    bead("gt-a")
+    convoy = convoys.create("Held", ["gt-a"])
+    client = signed_in("watcher", "view_convoy")
+    row = re.compile(rf'<tr data-convoy="{convoy.pk}".*?</tr>', re.S)
+    assert "paused" not in row.search(client.get("/").content.decode()).group(0)
+    controls.pause(convoy.pk, actor="web:ann", reason="release freeze")
+    badge = re.search(
+        r'<span class="tag paused" title="([^"]*)">([^<]*)</span>',
+        row.search(client.get("/").content.decode()).group(0),
+    )
+    assert badge.groups() == ("paused by ann: release freeze", "⏸ paused")
