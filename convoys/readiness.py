@@ -41,8 +41,9 @@ def worker_dead(now: datetime | None = None) -> Q:
     return Exists(known.filter(last_seen__lt=cutoff)) | (~Exists(known) & Q(updated_at__lt=cutoff))
 
 
-def _unfinished_blocker() -> Q:
-    """Blocking dependencies of OuterRef('pk') whose target exists and is not done."""
+def blocked_condition() -> Q:
+    """The bead (OuterRef('pk')) has a blocking dependency whose target exists and is not
+    done."""
     plain = Dependency.objects.filter(
         issue=OuterRef("pk"),
         type__in=[t for t in BLOCKING_DEP_TYPES if t != "merge-blocks"],
@@ -58,11 +59,6 @@ def _unfinished_blocker() -> Q:
         )
     )
     return Exists(plain) | Exists(merge)
-
-
-def blocked_condition() -> Q:
-    """A Q-compatible expression: the bead has an unfinished blocker."""
-    return _unfinished_blocker()
 
 
 def ready_q(now: datetime | None = None, *, blockers: bool = True) -> Q:
