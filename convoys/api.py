@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import selectors
+from . import causes, selectors
 from .models import ApiToken, Bead, Convoy, SourcedRecord
 from .readiness import blocked_by, ready_beads
 from .selectors import convoy_graph
@@ -181,6 +181,7 @@ class BeadOut(Schema):
     missing_since: datetime | None = None  # since when that source no longer has it
     ready: bool | None = None
     blocked_by: list[str] | None = None
+    cause: dict | None = None  # why it is not moving: {"kind": …, …} (detail; None when done)
 
 
 def plain_text(value):
@@ -315,6 +316,7 @@ def _bead_out(bead, detail=False, origins=None):
     if detail:
         data["ready"] = ready_beads(Bead.objects.filter(pk=bead.pk)).exists()
         data["blocked_by"] = blocked_by([bead.pk]).get(bead.pk, [])
+        data["cause"] = causes.jsonable(causes.for_bead(bead.pk))
     return data
 
 

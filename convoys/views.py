@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
-from . import formatting, layout, selectors, snapshots
+from . import causes, formatting, layout, selectors, snapshots
 from .events import last_seq
 from .fragments import Fragment, respond, since, unread
 from .models import (
@@ -378,6 +378,7 @@ def bead_detail(request, bead_id):
         "convoys": list(Convoy.objects.filter(tracked__bead_id=bead.pk).distinct()),
         "events": list(Event.objects.filter(bead_id=bead.pk).order_by("-seq")[:100]),
         "dispatches": list(Dispatch.objects.filter(bead_id=bead.pk)[:20]),
+        "cause": causes.for_bead(bead.pk, context["now"]),
         "can_change": request.user.has_perm("convoys.change_bead"),
     }
     # The page shows its neighbours' states, its convoys' statuses and its rig's state.

@@ -305,3 +305,21 @@ def test_the_dashboard_row_of_a_paused_convoy_wears_a_paused_badge(routes):
         row.search(client.get("/").content.decode()).group(0),
     )
     assert badge.groups() == ("paused by ann: release freeze", "⏸ paused")
+
+
+def test_the_bead_page_and_bead_json_name_the_same_cause(every_kind):
+    client = signed_in("watcher", "view_convoy", "view_bead")
+    found = causes.for_convoy(every_kind)
+    for bead_id, kind in EXPECTED.items():
+        if bead_id == "gt-unknown":
+            assert client.get(f"/api/beads/{bead_id}").status_code == 404
+            continue
+        cause = client.get(f"/api/beads/{bead_id}").json()["cause"]
+        assert cause == {
+            k: v for k, v in causes.jsonable(found[bead_id]).items() if k != "rescue_by"
+        } | ({"rescue_by": cause["rescue_by"]} if "rescue_by" in cause else {})
+        page = client.get(f"/beads/{bead_id}/").content.decode()
+        shown = re.search(r'id="bead-cause"><span class="cause k-([a-z-]+)" data-cause', page)
+        assert shown.group(1) == kind
+    assert client.get("/api/beads/gt-done").json()["cause"] is None
+    assert 'id="bead-cause"' not in client.get("/beads/gt-done/").content.decode()
