@@ -173,6 +173,12 @@ def test_acknowledge_from_the_cli_stops_it(stuck):
     assert data["escalation"]["escalations"] == 1
     with pytest.raises(CommandError, match="convoy 'hq-cv-nope' not found"):
         command("convoy", "ack", "hq-cv-nope")
+    for hostile, why in (("hq-\x00x", "NUL"), ("\ud800", "lone surrogate")):
+        with pytest.raises(CommandError, match=f"convoy id contains a {why}"):
+            command("convoy", "ack", hostile)
+    with pytest.raises(CommandError, match="not found"):
+        command("convoy", "ack", "x" * 5000)
+    assert Escalation.objects.get(pk=stuck.pk).acknowledged_by == "ops"  # unchanged
 
 
 def test_acknowledge_from_the_api_stops_it(stuck, people):

@@ -30,6 +30,7 @@ from django.utils import timezone
 from .. import causes as why
 from ..events import record
 from ..formatting import duration
+from ..ids import text_problem
 from ..models import (
     CONVOY_OPEN,
     Convoy,
@@ -40,7 +41,7 @@ from ..models import (
 )
 from . import notify
 from .convoys import get_convoy
-from .errors import ServiceError
+from .errors import NotFound, ServiceError
 
 PROGRESS_KINDS = ("bead.closed", "bead.dispatched")
 START_KINDS = ("convoy.created", "convoy.imported", "convoy.launched", "convoy.reopened")
@@ -274,6 +275,9 @@ def _notify(convoy, since, count, causes, now):
 def acknowledge(convoy_id, *, actor, now=None):
     """Stop a convoy's escalation. Returns (State, changed): acknowledging twice changes
     nothing; a convoy that is not escalated now (never, or it moved since) is refused."""
+    problem = text_problem(convoy_id)
+    if problem:  # no row holds one (and the database would refuse the lookup)
+        raise NotFound(f"convoy id {problem}: no such convoy")
     convoy = get_convoy(convoy_id)
     now = now or timezone.now()
     with transaction.atomic():
