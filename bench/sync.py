@@ -67,12 +67,18 @@ def restore(original, path):
     os.replace(f"{path}.new", path)
 
 
+def quiet():
+    """No INFO lines (django-q's "Enqueued" for every close), once Django set up logging."""
+    logging.disable(logging.INFO)
+
+
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def part_times(args, folder):
     setup()
+    quiet()
     from convoys.services import sync
 
     path, original = folder / "town.jsonl", folder / "generated.jsonl"
@@ -104,6 +110,7 @@ def part_times(args, folder):
 def part_memory_passes(args, folder):
     """In a process of its own: the passes whose memory is measured."""
     setup(os.environ["BENCH_SYNC_DATABASE"])
+    quiet()
     from convoys.services import sync
 
     path, original = folder / "town.jsonl", folder / "generated.jsonl"
@@ -149,6 +156,7 @@ def part_memory(args, folder):
 
 def part_memory_create(args, folder):
     setup(os.environ["BENCH_SYNC_DATABASE"])
+    quiet()
     from convoys.services import sync
 
     sync.sync(sync.FileSource(folder / "town.jsonl"))
@@ -181,6 +189,7 @@ def close_in(path, bead_id):
 
 def part_lag(args, folder):
     url = setup()
+    quiet()
     from convoys.models import Dispatch, SyncSource
     from convoys.services import rigs, staging, sync
     from convoys.services.launch import launch_staged
@@ -280,7 +289,6 @@ def main():
     parser.add_argument("--part", help=argparse.SUPPRESS)  # one part, in this process
     args = parser.parse_args()
     if args.part:
-        logging.getLogger("django-q").setLevel(logging.WARNING)  # its "Enqueued" lines
         folder = Path(os.environ.get("BENCH_SYNC_FOLDER") or tempfile.mkdtemp())
         PARTS[args.part](args, folder)
         return

@@ -40,7 +40,7 @@ from datetime import timedelta
 
 import orjson
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .. import beadfile
@@ -258,13 +258,14 @@ def _pass(source, routes_path, actor):
     return report
 
 
-def _id_sum(ids):
-    """Count and sum (mod 2**64) of the ids' hashes: equal for two id lists exactly when they
-    hold the same ids (but for a 2**-64 chance), duplicates included."""
+def _id_sum(chunks):
+    """Count and sum (mod 2**64) of the hashes of the ids in `chunks` (lists of ids): equal
+    for two id lists exactly when they hold the same ids, duplicates included (but for a
+    2**-64 chance; Python's string hash is the same throughout one process)."""
     count = total = 0
-    for item_id in ids:
-        count += 1
-        total = (total + hash(item_id)) & ID_SUM_MASK
+    for ids in chunks:
+        count += len(ids)
+        total = (total + sum(map(hash, ids))) & ID_SUM_MASK
     return count, total
 
 
@@ -305,9 +306,10 @@ class _Lines:
         if not raws:
             return
         keys = [hashlib.blake2b(raw, digest_size=16).hexdigest() for raw in raws]
-        rows = SourcedRecord.objects.filter(source=self.name, line__in=set(keys))
         known, back = {}, []
-        for key, item_id, missing in rows.values_list("line", "id", "missing_since"):
+        for key, item_id, source, missing in _by_line(set(keys)):
+            if source != self.name:
+                continue
             known[key] = item_id
             if missing:
                 back.append(item_id)
@@ -319,7 +321,7 @@ class _Lines:
         self.ahead.reverse()
 
     def note(self, ids):
-        count, total = _id_sum(ids)
+        count, total = _id_sum([ids])
         self.count += count
         self.sum = (self.sum + total) & ID_SUM_MASK
 
@@ -328,6 +330,21 @@ class _Lines:
         if ids:
             self.returned += len(ids)
             self.events += _mark(self.name, ids, None, self.actor)
+
+
+def _by_line(keys):
+    """(line, id, source, missing) of the records last read from these lines: one query in
+    SQL (the ORM's lookups cost more than the query), by the line's index alone (given the
+    source too, SQLite may scan the source's index instead)."""
+    table = connection.ops.quote_name(SourcedRecord._meta.db_table)
+    keys = list(keys)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT line, id, source, missing_since IS NOT NULL FROM {table} "
+            f"WHERE line IN ({', '.join(['%s'] * len(keys))})",
+            keys,
+        )
+        return cursor.fetchall()
 
 
 def _read(lines, importer):
@@ -404,9 +421,14 @@ def _gone(lines, stream):
     nothing is held. Otherwise the source is read again for its ids (a rare pass: a record
     dropped, or an id twice), which also names a duplicate id with its lines."""
     present = SourcedRecord.objects.filter(source=lines.name, missing_since__isnull=True)
-    ids = present.values_list("id", flat=True).order_by().iterator(chunk_size=jsonl.BATCH)
-    if _id_sum(ids) == (lines.count, lines.sum):
-        return []
+    table = connection.ops.quote_name(SourcedRecord._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {table} WHERE source = %s AND missing_since IS NULL", [lines.name]
+        )
+        chunks = iter(lambda: [row[0] for row in cursor.fetchmany(jsonl.BATCH * 5)], [])
+        if _id_sum(chunks) == (lines.count, lines.sum):
+            return []
     stream.seek(0)
     first = {}
     max_line = settings.CONVOY_IMPORT_MAX_LINE
