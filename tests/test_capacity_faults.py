@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
-from convoys.models import Bead, Convoy, Dispatch, Event
+from convoys.models import Bead, Convoy, Dispatch
 from convoys.services import beads as bead_service
 from convoys.services import capacity, convoys, staging
 
 from .factories import bead
+from .test_in_flight_race import most_in_flight
 from .test_processes import (
     _real_cluster,  # noqa: F401  (autouse: tasks go to the clusters)
     python,
@@ -24,19 +25,6 @@ from .test_processes import (
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CAP = 3
-
-
-def most_in_flight_in_town():
-    """Replay the event log in order (gap-free, commit order): the most beads in flight at
-    one time across every convoy."""
-    in_flight, most = set(), 0
-    for kind, bead_id in Event.objects.order_by("seq").values_list("kind", "bead_id"):
-        if kind == "bead.dispatched":
-            in_flight.add(bead_id)
-        elif kind in ("bead.closed", "dispatch.failed"):
-            in_flight.discard(bead_id)
-        most = max(most, len(in_flight))
-    return most
 
 
 # Each child launches its convoy, then slings it (container expansion) until it lands.
@@ -87,7 +75,7 @@ def test_two_clusters_launches_and_slings_never_exceed_the_cap(routes):
     assert done, f"closed {len(closed)}/30"
     assert all(child.returncode == 0 for child in children), [o[1][-2000:] for o in outputs]
     assert set(Convoy.objects.values_list("status", flat=True)) == {"closed"}
-    assert most_in_flight_in_town() == CAP  # reached, never passed
+    assert most_in_flight() == CAP  # reached, never passed
     paths = set(Dispatch.objects.values_list("path", flat=True))
     assert "launch" in paths and paths - {"launch"}, paths  # slings or close feeders too
 

@@ -65,13 +65,15 @@ PATHS = {
 }
 
 
-def most_in_flight(convoy_id):
-    """Replay the event log in order: the most beads of the convoy hooked at one time."""
-    tracked = set(Dispatch.objects.filter(convoy_id=convoy_id).values_list("bead_id", flat=True))
+def most_in_flight(convoy_id=None):
+    """Replay the event log in order: the most beads of the convoy (without one: of the whole
+    town) hooked at one time."""
+    events = Event.objects.order_by("seq")
+    if convoy_id is not None:
+        tracked = Dispatch.objects.filter(convoy_id=convoy_id).values_list("bead_id", flat=True)
+        events = events.filter(bead_id__in=set(tracked))
     in_flight, most = set(), 0
-    for kind, bead_id in (
-        Event.objects.filter(bead_id__in=tracked).order_by("seq").values_list("kind", "bead_id")
-    ):
+    for kind, bead_id in events.values_list("kind", "bead_id"):
         if kind == "bead.dispatched":
             in_flight.add(bead_id)
         elif kind in ("bead.closed", "dispatch.failed"):
