@@ -297,3 +297,25 @@ def test_the_notification_names_each_beads_cause(stuck, people):
     assert [s["causes"] for s in sent if s["id"] == paused.pk] == [
         ["1 paused", f"gt-p (paused): convoy {paused.pk} paused by ops: db migration"]
     ]
+
+
+def test_the_scan_costs_the_same_queries_whatever_the_size(routes, people):
+    """The check runs every stranded scan: when nothing is due it is four queries (the
+    open convoys, their progress in two aggregates, their escalation rows), for 2 or 40
+    convoys alike; escalating loads the causes of every due convoy at once."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def scan_cost(count, beads_each, prefix):
+        made = []
+        for c in range(count):
+            ids = [bead(f"gt-{prefix}{c}x{b}").id for b in range(beads_each)]
+            made.append(convoys.create(f"{prefix}{c}", ids))
+        at = max(started(c) for c in made) + STUCK
+        assert len(escalation.escalate_stuck(now=at)) == count
+        with CaptureQueriesContext(connection) as queries:
+            assert escalation.escalate_stuck(now=at + timedelta(minutes=1)) == []
+        return len(queries)
+
+    assert scan_cost(2, 2, "s") == 4
+    assert scan_cost(40, 5, "m") == 4

@@ -24,7 +24,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max
+from django.db.models import F, Max, OuterRef, Subquery
 from django.utils import timezone
 
 from .. import causes as why
@@ -47,6 +47,7 @@ PROGRESS_KINDS = ("bead.closed", "bead.dispatched")
 START_KINDS = ("convoy.created", "convoy.imported", "convoy.launched", "convoy.reopened")
 MAX_REESCALATIONS = 2
 MAX_NOTIFICATIONS = 1 + MAX_REESCALATIONS
+BATCH = 500  # convoys a progress query covers
 CAUSE_LINES = 12  # at most this many cause lines in a notification (then "and N more")
 
 
@@ -59,29 +60,29 @@ def reescalate_after():
 
 
 def last_progress(convoys):
-    """{convoy id: when it last made progress} (see the module doc); three queries."""
+    """{convoy id: when it last made progress} (see the module doc): two queries a batch of
+    BATCH convoys, each an aggregate the database computes (the latest progress event of each
+    tracked bead found through the event log's bead index), whatever the number of beads."""
     result = {c.pk: c.created_at for c in convoys}
-    if not result:
-        return result
     ids = list(result)
-    starts = (
-        Event.objects.filter(convoy_id__in=ids, kind__in=START_KINDS)
-        .values_list("convoy_id")
-        .annotate(at=Max("created_at"))
-    )
-    for convoy_id, at in starts:
-        result[convoy_id] = max(result[convoy_id], at)
-    tracking = TrackedBead.objects.filter(convoy_id__in=ids)
-    moved = dict(
-        Event.objects.filter(kind__in=PROGRESS_KINDS, bead_id__in=tracking.values("bead_id"))
-        .values_list("bead_id")
-        .annotate(at=Max("created_at"))
-    )
-    if moved:
-        for convoy_id, bead_id in tracking.filter(bead_id__in=list(moved)).values_list(
-            "convoy_id", "bead_id"
-        ):
-            result[convoy_id] = max(result[convoy_id], moved[bead_id])
+    for start in range(0, len(ids), BATCH):
+        part = ids[start : start + BATCH]
+        starts = (
+            Event.objects.filter(convoy_id__in=part, kind__in=START_KINDS)
+            .values_list("convoy_id")
+            .annotate(at=Max("created_at"))
+        )
+        latest = Event.objects.filter(
+            bead_id=OuterRef("bead_id"), kind__in=PROGRESS_KINDS
+        ).order_by("-seq")
+        moved = (
+            TrackedBead.objects.filter(convoy_id__in=part)
+            .values_list("convoy_id")
+            .annotate(at=Max(Subquery(latest.values("created_at")[:1])))
+        )
+        for convoy_id, at in [*starts, *moved]:
+            if at is not None:
+                result[convoy_id] = max(result[convoy_id], at)
     return result
 
 
@@ -169,9 +170,10 @@ def escalate_stuck(now=None):
             due.append((convoy, since, row, False))
     if not due:
         return []
+    causes_of = _causes([convoy.pk for convoy, *_ in due], now)
     sent = []
     for convoy, since, row, fresh in due:
-        found = why.for_convoy(convoy, now)
+        found = causes_of[convoy.pk]
         if not found:
             continue  # empty or complete: the stranded scan closes or lands it
         causes = cause_lines(found)
@@ -182,6 +184,19 @@ def escalate_stuck(now=None):
         if count:
             sent.append({"id": convoy.pk, "escalation": count, "causes": causes})
     return sent
+
+
+def _causes(convoy_ids, now):
+    """{convoy id: {bead id: cause}} of the unfinished beads of these convoys, loaded at once
+    (convoys/causes.py reads a fixed number of queries whatever the number of beads)."""
+    tracking = TrackedBead.objects.filter(convoy_id__in=convoy_ids)
+    rows = list(tracking.values_list("convoy_id", "bead_id"))
+    found = why.load(list(dict.fromkeys(b for _, b in rows)), tracking.values("bead_id"), now)
+    result = {convoy_id: {} for convoy_id in convoy_ids}
+    for convoy_id, bead_id in rows:
+        if bead_id in found:
+            result[convoy_id][bead_id] = found[bead_id]
+    return result
 
 
 def _claim(convoy, since, row, fresh, causes, now):
