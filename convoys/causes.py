@@ -281,6 +281,17 @@ def outside_blockers(causes, tracked, limit=200):
     return sorted(set(causes.blockers) - set(tracked))[:limit]
 
 
+# Events anywhere in the town that move the town queue (a slot taken or freed).
+QUEUE_KINDS = ("bead.dispatched", "bead.closed", "dispatch.failed")
+
+
+def watch_kinds(causes):
+    """The event kinds a page showing these causes must hear of from other convoys: the town
+    queue's, while a bead waits in it."""
+    town = any(c and c.get("scope") == "town" for c in causes.values())
+    return list(QUEUE_KINDS) if town else []
+
+
 def jsonable(cause):
     """The cause with times as RFC 3339 text (for JSON writers without an encoder)."""
     if cause is None:
