@@ -190,7 +190,9 @@ class Command(ServiceCommand):
         )
         p.add_argument("--actor", default="cli", help="who changes it (default: cli)")
         self.add_json(p)
-        p = sub.add_parser("feed", help="run one catch-up pass and one stranded scan now")
+        p = sub.add_parser(
+            "feed", help="run one catch-up pass, one stranded scan and the escalation check now"
+        )
         p.add_argument("--once", action="store_true", help="(the only mode; for cron and tests)")
         self.add_json(p)
 
