@@ -29,8 +29,8 @@ from .models import (
 )
 from .readiness import blocked_by, ready_beads
 from .services import beads as bead_service
+from .services import capacity, feeding, launch, notify, staging
 from .services import convoys as convoy_service
-from .services import feeding, launch, notify, staging
 from .services.errors import ServiceError
 
 VIEW = "convoys.view_convoy"
@@ -96,6 +96,9 @@ def dashboard(request):
         # Only rows of convoys whose beads changed; the list and its order stay as they are.
         rows = selectors.dashboard_rows(params, only=changes.convoys) if changes.convoys else []
         fragments = [_row_fragment(row) for row in rows] + [unread()]
+        if changes.kinds - QUIET_KINDS:  # the town's capacity may have moved
+            context["capacity"] = capacity.panel()
+            fragments.append(CAPACITY)
         return respond(request, "convoys/dashboard.html", context, fragments)
     page = selectors.dashboard_page(params)
     context |= {
@@ -103,13 +106,19 @@ def dashboard(request):
         "params": params,
         "sorts": DASHBOARD_SORTS,
         "statuses": DASHBOARD_STATUSES,
+        "capacity": capacity.panel(),
     }
     fragments = [
         Fragment("dashboard-filters", "convoys/_dashboard_filters.html"),
         Fragment("convoy-table", "convoys/_convoy_table.html"),
+        CAPACITY,
         unread(),
     ]
     return respond(request, "convoys/dashboard.html", context, fragments)
+
+
+CAPACITY = Fragment("capacity-panel", "convoys/_capacity_panel.html")
+QUIET_KINDS = frozenset({"notification", "spin"})  # events that never move the town's capacity
 
 
 def _row_fragment(row):

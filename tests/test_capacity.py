@@ -99,6 +99,7 @@ def oldest_in_flight():
     return None
 
 
+@pytest.mark.slow
 def test_two_convoys_of_50_with_a_cap_of_2_take_turns(routes, settings, closing):
     settings.CONVOY_MAX_IN_FLIGHT = 2
     a = launched([bead(f"gt-a{i:02d}").id for i in range(50)])
@@ -228,3 +229,26 @@ def test_convoy_capacity_command_shows_and_changes_the_cap(routes, settings):
     assert "no cap (override, set by cli at" in lifted
     back = json.loads(cli("convoy", "capacity", "--unset", "--json"))
     assert back["cap"] == 1 and back["source"] == "CONVOY_MAX_IN_FLIGHT"
+
+
+def test_dashboard_capacity_panel_draws_and_updates_live(routes, settings, closing):
+    from convoys.events import last_seq
+
+    from .factories import signed_in
+
+    client = signed_in("viewer", "view_convoy")
+    settings.CONVOY_MAX_IN_FLIGHT = 0
+    page = client.get("/").content.decode()
+    assert 'id="capacity-panel"' in page and "no town cap" in page
+    settings.CONVOY_MAX_IN_FLIGHT = 1
+    a = launched([bead(f"gt-a{i}").id for i in range(3)])
+    page = client.get("/").content.decode()
+    assert "<strong>1</strong> in flight / cap <strong>1</strong> · 0 free" in page
+    assert "<strong>2</strong> queued" in page and "CONVOY_MAX_IN_FLIGHT" in page
+    assert page.index("gt-a1") < page.index("gt-a2") and f"/convoys/{a.convoy_id}/" in page
+    seq = last_seq()
+    closing("gt-a0")  # a slot frees and gt-a1 takes it
+    live = client.get("/", headers={"X-Live": "1", "X-Live-Since": str(seq)}).json()
+    panel = live["fragments"]["capacity-panel"]
+    assert "<strong>1</strong> queued" in panel and "gt-a2" in panel and "gt-a1" not in panel
+    assert panel == client.get("/?fragments=capacity-panel").json()["fragments"]["capacity-panel"]

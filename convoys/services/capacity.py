@@ -283,6 +283,30 @@ def report(now=None):
     }
 
 
+PANEL_ROWS = 20
+
+
+@dataclass
+class Panel:
+    """The dashboard's capacity panel: the snapshot, where the cap comes from, and the first
+    PANEL_ROWS waiting beads (`convoy capacity` lists them all)."""
+
+    snap: Snapshot
+    origin: dict
+    rows: list
+    more: int
+
+
+def panel(now=None):
+    """Without a cap only the count of beads in flight is read (one query)."""
+    limit, origin = cap_source()
+    if not limit:
+        return Panel(Snapshot(0, in_flight(now), []), origin, [], 0)
+    snap = snapshot(now)
+    waiting = snap.waiting
+    return Panel(snap, origin, waiting[:PANEL_ROWS], max(len(waiting) - PANEL_ROWS, 0))
+
+
 def queue_positions(now=None):
     """{bead id: 1-based position} of every bead waiting for town capacity (1 = the next to
     be dispatched when a slot frees). Empty when there is no cap or a free slot is there for
