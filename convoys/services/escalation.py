@@ -296,19 +296,14 @@ def acknowledge(convoy_id, *, actor, now=None):
     convoy = get_convoy(convoy_id)
     now = now or timezone.now()
     with transaction.atomic():
+        # The row lock makes a scan's claim on it wait for this commit (and this wait for one).
+        list(Escalation.objects.select_for_update().filter(pk=convoy.pk))
         found = state(convoy)
         if found is None or not found.current:
             raise ServiceError(f"convoy {convoy.pk} is not escalated: nothing to acknowledge")
         if found.row.acknowledged_at is not None:
             return found, False
-        won = Escalation.objects.filter(
-            pk=convoy.pk, progress_at=found.row.progress_at, acknowledged_at__isnull=True
-        ).update(acknowledged_at=now, acknowledged_by=actor)
-        if not won:  # acknowledged (or reset) a moment ago
-            found = state(convoy)
-            if found is None or not found.current:
-                raise ServiceError(f"convoy {convoy.pk} is not escalated: nothing to acknowledge")
-            return found, False
+        Escalation.objects.filter(pk=convoy.pk).update(acknowledged_at=now, acknowledged_by=actor)
         record(
             "convoy.acknowledged",
             convoy_id=convoy.pk,
