@@ -18,6 +18,7 @@ from convoys.services import beads, convoys, escalation, notify
 from convoys.services.errors import ServiceError
 
 from .factories import bead, blocks, command
+from .test_headers import needs_emoji_font
 
 STUCK = timedelta(seconds=1800)
 AGAIN = timedelta(hours=4)
@@ -80,7 +81,7 @@ def test_a_stuck_convoy_escalates_once_then_twice_more_at_most(stuck):
     # the owner and the subscriber; the subscriber who may not view convoys gets nothing
     assert recipients(notes) == ["alice", "watcher"]
     note = notes.get(user__username="alice")
-    assert note.subject == "⏰ Convoy stuck: Stuck work"
+    assert note.subject == "⚠ Convoy stuck: Stuck work"
     assert "made no progress for 30m" in note.body
     assert "gt-w (gated): gated by gt-gate" in note.body  # the cause, named
     assert f"convoy ack {stuck.pk}" in note.body
@@ -101,9 +102,9 @@ def test_a_stuck_convoy_escalates_once_then_twice_more_at_most(stuck):
         assert escalation.escalate_stuck(now=start + STUCK + later * AGAIN) == []
     subjects = [n.subject for n in escalations(stuck).filter(user__username="alice").order_by("id")]
     assert subjects == [
-        "⏰ Convoy stuck: Stuck work",
-        "⏰ Convoy still stuck (2 of 3): Stuck work",
-        "⏰ Convoy still stuck (3 of 3): Stuck work",
+        "⚠ Convoy stuck: Stuck work",
+        "⚠ Convoy still stuck (2 of 3): Stuck work",
+        "⚠ Convoy still stuck (3 of 3): Stuck work",
     ]
     assert "This is the last reminder (3 of 3)." in escalations(stuck).order_by("id").last().body
     assert not Notification.objects.filter(user__username="outsider").exists()
@@ -211,12 +212,13 @@ def test_acknowledge_from_the_inbox_and_the_convoy_page(stuck, people):
 
     inbox = alice.get("/inbox/").content.decode()
     action, receipts = inbox.split('id="inbox-receipts"')
-    assert "⚠ Action needed" in action and "⏰ Convoy stuck: Stuck work" in action
+    assert "⚠ Action needed" in action and "⚠ Convoy stuck: Stuck work" in action
     assert f'action="/convoys/{stuck.pk}/ack/"' in action
     assert "Convoy landed: Done already" in receipts and "Stuck work" not in receipts
     page = alice.get(f"/convoys/{stuck.pk}/").content.decode()
-    assert "⏰ Stuck: no progress since" in page and "gt-w (gated): gated by gt-gate" in page
+    assert "⚠ Stuck: no progress since" in page and "gt-w (gated): gated by gt-gate" in page
     assert f'action="/convoys/{stuck.pk}/ack/"' in page
+    assert needs_emoji_font(inbox) == [] and needs_emoji_font(page) == []  # no blank boxes
 
     got = alice.post(f"/convoys/{stuck.pk}/ack/", {"next": "/inbox/"})
     assert (got.status_code, got["Location"]) == (302, "/inbox/")

@@ -8,7 +8,15 @@ from convoys.models import Escalation, Event
 from convoys.services import beads, convoys, escalation, notify
 
 from .factories import bead, blocks
-from .test_browser import browser, login, make_user, server, wait_js, wait_live  # noqa: F401
+from .test_browser import (  # noqa: F401
+    browser,
+    login,
+    make_user,
+    server,
+    shot,
+    wait_js,
+    wait_live,
+)
 from .test_escalation import STUCK, started
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -28,14 +36,19 @@ def test_escalation_toast_and_acknowledge_in_the_inbox(browser, server, routes):
     wait_js(
         page,
         "[...document.querySelectorAll('.toast.bad')]"
-        ".some(t => t.textContent === '⏰ Convoy stuck: Stuck work')",
+        ".some(t => t.textContent === '⚠ Convoy stuck: Stuck work')",
     )
     wait_js(page, "document.querySelector('#inbox-action form.ack button') !== null")
     assert "gt-w (gated): gated by gt-gate" in page.inner_text("#inbox-action")
+    shot(page, "inbox-escalation")
     page.click("#inbox-action form.ack button")
     page.wait_for_url(server + "/inbox/")
     assert "acknowledged by web:alice" in page.inner_text("#inbox-action")
     assert Escalation.objects.get(pk=stuck.pk).acknowledged_by == "web:alice"
+    page.goto(server + f"/convoys/{stuck.pk}/")
+    assert "Acknowledged by web:alice" in page.inner_text("#convoy-escalation")
+    shot(page, "convoy-escalation-acknowledged")
+    page.goto(server + "/inbox/")
 
     # Receipts in the daily digest: in the inbox, no toast.
     notify.set_preferences(alice, receipts="digest")

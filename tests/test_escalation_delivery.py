@@ -103,7 +103,7 @@ def test_action_needed_e_mails_by_default_and_not_in_app_only(
     with django_capture_on_commit_callbacks(execute=True):
         escalation.escalate_stuck(now=started(convoy) + STUCK)
     assert [m.to for m in mail.outbox] == [["alice@example.com"]]
-    assert mail.outbox[0].subject == "⏰ Convoy stuck: Stuck"
+    assert mail.outbox[0].subject == "⚠ Convoy stuck: Stuck"
     assert Notification.objects.filter(user__in=[alice, bob], kind="escalation").count() == 2
     events = Event.objects.filter(kind="notification")
     assert all(e.data["action_needed"] and "quiet" not in e.data for e in events)

@@ -253,9 +253,9 @@ def _notify(convoy, since, count, causes, now):
     title = " ".join(convoy.title.split())
     stalled = duration((now - since).total_seconds())
     if count == 1:
-        subject = f"⏰ Convoy stuck: {title}"
+        subject = f"⚠ Convoy stuck: {title}"
     else:
-        subject = f"⏰ Convoy still stuck ({count} of {MAX_NOTIFICATIONS}): {title}"
+        subject = f"⚠ Convoy still stuck ({count} of {MAX_NOTIFICATIONS}): {title}"
     lines = [
         f"Convoy {convoy.pk} has made no progress for {stalled} "
         f"(no bead closed or dispatched since {since:%Y-%m-%d %H:%M} UTC).",
