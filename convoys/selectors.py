@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from . import dag as dagmod
-from . import layout, stranding
+from . import layout, snapshots, stranding
 from .formatting import ACTOR_CHANNELS, duration, person
 from .ids import quoted_url_segment
 from .models import (
@@ -32,7 +32,7 @@ from .models import (
     TrackedBead,
     Worker,
 )
-from .readiness import blocked_by, ready_beads
+from .readiness import ready_beads
 
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
 
@@ -105,18 +105,25 @@ def tracked_beads(convoy):
     return ids, beads, list(edges)
 
 
-def convoy_summary(convoy, tracked, beads, now=None):
+def convoy_summary(convoy, tracked, beads, now=None, snapshot=None):
     """One convoy's summary and its ready bead ids from beads already read by
-    `tracked_beads` (one query for the ready rule, one for spin)."""
+    `tracked_beads` (one query for the ready rule, one for spin), or with a
+    `snapshots.Snapshot` (its ready, failed and blocker sets: no query for those)."""
     now = now or timezone.now()
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    ready_ids = set(
-        ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
-    )
+    if snapshot is not None:
+        ready_ids, failed = set(snapshot.ready), snapshot.failed
+        facts = (snapshot.beads, snapshot.blockers, snapshot.target_types)
+    else:
+        ready_ids = set(
+            ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
+        )
+        failed, facts = failed_beads(Bead.objects.filter(pk__in=tracking)), None
     rows = [(convoy.pk, bead_id) for bead_id in tracked]
     loaded = {b.pk: (b.status, b.updated_at) for b in beads.values()}
-    verdicts = stranding.classify([convoy], now, explain=True, loaded=(rows, loaded, ready_ids))
-    failed = failed_beads(Bead.objects.filter(pk__in=tracking))
+    verdicts = stranding.classify(
+        [convoy], now, explain=True, loaded=(rows, loaded, ready_ids), facts=facts
+    )
     spin = spinning([convoy.pk], now)
     summary = summarise([convoy], rows, loaded, ready_ids, spin, verdicts, failed)[convoy.pk]
     return summary, ready_ids
@@ -132,11 +139,20 @@ def convoy_summaries(convoys, now=None):
     tracking = TrackedBead.objects.filter(convoy_id__in=ids)
     rows = list(tracking.values_list("convoy_id", "bead_id"))
     tracked_beads = Bead.objects.filter(pk__in=tracking.values("bead_id"))
-    beads = {row[0]: row[1:] for row in tracked_beads.values_list("id", "status", "updated_at")}
+    # Statuses only: each bead's update time is a datetime to convert (a third of the
+    # dashboard's time at 20,000 beads); the database finds each convoy's latest instead.
+    beads = {row[0]: row[1:] for row in tracked_beads.values_list("id", "status")}
+    updated = Bead.objects.filter(pk=OuterRef("bead_id")).values("updated_at")[:1]
+    latest = dict(
+        tracking.annotate(updated=Subquery(updated))
+        .values("convoy_id")
+        .annotate(latest=Max("updated"))
+        .values_list("convoy_id", "latest")
+    )
     ready_ids = set(ready_beads(tracked_beads, now).values_list("pk", flat=True))
     verdicts = stranding.classify(convoys, now, loaded=(rows, beads, ready_ids))
     failed = failed_beads(tracked_beads)
-    return summarise(convoys, rows, beads, ready_ids, spinning(ids, now), verdicts, failed)
+    return summarise(convoys, rows, beads, ready_ids, spinning(ids, now), verdicts, failed, latest)
 
 
 def spinning(convoy_ids, now):
@@ -148,10 +164,11 @@ def spinning(convoy_ids, now):
     )
 
 
-def summarise(convoys, rows, beads, ready_ids, spin, verdicts, failed_ids=frozenset()):
+def summarise(convoys, rows, beads, ready_ids, spin, verdicts, failed_ids=frozenset(), latest=None):
     """The summaries from loaded data: `rows` (convoy id, bead id), `beads` {id: (status,
     updated_at)}, the ready bead ids, the spinning convoy ids, `stranding.classify` and the
-    beads whose last dispatch failed."""
+    beads whose last dispatch failed. With `latest` ({convoy id: its beads' latest update}),
+    `beads` need only hold (status,)."""
     result = {}
     for convoy in convoys:
         result[convoy.pk] = dict.fromkeys(SEGMENTS, 0) | {
@@ -159,13 +176,15 @@ def summarise(convoys, rows, beads, ready_ids, spin, verdicts, failed_ids=frozen
             "last_activity": convoy.updated_at,
             "spin": convoy.pk in spin,
         }
+        if latest is not None and latest.get(convoy.pk) is not None:
+            result[convoy.pk]["last_activity"] = max(convoy.updated_at, latest[convoy.pk])
     for convoy_id, bead_id in rows:
-        status, updated = beads.get(bead_id, (None, None))
+        status, *updated = beads.get(bead_id, (None, None))
         summary = result[convoy_id]
         summary[segment_for(bead_id, status, ready_ids, failed_ids)] += 1
         summary["total"] += 1
-        if updated is not None and updated > summary["last_activity"]:
-            summary["last_activity"] = updated
+        if latest is None and updated[0] is not None and updated[0] > summary["last_activity"]:
+            summary["last_activity"] = updated[0]
     for convoy_id, summary in result.items():
         total = summary["total"] or 1
         summary["percent"] = {k: round(100 * summary[k] / total, 2) for k in SEGMENTS}
@@ -290,7 +309,11 @@ def changes_since(seq):
         if convoy_id:
             changes.convoys.add(convoy_id)
         changes.convoys.update(data.get("convoys") or ())
-        if "dependencies" in (data.get("changes") or {}):
+        if (
+            "dependencies" in (data.get("changes") or {})
+            or "dependency_added" in data
+            or "dependency_removed" in data
+        ):
             changes.dependencies = True
     if changes.beads:
         # A close or reopen changes whether the beads it blocks are ready, and so their convoys.
@@ -420,9 +443,13 @@ def bead_url_maker():
     return lambda bead_id: template.replace("__ID__", quoted_url_segment(bead_id))
 
 
-def convoy_graph(convoy):
-    """A convoy's tracked ids, {id: TrackedRow}, DAG, waves, gated beads and raw edges."""
-    tracked, beads, edges = tracked_beads(convoy)
+def convoy_graph(convoy, snapshot=None):
+    """A convoy's tracked ids, {id: TrackedRow}, DAG, waves, gated beads and raw edges (read,
+    or from a `snapshots.Snapshot`)."""
+    if snapshot is not None:
+        tracked, beads, edges = snapshot.tracked, snapshot.beads, snapshot.edges
+    else:
+        tracked, beads, edges = tracked_beads(convoy)
     nodes = [
         dagmod.Node(
             id=b.pk, title=b.title, type=b.issue_type or "", status=b.status, rig=b.rig_id or ""
@@ -430,12 +457,13 @@ def convoy_graph(convoy):
         for b in beads.values()
     ]
     # Untracked gates (a decision) hold tracked beads back: read them so the page names them.
-    outside = {t for _, t, kind in edges if t not in beads and kind in dagmod.EXECUTION_TYPES}
-    gates = Bead.objects.filter(pk__in=outside).exclude(issue_type__in=SLINGABLE_TYPES)
-    nodes += [
-        dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3])
-        for g in gates.values_list("id", "title", "issue_type", "status")
-    ]
+    if snapshot is not None:
+        gates = snapshot.gates
+    else:
+        outside = {t for _, t, kind in edges if t not in beads and kind in dagmod.EXECUTION_TYPES}
+        gates = Bead.objects.filter(pk__in=outside).exclude(issue_type__in=SLINGABLE_TYPES)
+        gates = gates.values_list("id", "title", "issue_type", "status")
+    nodes += [dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3]) for g in gates]
     graph = dagmod.build_dag(nodes, edges)
     try:
         waves, gated = dagmod.compute_waves(graph)
@@ -571,9 +599,11 @@ class ConvoyPage:
         return out
 
 
-def convoy_page(convoy, params, user, now):
-    tracked, beads, graph, waves, gated = convoy_graph(convoy)
-    summary, ready_ids = convoy_summary(convoy, tracked, beads, now)
+def convoy_page(convoy, params, user, now, snapshot=None):
+    """The convoy page's read model, from a `snapshots.Snapshot` (loaded when not given)."""
+    snapshot = snapshot or snapshots.load(convoy, now)
+    tracked, beads, graph, waves, gated = convoy_graph(convoy, snapshot)
+    summary, ready_ids = convoy_summary(convoy, tracked, beads, now, snapshot)
     href = bead_url_maker()
     workers = dict(
         Worker.objects.filter(
@@ -614,7 +644,7 @@ def convoy_page(convoy, params, user, now):
         capped = len(unfinished) > MAX_ROWS
         rows = unfinished[:MAX_ROWS]
     tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    blockers = blocked_by([r["id"] for r in rows] if big else tracked_q)
+    blockers = snapshot.blockers
     origins = SourcedRecord.of(r["id"] for r in rows)
     for row in rows:
         row["blocked_by"] = blockers.get(row["id"], [])

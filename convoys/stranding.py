@@ -102,15 +102,18 @@ class Verdict:
 
 
 NOT_OPEN = Verdict("")
+COOLING_LOOKUP = 500
 
 
-def classify(convoys, now=None, explain=False, loaded=None):
+def classify(convoys, now=None, explain=False, loaded=None, facts=None):
     """{convoy id: Verdict} for the given convoys (only open ones get a kind).
 
     `loaded`, when the caller has read them already: (rows of (convoy id, bead id) in
     tracking order, {bead id: (status, …)}, the ready bead ids); else three queries read
     them. Then one query for cooling dispatches, and two or three for the causes of stuck
-    convoys (of every convoy with `explain`, which the convoy page's ETA needs)."""
+    convoys (of every convoy with `explain`, which the convoy page's ETA needs); one with
+    `facts`, what a convoy page's snapshot holds of its beads: ({bead id: row with status,
+    assignee, issue_type, rig_id}, {bead id: unfinished blocker ids}, {blocker id: type})."""
     now = now or timezone.now()
     open_ = [c for c in convoys if c.status == CONVOY_OPEN]
     result = {c.pk: NOT_OPEN for c in convoys}
@@ -121,9 +124,14 @@ def classify(convoys, now=None, explain=False, loaded=None):
     for convoy_id, bead_id in rows:
         if convoy_id in per_convoy:
             per_convoy[convoy_id].append(bead_id)
-    from .services.dispatch import recent_failures
+    from .services.dispatch import cooling_down, recent_failures
 
-    cooling = recent_failures(now) & ready if ready else set()
+    # Which ready beads are cooling down: a few ready beads are looked up by id (the parked
+    # beads of the whole database are a scan of every bead); many, by one range scan.
+    if len(ready) <= COOLING_LOOKUP:
+        cooling = cooling_down(sorted(ready), now) if ready else set()
+    else:
+        cooling = recent_failures(now) & ready
     to_explain = []
     for convoy in open_:
         statuses = {i: status_of[i][0] for i in per_convoy[convoy.pk] if i in status_of}
@@ -136,7 +144,7 @@ def classify(convoys, now=None, explain=False, loaded=None):
         ):
             to_explain.append(convoy.pk)
     if to_explain:
-        _explain({pk: per_convoy[pk] for pk in to_explain}, result, ready, cooling)
+        _explain({pk: per_convoy[pk] for pk in to_explain}, result, ready, cooling, facts)
     return result
 
 
@@ -198,23 +206,27 @@ def _stalled(bead_id, status, ready, cooling):
     return status not in ACTIVE_WORK_STATUSES
 
 
-def _explain(per_convoy, verdicts, ready, cooling):
+def _explain(per_convoy, verdicts, ready, cooling, facts=None):
     """Find the root causes of the unfinished beads that are neither ready nor in progress."""
-    # Subqueries, not lists: a 5,000-bead convoy would make IN lists of thousands of ids.
-    tracked = TrackedBead.objects.filter(convoy_id__in=list(per_convoy)).values("bead_id")
-    beads = Bead.objects.filter(pk__in=tracked)
-    info = {
-        row[0]: row[1:]
-        for row in beads.values_list("id", "status", "assignee", "issue_type", "rig_id")
-    }
-    unfinished = beads.exclude(status__in=(*DONE_STATUSES, *ACTIVE_WORK_STATUSES))
-    blockers = blocked_by(unfinished.values("pk"))
-    targets = {t for ts in blockers.values() for t in ts}
-    target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
+    if facts is not None:
+        rows, blockers, target_types = facts
+        info = {i: (r.status, r.assignee, r.issue_type, r.rig_id) for i, r in rows.items()}
+    else:
+        # Subqueries, not lists: a 5,000-bead convoy would make IN lists of thousands of ids.
+        tracked = TrackedBead.objects.filter(convoy_id__in=list(per_convoy)).values("bead_id")
+        beads = Bead.objects.filter(pk__in=tracked)
+        info = {
+            row[0]: row[1:]
+            for row in beads.values_list("id", "status", "assignee", "issue_type", "rig_id")
+        }
+        unfinished = beads.exclude(status__in=(*DONE_STATUSES, *ACTIVE_WORK_STATUSES))
+        blockers = blocked_by(unfinished.values("pk"))
+        targets = {t for ts in blockers.values() for t in ts}
+        target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
     rig_states = dict(Rig.objects.values_list("name", "state"))
     from .services.controls import parked_among
 
-    parked = parked_among(unfinished.values("pk")) if cooling else {}
+    parked = parked_among(sorted(cooling)) if cooling else {}  # cooling: a few recent failures
     for convoy_id, ids in per_convoy.items():
         verdict = verdicts[convoy_id]
         members = set(ids)

@@ -1,0 +1,216 @@
+"""What a convoy page reads per bead, kept per event sequence number and carried forward by
+the events after it, so that a live update re-reads only the beads its events touched.
+
+The convoy page (`selectors.convoy_page`) is derived from a `Snapshot` by the same code for a
+full render and for a live update; only where the snapshot comes from differs:
+- `load(convoy, now)` reads everything (a page that is not live always does);
+- `advance(snapshot, changes, now)` copies the snapshot the live page was drawn from and
+  re-reads, through the same loaders and the one readiness rule, the beads the events named
+  and the tracked beads they block. It gives up (None: load afresh) when the events may have
+  changed more than bead rows: dependencies, tracking, staging, rigs and routes, imports, any
+  kind it does not know, more events than `changes_since` lists; or when time alone may have
+  changed a bead's readiness since the snapshot was read (a worker timing out; a dead
+  worker's bead, which a heartbeat may revive without an event).
+Snapshots live in a small per-process cache keyed by (convoy, seq); a process without the one
+a live page asks from loads afresh. What changes with time or without an event (workers'
+heartbeats, dispatch cooldowns, rig states, the timeline, the ETA's samples) is not in the
+snapshot: the page reads it on every request.
+"""
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from .models import ACTIVE_WORK_STATUSES, SLINGABLE_TYPES, Bead, TrackedBead, Worker
+from .readiness import blocked_by, ready_beads
+
+# Event kinds that change at most the rows of the beads they name (and the convoy's own row,
+# which the page reads every time): a snapshot is carried forward across these only.
+ROW_KINDS = frozenset(
+    {
+        "bead.created",
+        "bead.updated",
+        "bead.status",
+        "bead.closed",
+        "bead.reopened",
+        "bead.dispatched",
+        "dispatch.failed",
+        "bead.parked",
+        "bead.retried",
+        "spin",
+        "stranded.found",
+        "convoy.launched",
+        "convoy.landed",
+        "convoy.closed",
+        "convoy.paused",
+        "convoy.resumed",
+        "convoy.updated",
+        "convoy.escalated",
+        "convoy.acknowledged",
+        "convoy.status",
+        "notification",
+    }
+)
+KEEP = 64  # snapshots per process
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    convoy_id: str
+    tracked: list  # tracked bead ids in position order
+    beads: dict  # {id: selectors.TrackedRow}
+    edges: list  # (issue, target, type) of every dependency of a tracked bead
+    gates: list  # (id, title, issue_type, status) of untracked gates that hold tracked beads
+    ready: frozenset  # tracked beads ready by the one rule
+    failed: frozenset  # tracked beads whose last dispatch failed
+    blockers: dict  # {tracked id: [unfinished blocker ids]}
+    target_types: dict  # {blocker id: issue type}
+    valid_until: datetime  # no bead's readiness can change by time alone before this
+
+
+def load(convoy, now):
+    """Everything, from the database."""
+    from .selectors import failed_beads, tracked_beads
+
+    tracked, beads, edges = tracked_beads(convoy)
+    subset = Bead.objects.filter(pk__in=_tracking(convoy))
+    ready = frozenset(ready_beads(subset, now).values_list("pk", flat=True))
+    blockers = blocked_by(_tracking(convoy))
+    return Snapshot(
+        convoy_id=convoy.pk,
+        tracked=tracked,
+        beads=beads,
+        edges=edges,
+        gates=_gates(edges, beads),
+        ready=ready,
+        failed=frozenset(failed_beads(subset)),
+        blockers=blockers,
+        target_types=_types({t for ts in blockers.values() for t in ts}, beads),
+        valid_until=_horizon(beads.values(), now),
+    )
+
+
+def advance(snapshot, changes, now):
+    """`snapshot` carried forward over `changes` (selectors.Changes of the events after it),
+    or None when only a fresh load is sure to be right."""
+    if changes is None or changes.dependencies or not changes.kinds <= ROW_KINDS:
+        return None
+    if now >= snapshot.valid_until:
+        return None
+    named = changes.beads
+    if not named:
+        return snapshot
+    beads = snapshot.beads
+    touched = {i for i in named if i in beads}
+    # The tracked beads whose readiness a change of `named` may alter: those beads, and those
+    # that depend on them (in the convoy or not: a blocker outside it counts too).
+    affected = touched | {issue for issue, target, _ in snapshot.edges if target in named}
+    from .selectors import TrackedRow, failed_beads
+
+    beads = dict(beads)
+    fresh = Bead.objects.filter(pk__in=sorted(touched)).values_list(*TrackedRow._fields)
+    for row in fresh:
+        beads[row[0]] = TrackedRow._make(row)
+    gates = snapshot.gates
+    outside = {t for _, t, _ in snapshot.edges if t not in beads}
+    if named & outside:
+        gates = _gates(snapshot.edges, beads)
+    subset = Bead.objects.filter(pk__in=sorted(affected))
+    ready = frozenset(ready_beads(subset, now).values_list("pk", flat=True))
+    failed = failed_beads(subset)
+    blockers = dict(snapshot.blockers)
+    for bead_id in affected:
+        blockers.pop(bead_id, None)
+    blockers.update(blocked_by(sorted(affected)))
+    targets = {t for ts in blockers.values() for t in ts}
+    known = {t: kind for t, kind in snapshot.target_types.items() if t in targets - named}
+    target_types = known | _types(targets - known.keys(), beads)
+    return replace(
+        snapshot,
+        beads=beads,
+        gates=gates,
+        ready=(snapshot.ready - affected) | ready,
+        failed=(snapshot.failed - affected) | failed,
+        blockers=blockers,
+        target_types=target_types,
+        valid_until=min(snapshot.valid_until, _horizon(beads.values(), now)),
+    )
+
+
+def obtain(convoy, seq, now, since=None, changes=None):
+    """The snapshot for a page drawn at `seq`: carried forward from the one a live page was
+    drawn from (`since`, over `changes`) when this process has it and may, else loaded."""
+    snapshot = None
+    # The convoy's creation time in the key: a database reset (tests, `demo --reset`) may
+    # bring back the same id and sequence numbers.
+    if since is not None:
+        with _lock:
+            previous = _cache.get((convoy.pk, convoy.created_at, since))
+        if previous is not None:
+            snapshot = advance(previous, changes, now)
+    if snapshot is None:
+        snapshot = load(convoy, now)
+    key = (convoy.pk, convoy.created_at, seq)
+    with _lock:
+        _cache[key] = snapshot
+        _cache.move_to_end(key)
+        while len(_cache) > KEEP:
+            _cache.popitem(last=False)
+    return snapshot
+
+
+def kept(convoy, seq):
+    """The snapshot kept for a page of `convoy` drawn at `seq`, or None."""
+    with _lock:
+        return _cache.get((convoy.pk, convoy.created_at, seq))
+
+
+def forget():
+    """Drop every kept snapshot (tests that write rows without events)."""
+    with _lock:
+        _cache.clear()
+
+
+_cache = OrderedDict()
+_lock = threading.Lock()
+
+
+def _tracking(convoy):
+    return TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+
+
+def _gates(edges, beads):
+    """Untracked non-slingable blockers (a decision): the page draws and names them."""
+    from .dag import EXECUTION_TYPES
+
+    outside = {t for _, t, kind in edges if t not in beads and kind in EXECUTION_TYPES}
+    if not outside:
+        return []
+    rows = Bead.objects.filter(pk__in=sorted(outside)).exclude(issue_type__in=SLINGABLE_TYPES)
+    return list(rows.values_list("id", "title", "issue_type", "status"))
+
+
+def _types(ids, beads):
+    known = {i: beads[i].issue_type for i in ids if i in beads}
+    rest = sorted(set(ids) - known.keys())
+    if rest:
+        known.update(Bead.objects.filter(pk__in=rest).values_list("id", "issue_type"))
+    return known
+
+
+def _horizon(rows, now):
+    """When time alone may next change a bead's readiness: an assigned, unfinished bead is
+    ready once its worker has been silent CONVOY_WORKER_TIMEOUT (readiness.worker_dead), and
+    no longer ready after a heartbeat (no event). `now` when a worker is dead already."""
+    timeout = timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
+    held = [r for r in rows if r.assignee and r.status in ("open", *ACTIVE_WORK_STATUSES)]
+    if not held:
+        return datetime.max.replace(tzinfo=now.tzinfo)
+    seen = dict(
+        Worker.objects.filter(name__in={r.assignee for r in held}).values_list("name", "last_seen")
+    )
+    first = min((seen[r.assignee] if r.assignee in seen else r.updated_at) for r in held)
+    return max(first + timeout, now)

@@ -1,0 +1,132 @@
+"""A convoy page's snapshot carried forward by live updates equals one loaded afresh.
+
+A live update re-reads only the beads its events touched (`convoys.snapshots`); these tests
+drive random sequences of what people and workers do through the services and, after each,
+compare the carried snapshot field by field with a fresh load, and the live fragments with a
+fresh render of the page."""
+
+import random
+import re
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from convoys import snapshots
+from convoys.dispatchers import Outcome
+from convoys.events import last_seq
+from convoys.models import Bead, Convoy, Rig
+from convoys.services import beads, convoys, dispatch, rigs
+
+from .factories import bead, blocks
+from .test_web import as_of, assert_parts_of, live, logged_in
+
+FIELDS = ("tracked", "beads", "edges", "gates", "ready", "failed", "blockers", "target_types")
+
+
+class Refuses:
+    def dispatch(self, bead_id, rig, convoy_id, worker):
+        return Outcome(ok=False, error="worker refused")
+
+
+@pytest.fixture
+def chain(routes):
+    """12 tracked tasks in chains, a decision gating one, a task outside the convoy blocking
+    another."""
+    ids = [bead(f"gt-s{i:02d}").id for i in range(12)]
+    for i in range(3, 12):
+        blocks(ids[i - 3], ids[i])
+    bead("gt-gate", "Decide", type="decision")
+    blocks("gt-gate", ids[11])
+    bead("gt-out", "Elsewhere")
+    blocks("gt-out", ids[7])
+    return convoys.create("Chains", ids), ids
+
+
+def same_as_fresh(convoy, seq):
+    carried = snapshots.kept(convoy, seq)
+    assert carried is not None
+    fresh = snapshots.load(convoy, timezone.now())
+    for name in FIELDS:
+        assert getattr(carried, name) == getattr(fresh, name), name
+
+
+def step(rng, ids):
+    """One random thing people or workers do, through the services."""
+    target = rng.choice(ids + ["gt-out", "gt-gate"])
+    row = Bead.objects.get(pk=target)
+    action = rng.choice(["close", "reopen", "work", "release", "title", "fail", "priority"])
+    if action == "close" and row.status != "closed":
+        beads.close_bead(target, actor="test")
+    elif action == "reopen" and row.status == "closed":
+        beads.reopen_bead(target, actor="test")
+    elif action == "work" and row.status == "open":
+        beads.update_bead(target, status="in_progress", assignee="gastown/polecats/nux")
+    elif action == "release" and row.status == "in_progress":
+        beads.update_bead(target, status="open", assignee="")
+    elif action == "title":
+        beads.update_bead(target, title=f"Renamed {rng.randrange(1000)}")
+    elif action == "priority":
+        beads.update_bead(target, priority=rng.randrange(5))
+    elif action == "fail" and row.status == "open" and not row.assignee:
+        with transaction.atomic():
+            claim = dispatch.claim(row)
+        if claim is not None:
+            dispatch.run(claim, dispatcher=Refuses())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_carried_snapshots_equal_fresh_loads(chain, admin_user, seed):
+    convoy, ids = chain
+    client = logged_in(admin_user)
+    url = f"/convoys/{convoy.pk}/"
+    rng = random.Random(seed)
+    page = client.get(url).content.decode()
+    seq = as_of(page)
+    layout_key = re.search(r'data-layout="([0-9a-f]+)"', page).group(1)
+    for number in range(30):
+        step(rng, ids)
+        convoy = Convoy.objects.get(pk=convoy.pk)
+        data = live(client, url, since=seq, x_live_layout=layout_key)
+        seq = data["seq"]
+        same_as_fresh(convoy, seq)
+        if number % 6 == 5:  # a reload (which loads afresh) shows what the live page shows
+            fresh = client.get(url).content.decode()
+            assert_parts_of(fresh, data["fragments"])
+            layout_key = re.search(r'data-layout="([0-9a-f]+)"', fresh).group(1)
+
+
+def test_what_may_change_more_than_rows_loads_afresh(chain, admin_user):
+    convoy, ids = chain
+    client = logged_in(admin_user)
+    url = f"/convoys/{convoy.pk}/"
+    seq = as_of(client.get(url).content.decode())
+    first = snapshots.kept(convoy, seq)
+    beads.update_bead(ids[0], status="in_progress", assignee="gastown/polecats/nux")
+    seq = live(client, url, since=seq)["seq"]
+    carried = snapshots.kept(convoy, seq)
+    assert carried is not first and carried.edges is first.edges  # carried, not loaded
+    blocks(ids[0], ids[1])  # a new dependency: loaded afresh
+    seq = live(client, url, since=seq)["seq"]
+    assert snapshots.kept(convoy, seq).edges is not carried.edges
+    same_as_fresh(convoy, seq)
+    rig = Bead.objects.get(pk=ids[2]).rig_id
+    rigs.set_rig_state(rig, Rig.PARKED, actor="test")  # a rig's state: loaded afresh
+    parked = live(client, url, since=seq)
+    same_as_fresh(convoy, parked["seq"])
+    assert last_seq() == parked["seq"]
+
+
+def test_a_dead_workers_bead_is_never_carried(chain, admin_user, settings):
+    """Its readiness changes with a heartbeat, which is no event."""
+    convoy, ids = chain
+    settings.CONVOY_WORKER_TIMEOUT = 0
+    beads.update_bead(ids[0], status="in_progress", assignee="gastown/polecats/nux")
+    client = logged_in(admin_user)
+    url = f"/convoys/{convoy.pk}/"
+    seq = as_of(client.get(url).content.decode())
+    assert snapshots.kept(convoy, seq).valid_until <= timezone.now()
+    beads.update_bead(ids[1], title="Renamed")
+    seq = live(client, url, since=seq)["seq"]
+    assert snapshots.kept(convoy, seq).edges is not None
+    same_as_fresh(convoy, seq)
