@@ -428,7 +428,9 @@ def test_words_and_times_for_people(world, admin_user):
     assert ">boss<" in page and "api:boss" not in page
     assert "Convoy: Root" not in page and convoy.title == "Convoy: Root"
     detail = client.get(f"/convoys/{world}/").content.decode()
-    stamp = re.search(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', detail)
+    stamp = re.search(
+        r'<time datetime="([^"]+)" title="([^"]+)" data-relative>([^<]+)</time>', detail
+    )
     assert stamp and stamp.group(2).endswith(" UTC") and stamp.group(3) == "just now"
     assert "convoy staged" in detail and "by test" in detail
     beads.close_bead("gt-a")

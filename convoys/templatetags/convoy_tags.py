@@ -38,11 +38,17 @@ def when(context, moment, style="relative"):
         return "—"
     exact = timezone.localtime(moment).strftime(formatting.EXACT_FORMAT)
     if style == "exact":
-        text = exact
-    else:
-        now = context.get("now") or timezone.now()
-        text = formatting.relative(moment, now)
-    return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, text)
+        return format_html(
+            '<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, exact
+        )
+    # data-relative: live.js words it again every so often, so a page left open keeps true.
+    now = context.get("now") or timezone.now()
+    return format_html(
+        '<time datetime="{}" title="{}" data-relative>{}</time>',
+        moment.isoformat(),
+        exact,
+        formatting.relative(moment, now),
+    )
 
 
 register.filter("words", formatting.status_words)

@@ -300,5 +300,39 @@
   }, 1000);
   setInterval(() => { const ws = state.socket; if (ws && ws.readyState === 1) ws.send(JSON.stringify({ type: "ping" })); }, 25000);
 
+  /* Relative times ("3m ago") drift on a page left open: word them again from the exact time
+   * each carries, every 20 s, with the server's clock (data-now: when the page was drawn). The
+   * same words as convoys/formatting.py relative(). */
+  const skew = (Date.parse(body.dataset.now || "") || Date.now()) - Date.now();
+  function duration(seconds) {
+    let minutes = Math.floor(seconds / 60);
+    if (minutes < 1) return "<1m";
+    if (minutes < 60) return `${minutes}m`;
+    let hours = Math.floor(minutes / 60);
+    minutes %= 60;
+    if (hours < 24) return minutes ? `${hours}h ${minutes}m` : `${hours}h`;
+    const days = Math.floor(hours / 24);
+    hours %= 24;
+    return hours ? `${days}d ${hours}h` : `${days}d`;
+  }
+  function relative(moment, now) {
+    const seconds = (moment - now) / 1000;
+    if (seconds > 0 && seconds < 60) return "in under a minute";
+    if (Math.abs(seconds) < 60) return "just now";
+    const text = duration(Math.abs(seconds));
+    return seconds > 0 ? `in ${text}` : `${text} ago`;
+  }
+  function rewordTimes() {
+    const now = Date.now() + skew;
+    document.querySelectorAll("time[data-relative][datetime]").forEach((el) => {
+      const moment = Date.parse(el.getAttribute("datetime"));
+      if (Number.isNaN(moment)) return;
+      const text = relative(moment, now);
+      if (el.textContent !== text) el.textContent = text;
+    });
+  }
+  state.rewordTimes = rewordTimes;
+  setInterval(rewordTimes, 20000);
+
   connect();
 })();
