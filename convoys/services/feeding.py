@@ -122,16 +122,18 @@ def _drain(convoy, path, limit, me, name):
 
 def feed_town(path):
     """With a town cap: dispatch the heads of the town's queue while slots are free (a
-    failed dispatch frees its slot for the next head). Several feeders may run at once, in
-    any process: each claim counts the beads in flight under the town lock, so a feeder
-    whose claim is refused because the town filled up stops, and one that lost a bead to
-    another feeder tries the next. Returns the successful dispatch results."""
+    failed dispatch frees its slot for the next head: the queue is read again only after a
+    lost claim or a failure). Several feeders may run at once, in any process: each claim
+    counts the beads in flight under the town lock, so a feeder whose claim is refused
+    because the town filled up stops, and one that lost a bead to another feeder tries the
+    next. Returns the successful dispatch results."""
     results, tried = [], set()
     while True:
         snap = capacity.snapshot()
         heads = [q for q in snap.queue if q.bead_id not in tried][: snap.free]
         if not heads:
             return results
+        filled = 0
         for queued in heads:
             tried.add(queued.bead_id)
             won = dispatch.claim(queued.bead, convoy_id=queued.convoy_id, path=path)
@@ -142,6 +144,9 @@ def feed_town(path):
             result = dispatch.run(won)
             if result["ok"]:
                 results.append(result)
+                filled += 1
+        if filled == snap.free:
+            return results  # every slot seen free is filled; later frees have their own events
 
 
 def handle_close_event(seq, path="event"):
