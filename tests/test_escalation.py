@@ -5,6 +5,7 @@ and the inbox's button, `convoy ack` and the API stop it; progress starts afresh
 passed to the service (`now`), never slept."""
 
 import json
+import sys
 from datetime import timedelta
 
 import pytest
@@ -321,3 +322,28 @@ def test_the_scan_costs_the_same_queries_whatever_the_size(routes, people):
 
     assert scan_cost(2, 2, "s") == 4
     assert scan_cost(40, 5, "m") == 4
+
+
+def test_a_failed_dispatch_is_no_progress(routes, people, settings, tmp_path):
+    """Dispatches that fail (a `dispatch.failed` follows) leave the clock running; the one
+    that succeeds restarts it."""
+    script = tmp_path / "dispatch.py"
+    broken = tmp_path / "broken"
+    broken.write_text("")
+    script.write_text(f"import os, sys\nsys.exit(1 if os.path.exists({str(broken)!r}) else 0)\n")
+    settings.CONVOY_DISPATCHER = "command"
+    settings.CONVOY_DISPATCH_COMMAND = f"{sys.executable} {script} {{bead}}"
+    settings.CONVOY_RETRY_COOLDOWN = 0
+    settings.CONVOY_MAX_DISPATCH_FAILURES = 100  # no breaker: it would stop the retries
+    bead("gt-f", "Flaky")
+    convoy = convoys.create("Failing", ["gt-f"], owner="alice")
+    start = started(convoy)
+    for _ in range(3):
+        command("convoy", "feed", "--once")
+    assert Event.objects.filter(kind="dispatch.failed", bead_id="gt-f").count() == 3
+    assert escalation.last_progress([convoy])[convoy.pk] == start
+    assert [s["id"] for s in escalation.escalate_stuck(now=start + STUCK)] == [convoy.pk]
+    broken.unlink()
+    command("convoy", "feed", "--once")
+    good = Event.objects.filter(kind="bead.dispatched", bead_id="gt-f").last()
+    assert escalation.last_progress([convoy])[convoy.pk] == good.created_at

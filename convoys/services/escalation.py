@@ -1,9 +1,10 @@
 """Escalation of stuck convoys, which stops when someone acknowledges it (issue 16 item 5).
 
-Progress, read from the event log: a `bead.closed` or `bead.dispatched` event of a bead the
-convoy tracks. A convoy's clock starts at its latest start (`convoy.created`, `.imported`,
-`.launched` or `.reopened` event; its creation time when the log has none) and restarts at
-each progress event. An open convoy with tracked work left whose clock reads
+Progress, read from the event log: a `bead.closed` event of a bead the convoy tracks, or
+its `bead.dispatched` event when no `dispatch.failed` of the bead follows it (a dispatch
+that failed moved nothing). A convoy's clock starts at its latest start (`convoy.created`,
+`.imported`, `.launched` or `.reopened` event; its creation time when the log has none) and
+restarts at each progress event. An open convoy with tracked work left whose clock reads
 CONVOY_STUCK_AFTER seconds or more is stuck (whatever it waits on: a gate, a blocker, a
 pause, a parked bead, or a worker busy on one bead for that long). Empty convoys and
 complete ones are left to the stranded scan, which closes or lands them.
@@ -24,7 +25,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max, OuterRef, Subquery
+from django.db.models import Exists, F, Max, OuterRef, Subquery
 from django.utils import timezone
 
 from .. import causes as why
@@ -43,7 +44,7 @@ from . import notify
 from .convoys import get_convoy
 from .errors import NotFound, ServiceError
 
-PROGRESS_KINDS = ("bead.closed", "bead.dispatched")
+CLOSED, DISPATCHED, FAILED = "bead.closed", "bead.dispatched", "dispatch.failed"
 START_KINDS = ("convoy.created", "convoy.imported", "convoy.launched", "convoy.reopened")
 MAX_REESCALATIONS = 2
 MAX_NOTIFICATIONS = 1 + MAX_REESCALATIONS
@@ -72,17 +73,25 @@ def last_progress(convoys):
             .values_list("convoy_id")
             .annotate(at=Max("created_at"))
         )
-        latest = Event.objects.filter(
-            bead_id=OuterRef("bead_id"), kind__in=PROGRESS_KINDS
-        ).order_by("-seq")
+        events = Event.objects.filter(bead_id=OuterRef("bead_id")).order_by("-seq")
+        closed = events.filter(kind=CLOSED)
+        # A dispatch that failed (a `dispatch.failed` of the bead after it) is no progress.
+        failed = Event.objects.filter(
+            bead_id=OuterRef("bead_id"), kind=FAILED, seq__gt=OuterRef("seq")
+        )
+        dispatched = events.filter(kind=DISPATCHED).exclude(Exists(failed))
         moved = (
             TrackedBead.objects.filter(convoy_id__in=part)
             .values_list("convoy_id")
-            .annotate(at=Max(Subquery(latest.values("created_at")[:1])))
+            .annotate(
+                closed=Max(Subquery(closed.values("created_at")[:1])),
+                dispatched=Max(Subquery(dispatched.values("created_at")[:1])),
+            )
         )
-        for convoy_id, at in [*starts, *moved]:
-            if at is not None:
-                result[convoy_id] = max(result[convoy_id], at)
+        for convoy_id, *times in [*starts, *moved]:
+            for at in times:
+                if at is not None:
+                    result[convoy_id] = max(result[convoy_id], at)
     return result
 
 
