@@ -1,0 +1,35 @@
+"""The API docs on a phone: a real mobile viewport (the page's viewport meta honoured, as a
+phone does) 390 px wide lays the page out at 390 px and nothing scrolls sideways."""
+
+import pytest
+
+from .test_browser import browser, make_user, server  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_api_docs_fit_a_phone(browser, server):  # noqa: F811
+    make_user("phone")
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844},
+        is_mobile=True,
+        has_touch=True,
+        device_scale_factor=3,
+    )
+    page = context.new_page()
+    page.goto(server + "/login/")
+    page.fill("#id_username", "phone")
+    page.fill("#id_password", "pw-pw-pw-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(server + "/")
+    page.goto(server + "/api/docs")
+    page.wait_for_selector(".opblock", timeout=20000)
+    page.locator(".opblock-summary").first.click()  # an operation opened: its body fits too
+    page.wait_for_timeout(300)
+    layout_width, scroll_width = page.evaluate(
+        "[window.innerWidth, document.scrollingElement.scrollWidth]"
+    )
+    assert layout_width == 390  # without the viewport meta a phone lays out 980 px and zooms
+    assert scroll_width <= 390, scroll_width
+    assert page.locator("a:text('← convoyweb')").get_attribute("href") == "/"
+    context.close()
