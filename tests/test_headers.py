@@ -225,7 +225,8 @@ def test_api_docs_assets_are_local_and_served(demo):
         asset = client.get(url)
         assert asset.status_code == 200, url
         body = b"".join(asset.streaming_content) if asset.streaming else asset.content
-        assert len(body) > 1000, url
+        # Swagger UI's own files are big (not an empty stand-in); our phone fixes are small.
+        assert len(body) > (100 if url.startswith("/static/convoys/") else 1000), url
 
 
 def test_the_ui_links_to_the_api_docs(demo):
