@@ -19,6 +19,7 @@ from django.forms.models import BaseInlineFormSet
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
+from . import formatting
 from .ids import id_problem
 from .models import (
     CONVOY_CLOSED,
@@ -549,27 +550,58 @@ class ConvoyAdminForm(ServiceForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         convoy = self.instance
-        self.fields["status"].choices = choices_keeping(CONVOY_STATUSES, convoy.status)
+        # Only the moves the transition table allows from here, in words; launch and re-stage
+        # have their own pages and commands, so a staged convoy may only be cancelled here.
+        allowed = admin_statuses(convoy.status)
+        field = self.fields["status"]
+        field.choices = [
+            (value, label if label.endswith("(imported)") else formatting.status_words(value))
+            for value, label in choices_keeping(CONVOY_STATUSES, convoy.status)
+            if value in allowed
+        ]
+        field.error_messages["invalid_choice"] = self.transition_error(convoy.status)
         self.fields["merge_strategy"].choices = choices_keeping(
             Convoy.MERGE_STRATEGIES, convoy.merge_strategy, blank_label="(none)"
         )
 
+    def transition_error(self, current):
+        """A refused status change, for people: what the convoy is and may become here."""
+        others = [s for s in admin_statuses(current) if s != current]
+        now = formatting.status_words(current)
+        if current in STAGED_STATUSES:
+            return (
+                f"A convoy {now} can only be closed (cancelled) here: launch it with the "
+                f"Launch action of the convoy list, its page /convoys/{self.instance.pk}/ or "
+                "`convoy launch`, and re-stage it with `convoy stage`."
+            )
+        if not others:
+            return f"A convoy whose status is “{current}” cannot change status here."
+        return f"A convoy that is {now} can only become {formatting.status_words(others[0])} here."
+
     def clean_status(self):
-        """The one transition table; launch and re-stage have their own pages and commands."""
+        """The one transition table (services), as offered by the choices; a forged value
+        is refused with the same words."""
         target, current = self.cleaned_data["status"], self.instance.status
         if target == current:
             return target
         try:
             convoy_service.check_transition(current, target)
-        except ServiceError as exc:
-            raise ValidationError(str(exc))
-        if current in STAGED_STATUSES and target != CONVOY_CLOSED:
-            raise ValidationError(
-                "a staged convoy is launched with the Launch action of the convoy list (or "
-                f"from /convoys/{self.instance.pk}/, or `convoy launch`) and re-staged with "
-                "`convoy stage`; here it can only be cancelled (closed)"
-            )
+        except ServiceError:
+            raise ValidationError(self.transition_error(current))
+        if target not in admin_statuses(current):
+            raise ValidationError(self.transition_error(current))
         return target
+
+
+def admin_statuses(current):
+    """The statuses the admin offers a convoy in `current`: itself and the moves of the one
+    transition table, except launch and re-stage (a staged convoy may only be closed here)."""
+    legal = convoy_service.TRANSITIONS.get(current)
+    if legal is None:  # an imported status we do not know: shown, kept, not changed here
+        return [current]
+    if current in STAGED_STATUSES:
+        legal = {current, CONVOY_CLOSED}
+    return [s for s in CONVOY_STATUSES if s in legal]
 
 
 CONVOY_SHOWN = ("tracked_count", "created_at", "updated_at", "closed_at", "completion_notified_at")

@@ -363,14 +363,30 @@ def test_convoy_close_and_reopen_through_the_transition_table(editor, convoy):
 def test_an_illegal_convoy_transition_is_a_form_error_and_changes_nothing(editor, convoy):
     before = Event.objects.count()
     data = page_data(editor, convoy_url(convoy.pk))
-    data.update({"status": "staged_ready", "title": "Not saved either"})
+    data.update({"status": "staged_ready", "title": "Not saved either"})  # a forged choice
     response = editor.post(convoy_url(convoy.pk), data)
-    message = 'illegal convoy status transition "open" -> "staged_ready"'
+    message = "A convoy that is open can only become closed here."
     assert message in form_errors(response)
     assert html.escape(message) in response.content.decode()
+    assert "staged_ready" not in response.content.decode()
     unchanged = Convoy.objects.get(pk=convoy.pk)
     assert (unchanged.status, unchanged.title) == ("open", "Batch")
     assert Event.objects.count() == before
+
+
+def test_the_status_field_offers_only_legal_moves_in_words(editor, convoy, routes):
+    def offered(convoy_id):
+        form = editor.get(convoy_url(convoy_id)).context["adminform"].form
+        return form.fields["status"].choices
+
+    assert offered(convoy.pk) == [("open", "open"), ("closed", "closed")]
+    bead("gt-s9")
+    staged = staging.stage(["gt-s9"], actor="test").convoy_id
+    assert offered(staged) == [("closed", "closed"), ("staged_ready", "staged, ready to launch")]
+    convoy_service.close(convoy.pk, force=True, actor="test")
+    assert offered(convoy.pk) == [("open", "open"), ("closed", "closed")]
+    Convoy.objects.filter(pk=convoy.pk).update(status="parked_by_bd")  # imported, unknown
+    assert offered(convoy.pk) == [("parked_by_bd", "parked_by_bd (imported)")]
 
 
 def test_a_staged_convoy_is_launched_elsewhere_not_by_a_status_change(editor, routes):
