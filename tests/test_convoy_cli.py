@@ -355,3 +355,18 @@ def test_stage_real_epic_gt_si8rq(db):
     ]
     assert len(data["tree"][0]["children"]) == 12
     assert TrackedBead.objects.count() == 12
+
+
+def test_list_and_status_print_statuses_in_the_pages_words(routes):
+    from .factories import staged_on_parked_rig
+
+    plan = staged_on_parked_rig()
+    listing = run("convoy", "list")
+    assert "staged with warnings" in listing and "staged_warnings" not in listing
+    status = run("convoy", "status", plan.convoy_id)
+    assert "Status: staged with warnings" in status and "staged_warnings" not in status
+    assert json.loads(run("convoy", "list", "--json"))[0]["status"] == "staged_warnings"
+    rigs.set_rig_state("gastown", "active", actor="test")
+    bead("gt-more")
+    staged = run("convoy", "stage", "gt-more")
+    assert "(staged, ready to launch)" in staged and "staged_ready" not in staged

@@ -4,7 +4,7 @@ pause|resume|ack|capacity|feed`."""
 from django.utils import timezone
 
 from ... import selectors, stranding
-from ...formatting import render_launch
+from ...formatting import render_launch, status_words
 from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
 from ...services import capacity, controls, escalation, feeding, launch, notify, staging
 from ...services import convoys as convoy_service
@@ -367,7 +367,7 @@ class Command(ServiceCommand):
         progress = data["progress"]
         failed = f", {progress['failed']} failed" if progress["failed"] else ""
         self.stdout.write(
-            f"  Status: {row.status}   Progress: {data['completed']}/{data['total']}"
+            f"  Status: {status_words(row.status)}   Progress: {data['completed']}/{data['total']}"
             f" done ({progress['percentComplete']}%{failed})"
             + (f"   Owner: {row.owner}" if row.owner else "")
         )
@@ -501,7 +501,7 @@ class Command(ServiceCommand):
         for row in rows:
             s = summaries[row.id]
             self.stdout.write(
-                f"🚚 {row.id}  {row.status:<15} {s['done']}/{s['total']}  {row.title}"
+                f"🚚 {row.id}  {status_words(row.status):<24} {s['done']}/{s['total']}  {row.title}"
             )
             for index, (bead_id, bead) in enumerate(details.get(row.id, [])):
                 branch = "└──" if index == len(details[row.id]) - 1 else "├──"
@@ -547,7 +547,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"Re-staging existing convoy {plan.convoy_id}")
         self.stdout.write(text)
         verb = "updated" if plan.restaged else "created"
-        self.stdout.write(f"Convoy {verb}: {plan.convoy_id} (status: {plan.status})")
+        self.stdout.write(f"Convoy {verb}: {plan.convoy_id} ({status_words(plan.status)})")
         if plan.moved:
             for bead_id, (before, after) in sorted(plan.moved.items()):
                 self.stdout.write(f"  moved {bead_id}: wave {before or '-'} → {after or '-'}")
