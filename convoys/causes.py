@@ -29,9 +29,9 @@ this module.
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
-from django.db.models import Count
 from django.utils import timezone
 
 from .models import (
@@ -70,8 +70,7 @@ KINDS = (
 LISTED = 20  # blocker ids named in a cause; `count` says how many there are
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """The bead's own columns."""
 
     status: str
@@ -79,18 +78,16 @@ class Row:
     assignee: str
     rig: str  # "" when it has none
     rig_state: str
-    priority: int = 2
 
 
-@dataclass(frozen=True)
-class Pause:
+class Pause(NamedTuple):
     convoy: str
     by: str
     at: datetime
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Facts:
     """What the rules say about one bead; `load` fills it, tests may build it by hand."""
 
@@ -245,12 +242,12 @@ def _read_rows(beads):
     """({id: (Row, updated_at)} of the unfinished beads, the ids of the done ones)."""
     rows, done = {}, set()
     for r in beads.values_list(
-        "id", "status", "issue_type", "assignee", "rig_id", "rig__state", "priority", "updated_at"
+        "id", "status", "issue_type", "assignee", "rig_id", "rig__state", "updated_at"
     ):
         if r[1] in DONE_STATUSES:
             done.add(r[0])
         else:
-            rows[r[0]] = (Row(r[1], r[2], r[3], r[4] or "", r[5] or "", r[6]), r[7])
+            rows[r[0]] = (Row(r[1], r[2], r[3], r[4] or "", r[5] or ""), r[6])
     return rows, done
 
 
@@ -363,9 +360,9 @@ def load(bead_ids, selection, now=None, known=None):
         "convoy__pause_reason",
         "convoy__max_in_flight",
     )
-    parked = parked_among(unfinished.values("pk"))
-    held_back = dispatch.recent_failures(now)  # cooling down or parked: feeders skip them
-    recent = held_back & set(rows)
+    # Cooling down or parked (the feeders skip them): only open beads nobody holds can be.
+    recent = _held_back([i for i, (r, _) in rows.items() if r.status == "open"], now)
+    parked = parked_among(sorted(recent)) if recent else {}
     last_failure = {}
     if recent:
         failed = Dispatch.objects.filter(bead_id__in=sorted(recent), ok=False)
@@ -416,47 +413,84 @@ def load(bead_ids, selection, now=None, known=None):
         elif status in STAGED_STATUSES:
             item.staged.append(convoy_id)
     for item in facts.values():
-        item.paused.sort(key=lambda p: p.convoy)
-        item.feeders.sort()
-        item.staged.sort()
+        for listed in (item.paused, item.feeders, item.staged):
+            if len(listed) > 1:
+                listed.sort()
     if capped:
-        _convoy_capacity(facts, capped, held_back, now)
+        _convoy_capacity(facts, capped, done, now)
     _town_capacity(facts, now)
     result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
     result.blockers = frozenset(b for ids in blocking.values() for b in ids)
     return result
 
 
-def _convoy_capacity(facts, capped, held_back, now):
+def _held_back(bead_ids, now):
+    """Those of `bead_ids` the feeders skip now: a dispatch failed within the cooldown, or the
+    breaker parked them (services.dispatch's rules: looked up by id for a few beads, by one
+    range scan of the recent failures for many)."""
+    if len(bead_ids) <= HELD_LOOKUP:
+        return dispatch.cooling_down(bead_ids, now) if bead_ids else set()
+    return dispatch.recent_failures(now) & set(bead_ids)
+
+
+HELD_LOOKUP = 500
+
+
+def _fresh(item):
+    """A candidate for a new dispatch: ready, open, nobody on it, nothing holding it back."""
+    row = item.row
+    return (
+        item.ready
+        and row.status == "open"
+        and not row.assignee
+        and not item.paused
+        and not item.failures
+        and item.cooling_until is None
+    )
+
+
+def _convoy_capacity(facts, capped, done, now):
     """Ready beads of a convoy at its max in flight wait: the claim refuses a new dispatch
     while the convoy's beads in flight reach the limit, and the feeder takes ready beads by
     (priority, id), so a bead's place in that order past the free slots is its position.
-    Four queries whatever the number of beads."""
-    members = TrackedBead.objects.filter(convoy_id__in=list(capped))
-    busy = dict(
-        members.filter(
-            bead_id__in=Bead.objects.filter(status__in=ACTIVE_WORK_STATUSES).values("pk")
-        )
-        .values("convoy_id")
-        .annotate(n=Count("pk"))
-        .values_list("convoy_id", "n")
+    Two queries whatever the number of beads (four more for members the caller did not ask
+    about: a bead page of a capped convoy)."""
+    rows = list(
+        TrackedBead.objects.filter(convoy_id__in=list(capped)).values_list("convoy_id", "bead_id")
     )
+    # In flight for the claim: the convoy's beads hooked or in progress.
+    active = {
+        b for b, item in facts.items() if item.row and item.row.status in ACTIVE_WORK_STATUSES
+    }
     # New dispatches only: a dead worker's bead taken over is in flight already.
-    fresh = ready_beads(Bead.objects.filter(pk__in=members.values("bead_id")), now).filter(
-        status="open", assignee=""
-    )
-    rank = {bead_id: i for i, bead_id in enumerate(fresh.values_list("pk", flat=True))}
-    paused = set(
-        TrackedBead.objects.filter(
-            bead_id__in=members.values("bead_id"), convoy__paused_at__isnull=False
-        ).values_list("bead_id", flat=True)
-    )
-    queues = {}
-    for convoy_id, bead_id in members.values_list("convoy_id", "bead_id"):
-        if bead_id in rank and bead_id not in held_back and bead_id not in paused:
+    fresh = {b for _, b in rows if b in facts and facts[b].row is not None and _fresh(facts[b])}
+    outside = sorted({b for _, b in rows if b not in facts and b not in done})
+    if outside:
+        active |= set(
+            Bead.objects.filter(pk__in=outside, status__in=ACTIVE_WORK_STATUSES).values_list(
+                "pk", flat=True
+            )
+        )
+        ready = set(
+            ready_beads(Bead.objects.filter(pk__in=outside), now)
+            .filter(status="open", assignee="")
+            .values_list("pk", flat=True)
+        )
+        paused = set(
+            TrackedBead.objects.filter(
+                bead_id__in=sorted(ready), convoy__paused_at__isnull=False
+            ).values_list("bead_id", flat=True)
+        )
+        fresh |= ready - paused - _held_back(sorted(ready), now)
+    priority = dict(Bead.objects.filter(pk__in=sorted(fresh)).values_list("pk", "priority"))
+    queues, busy = {}, {}
+    for convoy_id, bead_id in rows:
+        if bead_id in fresh:
             queues.setdefault(convoy_id, []).append(bead_id)
+        elif bead_id in active:
+            busy[convoy_id] = busy.get(convoy_id, 0) + 1
     for convoy_id, limit in sorted(capped.items()):
-        queue = sorted(queues.get(convoy_id, []), key=rank.get)
+        queue = sorted(queues.get(convoy_id, []), key=lambda b: (priority.get(b, 0), b))
         in_flight = busy.get(convoy_id, 0)
         free = max(limit - in_flight, 0)
         for position, bead_id in enumerate(queue[free:], start=1):
