@@ -8,12 +8,15 @@ templates while fewer than --keep-open convoys are open (convoys/services/demo.p
 service call, since the API has no bulk epic builder). Now and then (--discover-rate) a worker
 finds more work while doing a bead and files a follow-up with a discovered-from dependency,
 which joins that bead's convoys (also direct service calls: the API creates no beads). Stop it
-with Ctrl-C, or leave it out (`serve` without --swarm).
+with Ctrl-C or SIGTERM (it says what it did and exits 0), or leave it out (`serve` without
+--swarm). It logs a line a minute of what its workers did and each convoy it launches; every
+bead picked up and closed with -v 2.
 """
 
 import json
 import logging
 import random
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +32,15 @@ from ...services.tokens import create_token
 
 log = logging.getLogger("convoys.swarm")
 FOLLOW_UP = "Follow-up: "  # found while doing a bead; follow-ups find nothing more
+REPORT_EVERY = 60.0  # seconds between "what the workers did" lines
+
+
+class Stopped(BaseException):
+    """SIGTERM: stop as Ctrl-C does (a BaseException, so no `except Exception` swallows it)."""
+
+
+def _stop(signum, frame):
+    raise Stopped()
 
 
 class Command(BaseCommand):
@@ -49,11 +61,41 @@ class Command(BaseCommand):
             help="chance that a worker files a follow-up (discovered work) as it closes a bead",
         )
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.verbose = False
+        self.done = {"picked up": 0, "closed": 0, "found": 0, "launched": 0}  # this minute
+        self.total = dict(self.done)
+
     def handle(self, *args, url, user, min_work, max_work, token, **options):
+        self.verbose = options.get("verbosity", 1) >= 2
+        previous = signal.signal(signal.SIGTERM, _stop)
         try:
             self.work(url, user, min_work, max_work, token, **options)
-        except KeyboardInterrupt:  # Ctrl-C when run on its own
-            self.stdout.write("swarm: stopped")
+        except (KeyboardInterrupt, Stopped):  # Ctrl-C, or SIGTERM (from `serve`, systemd, …)
+            self.report(self.total, "stopped after")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def count(self, what, line=None, always=False):
+        """Count what a worker did; its own line only with -v 2 (or `always`)."""
+        self.done[what] += 1
+        self.total[what] += 1
+        if line and (always or self.verbose):
+            self.stdout.write(line)
+
+    def report(self, counts, prefix):
+        """One line of what the workers did: "3 beads picked up, 2 closed, 1 convoy launched"."""
+
+        def several(n, word):
+            return f"{n} {word}{'' if n == 1 else 's'}"
+
+        words = [several(counts["picked up"], "bead") + " picked up", f"{counts['closed']} closed"]
+        if counts["found"]:
+            words.append(several(counts["found"], "follow-up") + " found")
+        if counts["launched"]:
+            words.append(several(counts["launched"], "convoy") + " launched")
+        self.stdout.write(f"swarm: {prefix} {', '.join(words)}")
 
     def work(
         self,
@@ -77,23 +119,35 @@ class Command(BaseCommand):
         rng = random.Random()
         due = {}
         replenish_at = time.monotonic()
+        report_at = time.monotonic() + REPORT_EVERY
+        waiting = False
         self.stdout.write(f"swarm: working against {self.base}")
         while True:
             if keep_open and time.monotonic() >= replenish_at:
                 replenish_at = time.monotonic() + replenish_every
                 self.replenish(keep_open, rng)
+            if time.monotonic() >= report_at:
+                report_at = time.monotonic() + REPORT_EVERY
+                if any(self.done.values()):
+                    self.report(self.done, "in the last minute:")
+                self.done = dict.fromkeys(self.done, 0)
             try:
                 hooked = self.call("GET", "/beads?status=hooked&limit=500")
                 working = self.call("GET", "/beads?status=in_progress&limit=500")
             except (urllib.error.URLError, OSError) as exc:
-                self.stdout.write(f"swarm: waiting for the server ({exc})")
+                if not waiting:  # once per outage, not every 2 s
+                    self.stdout.write(f"swarm: waiting for the server ({exc})")
+                waiting = True
                 time.sleep(2)
                 continue
+            if waiting:
+                self.stdout.write("swarm: the server answers again")
+                waiting = False
             now = time.monotonic()
             for bead in hooked + working:
                 if bead["id"] not in due:
                     due[bead["id"]] = now + rng.uniform(min_work, max_work)
-                    self.stdout.write(f"swarm: {bead['assignee']} picked up {bead['id']}")
+                    self.count("picked up", f"swarm: {bead['assignee']} picked up {bead['id']}")
                 self.call("POST", "/heartbeat", {"worker": bead["assignee"]})
                 if bead["status"] == "hooked" and rng.random() < 0.5:
                     self.call("PATCH", f"/beads/{bead['id']}", {"status": "in_progress"})
@@ -101,7 +155,7 @@ class Command(BaseCommand):
                     if rng.random() < discover_rate and not bead["title"].startswith(FOLLOW_UP):
                         self.discover(bead)
                     self.call("POST", f"/beads/{bead['id']}/close", {"reason": "Done by swarm"})
-                    self.stdout.write(f"swarm: {bead['assignee']} closed {bead['id']}")
+                    self.count("closed", f"swarm: {bead['assignee']} closed {bead['id']}")
                     due.pop(bead["id"], None)
             time.sleep(1)
 
@@ -113,7 +167,7 @@ class Command(BaseCommand):
                     FOLLOW_UP + bead["title"], prefix=bead_prefix(bead["id"]), actor=worker
                 )
                 beads.add_dependency(found.id, bead["id"], "discovered-from", actor=worker)
-            self.stdout.write(f"swarm: {worker} found {found.id} while doing {bead['id']}")
+            self.count("found", f"swarm: {worker} found {found.id} while doing {bead['id']}", True)
         except ServiceError as exc:  # nothing was filed
             self.stdout.write(f"swarm: could not file work found in {bead['id']}: {exc}")
         finally:
@@ -122,7 +176,7 @@ class Command(BaseCommand):
     def replenish(self, keep_open, rng):
         try:
             for convoy_id, title in demo.replenish(keep_open, rng):
-                self.stdout.write(f"swarm: launched {convoy_id}: {title}")
+                self.count("launched", f"swarm: launched {convoy_id}: {title}", True)
         except Exception:  # the demo goes on with what is open
             log.exception("swarm: could not launch a fresh demo epic")
         finally:
