@@ -44,6 +44,7 @@ def token(routes, django_user_model, keep_connection):
     return create_token(admin, "schemathesis")
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @schema.parametrize()
 @settings(

@@ -516,18 +516,21 @@ def test_every_url_pattern_and_api_operation_has_rows():
     assert api_operations() - exercised == set(), "API operations without a row"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_pages_answer_each_role_as_the_table_says(world):
     wrong = check_rows(world, flat(PAGES))
     assert wrong == [], "\n".join(wrong)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_admin_answers_each_role_as_the_table_says(world):
     wrong = check_rows(world, flat(ADMIN_SITE) + admin_rows(world))
     assert wrong == [], "\n".join(wrong)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize("token", [False, True], ids=["session", "bearer"])
 def test_api_answers_each_role_as_the_table_says(world, token):
@@ -536,6 +539,7 @@ def test_api_answers_each_role_as_the_table_says(world, token):
     assert wrong == [], "\n".join(wrong)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_writes_need_a_csrf_token_with_a_session_but_not_with_a_bearer_token(world):
     """Every POST row of the tables and every API write, without a CSRF token: refused (403)
@@ -656,6 +660,7 @@ def live_events(cookie, convoy):
     return async_to_sync(go)()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_live_topics_and_replay_follow_the_view_permission(world):
     got = {role: live_events(world["sessions"].get(role), world["ids"]["convoy"]) for role in ROLES}

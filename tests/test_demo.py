@@ -73,6 +73,7 @@ def test_demo_twice_on_the_same_database_is_idempotent_and_leaves_open_work():
     assert Bead.objects.filter(status="hooked").exists()
 
 
+@pytest.mark.slow
 def test_a_second_run_after_the_convoys_landed_launches_fresh_ones():
     run_demo()
     work_the_beads()
@@ -83,6 +84,7 @@ def test_a_second_run_after_the_convoys_landed_launches_fresh_ones():
     assert Bead.objects.filter(status="hooked").exists()
 
 
+@pytest.mark.slow
 def test_replenish_stages_and_launches_a_fresh_epic_when_demo_convoys_have_landed():
     run_demo()
     assert demo.replenish(rng=random.Random(1)) == []  # enough convoys are open
@@ -106,6 +108,7 @@ def test_replenish_stages_and_launches_a_fresh_epic_when_demo_convoys_have_lande
     assert len(demo.replenish(keep_open=2, rng=random.Random(2))) == 1
 
 
+@pytest.mark.slow
 def test_reset_wipes_the_work_data_and_reloads_it():
     run_demo()
     work_the_beads()

@@ -161,6 +161,7 @@ def api_auth(django_user_model):
     return admin, {"Authorization": f"Bearer {create_token(admin, 'property')}"}
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(w=worlds())
 def test_anything_accepted_passes_every_exit(w, api_auth, client, tmp_path_factory, settings):

@@ -355,6 +355,7 @@ def bd_line_order(record):
     return (0, 0, record["id"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REAL_FILES))
 def test_real_exports_import_and_come_back_as_they_came(db, tmp_path, name):
     path = shared_file(name)

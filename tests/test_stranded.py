@@ -104,6 +104,7 @@ def demo_bead(title_start, prefix):
     return Bead.objects.get(title__startswith=title_start, pk__startswith=prefix)
 
 
+@pytest.mark.slow
 def test_every_surface_agrees_on_the_demo_convoys(client):
     call_command("demo", stdout=io.StringIO())
     verdicts = assert_surfaces_agree(client)

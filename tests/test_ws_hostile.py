@@ -174,6 +174,7 @@ BAD_FRAMES = [
 ]
 
 
+@pytest.mark.slow
 def test_malformed_and_unknown_frames_close_with_4400_and_one_info_line(routes, caplog):
     user = make_user("alice")
     cookie = session_cookie(user)
@@ -225,6 +226,7 @@ async def drain(comm, until=None, timeout=60):
     return kinds, None
 
 
+@pytest.mark.slow
 def test_replay_flood_is_throttled_while_others_stay_live(routes, monkeypatch):
     """Ten sockets of one user each ask for the whole log 150 times: that user's replays run
     one at a time, each socket's at least REPLAY_INTERVAL apart, and every socket is told to
@@ -382,6 +384,7 @@ def test_live_topics_need_the_view_permission(routes):
     assert group[0] == sorted(topics.split(",")) and group[1] > 1
 
 
+@pytest.mark.slow
 def test_one_session_lookup_for_a_browsers_sockets_and_logout_reaches_new_ones(routes, monkeypatch):
     """Ten handshakes of one session at once read it once (a reconnect storm's pages of one
     browser); after a logout, new handshakes are refused once SESSION_SECONDS have passed."""
