@@ -71,6 +71,8 @@ def server(transactional_db):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+    for proc in (web, cluster):  # DJANGO_ALLOW_ASYNC_UNSAFE never reaches them: nothing hidden
+        assert "SynchronousOnlyOperation" not in Path(proc.log_path).read_text(errors="replace")
 
 
 def make_user(name):
