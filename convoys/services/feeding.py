@@ -164,9 +164,12 @@ def handle_close_event(seq, path="event"):
         .distinct()
         .order_by("id")
     )
-    fed = {}
-    for convoy in convoys:
-        fed[convoy.pk] = [r["id"] for r in feed_convoy(convoy, path)]
+    if capacity.cap():  # land what is complete; the freed slot is the town queue's
+        for convoy in convoys:
+            close_if_complete(convoy, actor=path)
+        fed = {"town": [r["id"] for r in feed_town(path)]}
+    else:
+        fed = {convoy.pk: [r["id"] for r in feed_convoy(convoy, path)] for convoy in convoys}
     log.info("close %s of %s: fed %s", seq, event.bead_id, fed)
     return {"seq": seq, "bead": event.bead_id, "fed": fed}
 

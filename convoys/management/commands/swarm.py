@@ -55,6 +55,9 @@ class Command(BaseCommand):
         parser.add_argument("--keep-open", type=int, default=demo.KEEP_OPEN)
         parser.add_argument("--replenish-every", type=float, default=10.0)
         parser.add_argument(
+            "--poll", type=float, default=1.0, help="seconds between looks for work (default 1)"
+        )
+        parser.add_argument(
             "--discover-rate",
             type=float,
             default=0.1,
@@ -107,6 +110,7 @@ class Command(BaseCommand):
         keep_open,
         replenish_every,
         discover_rate,
+        poll=1.0,
         **options,
     ):
         if not token:
@@ -157,7 +161,7 @@ class Command(BaseCommand):
                     self.call("POST", f"/beads/{bead['id']}/close", {"reason": "Done by swarm"})
                     self.count("closed", f"swarm: {bead['assignee']} closed {bead['id']}")
                     due.pop(bead["id"], None)
-            time.sleep(1)
+            time.sleep(poll)
 
     def discover(self, bead):
         worker = bead["assignee"]
