@@ -144,6 +144,15 @@ def test_a_record_the_source_drops_is_marked_missing_not_deleted(routes, town, c
     [again] = run_sync(town)
     assert again["changed"] == 0
 
+    drop(town, "gt-s2")
+    run_sync(town)
+    town.write_bytes(FIXTURE.read_bytes())
+    rewrite(town, "gt-s2", title="Sold again")  # back, and changed meanwhile
+    [report] = run_sync(town)
+    assert report["returned"] == 1 and report["updated"] == 1
+    assert SourcedRecord.objects.get(pk="gt-s2").missing_since is None
+    assert Bead.objects.get(pk="gt-s2").title == "Sold again"
+
 
 def test_a_bad_line_changes_nothing_and_names_the_line(routes, town, caplog):
     run_sync(town)

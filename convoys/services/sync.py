@@ -409,9 +409,9 @@ def _compare(lines, importer, pending):
         line = lines.hashes.pop(number)
         rows.append(SourcedRecord(id=item_id, source=lines.name, digest=content, line=line))
         source, stored_digest, missing = stored.get(item_id, (None, None, None))
+        if missing:
+            back.append(item_id)
         if source == lines.name and stored_digest == content:
-            if missing:
-                back.append(item_id)
             continue
         if beadfile.is_convoy_record(record):
             batch.append((number, record, None))
