@@ -127,6 +127,12 @@ def route_path_problem(path: str) -> str | None:
     problem = name_problem(path, ROUTE_PATH_MAX)
     if problem:
         return problem
+    if path.strip().startswith(("/", "~/")) or path.strip() == "~":
+        # '/tmp/gastown/mayor/rig' would name the rig 'tmp': a town's routes are relative.
+        return (
+            "is absolute: give it relative to the town's root, its first part naming the rig "
+            "(e.g. 'gastown/mayor/rig')"
+        )
     rig = rig_name_from_path(path)
     if rig is None:
         return None
@@ -173,7 +179,8 @@ def rig_name_from_path(path: str | None) -> str | None:
     path = (path or "").strip()
     if path in ("", "."):
         return None
-    return path.strip("/").split("/")[0] or None
+    parts = [part for part in path.strip("/").split("/") if part not in ("", ".")]  # './x' is x
+    return parts[0] if parts else None
 
 
 # URLs: an id is one path segment. '~', '/' and an all-dots id (which a row from an older
