@@ -1,6 +1,6 @@
 """The convoy DAG's layout against the drawing it replaced, on the same graphs: edge crossings
 (counted in each channel between two columns), edges drawn through a box that is not their
-end, and layout time (median of --runs).
+end, layout time (median of --runs) and the size of the edges' SVG.
 
 "column order" is the old drawing: each wave a column sorted by id, every edge one curve from
 its source to its target (through whatever lies between). "layered" is convoys/layout.py:
@@ -121,11 +121,14 @@ def measure(name, nodes, deps, runs):
     new_hits = len({(a, b) for a, b, _ in layout.through_boxes(new_boxes, new_paths)})
     old_t, new_t = statistics.median(old_times), statistics.median(new_times)
     ratio = f"{old_cross / new_cross:.1f}x" if new_cross else ("-" if not old_cross else "all")
+    old_kb = sum(len(d) + 60 for _, _, d in old_paths) / 1024  # 60: the element around d
+    new_kb = sum(len(d) + 60 for _, _, d in new_paths) / 1024
     print(
         f"{name:<34} {len(geometry['nodes']):>6} {len(edges):>6} {len(waves):>5}"
         f" {old_cross:>8} {new_cross:>8} {ratio:>6}"
         f" {old_hits:>6} {new_hits:>5}"
         f" {old_t * 1000:>8.1f} {new_t * 1000:>9.1f} {new_t / max(old_t, 1e-9):>7.0f}x"
+        f" {old_kb:>7.0f} {new_kb:>7.0f}"
     )
 
 
@@ -137,7 +140,7 @@ def main():
     print(
         f"{'graph':<34} {'nodes':>6} {'edges':>6} {'waves':>5}"
         f" {'x old':>8} {'x new':>8} {'fewer':>6} {'thru old':>6} {'new':>5}"
-        f" {'ms old':>8} {'ms layered':>9} {'ratio':>7}"
+        f" {'ms old':>8} {'ms layered':>9} {'ratio':>7} {'KB old':>7} {'KB new':>7}"
     )
     cases = []
     for file, epic_id in (
@@ -157,7 +160,7 @@ def main():
     print(
         "x: edge crossings (pairs of edges whose order swaps in a channel); thru: edges drawn"
         " through a box that is not their end; ms: layout time, median of"
-        f" {args.runs}; ratio: layered / column order"
+        f" {args.runs}; ratio: layered / column order; KB: the edges' SVG"
     )
 
 

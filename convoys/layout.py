@@ -21,7 +21,7 @@ drawing (tests and bench/layout.py).
 import hashlib
 import math
 import re
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from html import escape
 
 NODE_W, NODE_H, COL_GAP, ROW_GAP, PAD = 190, 40, 70, 12, 20
@@ -30,6 +30,10 @@ LANE = 8  # between an edge passing a column and the box or edge next to it
 LOOP = 16  # how far into the channel an edge between two boxes of one column bends
 OVERLAY_ID = "dag-overlay"
 MAX_SWEEPS = 8
+# Work caps for big graphs (elements = beads + lanes): fewer sweeps and placement rounds, so
+# the layout of a 5,000-bead convoy with many long edges stays within a second or two.
+SWEEP_BUDGET = 200_000  # elements x sweeps
+PLACE_BUDGET = 60_000  # elements x placement rounds
 VIRTUAL_WEIGHT = 4  # a long edge's lanes pull harder than boxes: long edges stay straight
 
 
@@ -85,29 +89,24 @@ def _layers(waves, gated_ids, edges, collapsed, outside):
 
 
 # --- crossing reduction ----------------------------------------------------------------------
-def _pair_crossings(upper, lower, down, pos):
-    """Crossings between two adjacent layers (inversions, Fenwick tree)."""
-    pairs = sorted((pos[e], pos[d]) for e in upper for d in down[e])
-    size = len(lower)
-    tree = [0] * (size + 1)
-    count = seen = 0
-    for _, p in pairs:
-        i = p + 1
-        below = 0
-        while i > 0:  # how many already seen are at or left of p
-            below += tree[i]
-            i -= i & -i
-        count += seen - below
-        seen += 1
-        i = p + 1
-        while i <= size:
-            tree[i] += 1
-            i += i & -i
+def _pair_crossings(upper, down, pos):
+    """Crossings between two adjacent layers: edges whose lower ends are out of the order of
+    their upper ends (the upper layer is in position order; edges of one node never cross)."""
+    seen, count = [], 0
+    for e in upper:
+        near = down[e]
+        if not near:
+            continue
+        ends = [pos[near[0]]] if len(near) == 1 else sorted([pos[d] for d in near])
+        for p in ends:
+            count += len(seen) - bisect_right(seen, p)
+        for p in ends:
+            insort(seen, p)
     return count
 
 
 def _all_crossings(order, down, pos):
-    return sum(_pair_crossings(order[i], order[i + 1], down, pos) for i in range(len(order) - 1))
+    return sum(_pair_crossings(order[i], down, pos) for i in range(len(order) - 1))
 
 
 def _sweep(order, neighbours, pos, layer_range):
@@ -116,7 +115,10 @@ def _sweep(order, neighbours, pos, layer_range):
         keys = {}
         for e in layer:
             near = neighbours[e]
-            keys[e] = sum(pos[n] for n in near) / len(near) if near else pos[e]
+            if len(near) == 1:
+                keys[e] = pos[near[0]]
+            else:
+                keys[e] = sum([pos[n] for n in near]) / len(near) if near else pos[e]
         layer.sort(key=keys.__getitem__)
         for p, e in enumerate(layer):
             pos[e] = p
@@ -145,20 +147,24 @@ def _order(order, up, down, pos, sweeps):
 # --- vertical placement ----------------------------------------------------------------------
 def _isotonic(targets, weights):
     """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
-    blocks = []  # [value, weight, count]
-    for t, w in zip(targets, weights, strict=True):
-        blocks.append([t, w, 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            v2, w2, c2 = blocks.pop()
-            v1, w1, c1 = blocks[-1]
-            blocks[-1] = [(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, c1 + c2]
+    values, totals, counts = [], [], []
+    for v, w in zip(targets, weights, strict=True):
+        c = 1
+        while values and values[-1] > v:
+            pv, pw = values.pop(), totals.pop()
+            v = (pv * pw + v * w) / (pw + w)
+            w += pw
+            c += counts.pop()
+        values.append(v)
+        totals.append(w)
+        counts.append(c)
     out = []
-    for v, _, c in blocks:
+    for v, c in zip(values, counts, strict=True):
         out.extend([v] * c)
     return out
 
 
-def _place(order, up, down, height, virtual):
+def _place(order, up, down, height, virtual, rounds=3):
     """Top y of every element: stacked with their gaps, then pulled towards the centres of
     their neighbours, down and up, keeping order and gaps."""
     mid = [0.0] * len(height)  # centres
@@ -207,7 +213,7 @@ def _place(order, up, down, height, virtual):
         for e, z, off in zip(layer, fitted, offs, strict=True):
             mid[e] = z + off + shift
 
-    for _ in range(3):
+    for _ in range(rounds):
         for i in range(1, len(order)):
             settle(i, up)
         for i in range(len(order) - 2, -1, -1):
@@ -273,8 +279,10 @@ def compute(waves, gated_ids, edges, collapsed=frozenset(), outside=(), sweeps=M
     for row in order:
         for p, e in enumerate(row):
             pos[e] = p
+    size = max(len(height), 1)
+    sweeps = min(sweeps, max(1, SWEEP_BUDGET // size)) if sweeps else 0
     order, crossings = _order(order, up, down, pos, sweeps)
-    top = _place(order, up, down, height, virtual)
+    top = _place(order, up, down, height, virtual, rounds=min(3, max(1, PLACE_BUDGET // size)))
     lowest = min(top.values(), default=0)
     shift = PAD + HEAD - lowest
     xs = [PAD + i * (NODE_W + COL_GAP) for i in range(len(order))]
@@ -309,19 +317,31 @@ def compute(waves, gated_ids, edges, collapsed=frozenset(), outside=(), sweeps=M
 
 
 def _route(chain, xs, layer_index, y_of):
+    """Relative commands, and a straight run (lanes at one height) as one h: a 5,000-bead
+    drawing has tens of thousands of lanes."""
     x = xs[layer_index[chain[0]]] + NODE_W
     y = y_of(chain[0]) + NODE_H // 2
     out = [f"M{x},{y}"]
+    run = 0  # a straight stretch not written yet
     for k, e in enumerate(chain[1:], start=1):
         nx = xs[layer_index[e]]
         last = k == len(chain) - 1
         ny = y_of(e) + (NODE_H // 2 if last else 0)
-        mid = (x + nx) // 2
-        out.append(f"C{mid},{y} {mid},{ny} {nx},{ny}")
+        dx, dy = nx - x, ny - y
+        if dy == 0:
+            run += dx
+        else:
+            if run:
+                out.append(f"h{run}")
+                run = 0
+            half = dx // 2
+            out.append(f"c{half},0 {half},{dy} {dx},{dy}")
         x, y = nx, ny
-        if not last:
+        if not last:  # across the column in its lane
+            run += NODE_W
             x = nx + NODE_W
-            out.append(f"H{x}")
+    if run:
+        out.append(f"h{run}")
     return "".join(out)
 
 
@@ -334,7 +354,7 @@ def _loop(a, b):
 
 
 # --- rendering -------------------------------------------------------------------------------
-MARK_GLYPHS = (("gated", "⊘"), ("parked", "⏸"), ("stranded", "⚠"))
+MARK_GLYPHS = (("gated", "⊘"), ("parked", "∥"), ("stranded", "⚠"))
 
 
 def svg(geometry, nodes, status_class, marks=None, critical=(), href=None, outside=None, focus=""):
@@ -393,7 +413,8 @@ GATE_SHAPE = f"12,0 {NODE_W - 12},0 {NODE_W},{NODE_H // 2} {NODE_W - 12},{NODE_H
 
 def node(geometry, bead_id, title, status, status_class, href=None, kind=None):
     """One node: its link, box, icon, id and title, classed by status. `kind`: None for a
-    tracked bead, "gate" (a decision or other non-task blocker: a hexagon), "unknown" or
+    tracked bead, "gate" (a decision or other non-task blocker: a hexagon), "outside" (a
+    bead of this database the convoy does not track: a dashed ghost), "unknown" or
     "external" (a target that is no bead here: a dashed ghost, not linked)."""
     x, y = geometry["nodes"][bead_id]
     safe_id = escape(bead_id)
@@ -414,6 +435,10 @@ def node(geometry, bead_id, title, status, status_class, href=None, kind=None):
         css += " gate"
         shape = f'<polygon points="{GATE_SHAPE}"/>'
         icon, label = "◆", f"gate {safe_id}"
+    elif kind == "outside":  # a bead here, but not tracked by this convoy
+        css = f"ghost outside {css}"
+        shape = f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
+        label = f"{safe_id} (not in this convoy)"
     else:
         shape = f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
         label = safe_id
@@ -431,7 +456,7 @@ def node(geometry, bead_id, title, status, status_class, href=None, kind=None):
 
 def overlay(geometry, marks, critical):
     """The state drawn over the graph: the critical path (edges and node outlines) and the
-    gated (⊘), parked-rig (⏸) and stranded (⚠) marks. One element, id `dag-overlay`."""
+    gated (⊘), parked-rig (∥) and stranded (⚠) marks. One element, id `dag-overlay`."""
     pos = geometry["nodes"]
     critical = [c for c in critical if c in pos]
     steps = set(zip(critical, critical[1:], strict=False))
@@ -473,15 +498,19 @@ def _short(text, width=24):
 
 
 # --- checks (tests and bench/layout.py) ------------------------------------------------------
-_TOKEN = re.compile(r"([MCHL])([^MCHL]*)")
+_TOKEN = re.compile(r"([MCHLmchl])([^MCHLmchl]*)")
 
 
 def edge_points(d, per_curve=16, step=10):
-    """A path `d` of M, C, H and L commands as a polyline (absolute coordinates)."""
+    """A path `d` of M, C, H and L commands (absolute or relative) as a polyline."""
     points = []
     x = y = 0.0
     for command, args in _TOKEN.findall(d):
         values = [float(v) for v in re.split(r"[ ,]+", args.strip()) if v]
+        relative = command.islower()
+        command = command.upper()
+        if relative:
+            values = [v + (y if k % 2 else x) for k, v in enumerate(values)]
         if command == "M":
             x, y = values
             points.append((x, y))

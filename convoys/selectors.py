@@ -465,6 +465,23 @@ def convoy_graph(convoy, snapshot=None):
         gates = gates.values_list("id", "title", "issue_type", "status")
     nodes += [dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3]) for g in gates]
     graph = dagmod.build_dag(nodes, edges)
+    # Blocking targets outside the graph (a task of another convoy, an unknown id, an
+    # external:<x>:<id>) are drawn as ghosts: two small queries, only when there are any.
+    graph.ghost_edges = sorted(
+        {(t, i) for i, t, kind in edges if kind in dagmod.EXECUTION_TYPES and t not in graph.nodes}
+    )
+    graph.ghosts = {}
+    if graph.ghost_edges:
+        targets = {t for t, _ in graph.ghost_edges}
+        for bead_id, title, status in Bead.objects.filter(pk__in=targets).values_list(
+            "id", "title", "status"
+        ):
+            graph.ghosts[bead_id] = ("outside", title, status)
+        raw = Dependency.objects.filter(
+            issue_id__in=[i for _, i in graph.ghost_edges], depends_on_id__in=targets
+        ).filter(raw_target__startswith="external:")
+        for target, written in raw.values_list("depends_on_id", "raw_target"):
+            graph.ghosts.setdefault(target, ("external", written, "unknown"))
     try:
         waves, gated = dagmod.compute_waves(graph)
     except dagmod.NoSlingableTasks:
@@ -473,23 +490,32 @@ def convoy_graph(convoy, snapshot=None):
 
 
 def _geometry(convoy, graph, waves, gated, collapsed):
-    exec_edges = [(a, b) for a, b in graph.graph.edges]
-    columns = [*waves, sorted(g.id for g in gated)]
+    ghosts = getattr(graph, "ghost_edges", [])
+    exec_edges = [(a, b) for a, b in graph.graph.edges] + ghosts
+    outside = sorted(
+        {i for i, n in graph.nodes.items() if not n.slingable} | {t for t, _ in ghosts}
+    )
+    columns = [outside, *waves, sorted(g.id for g in gated)]
     key = layout.fingerprint(list(graph.nodes), exec_edges, collapsed, columns)
     geometry = cache.get("dag:" + convoy.pk + ":" + key)
     if geometry is None:
-        geometry = layout.compute(waves, [g.id for g in gated], exec_edges, collapsed)
+        geometry = layout.compute(waves, [g.id for g in gated], exec_edges, collapsed, outside)
         cache.set("dag:" + convoy.pk + ":" + key, geometry, 3600)
     return geometry, key
 
 
-def _neighbourhood(graph, focus, hops=2):
-    keep, frontier = {focus}, {focus}
-    undirected = graph.graph.to_undirected(as_view=True)
-    for _ in range(hops):
-        frontier = {n for f in frontier for n in undirected.neighbors(f)} - keep
-        keep |= frontier
-    return keep
+def _outside(graph, geometry):
+    """{id: (kind, title, status)} of the drawn beads that are no tracked task: gates and
+    decisions ("gate"), tasks outside the convoy ("outside"), unknown and external targets."""
+    out = {}
+    ghosts = getattr(graph, "ghosts", {})
+    for bead_id in geometry["outside"]:
+        node = graph.nodes.get(bead_id)
+        if node is not None:
+            out[bead_id] = ("gate", node.title, node.status)
+        else:
+            out[bead_id] = ghosts.get(bead_id, ("unknown", "", "unknown"))
+    return out
 
 
 def estimate(tracked_rows, remaining, now):
@@ -544,16 +570,26 @@ class Dag:
     geometry: dict
     fingerprint: str
     states: dict  # {id: (title, state)}
-    marks: dict  # {id: ["gated", "stranded"]}
+    marks: dict  # {id: ["gated", "parked", "stranded"]}
     critical: list
     href: object
+    outside: dict = field(default_factory=dict)  # {id: (kind, title, status)}: gates, ghosts
 
     def svg(self):
         return layout.svg(
-            self.geometry, self.states, status_class, self.marks, self.critical, self.href
+            self.geometry,
+            self.states,
+            status_class,
+            self.marks,
+            self.critical,
+            self.href,
+            self.outside,
         )
 
     def node(self, bead_id):
+        if bead_id in self.outside:
+            kind, title, state = self.outside[bead_id]
+            return layout.node(self.geometry, bead_id, title, state, status_class, self.href, kind)
         title, state = self.states.get(bead_id, ("", "unknown"))
         return layout.node(self.geometry, bead_id, title, state, status_class, self.href)
 
@@ -580,6 +616,7 @@ class ConvoyPage:
     timeline: list
     collapsed: list
     focus: str
+    focus_found: bool  # the focused id is drawn (else the page says it is not in the graph)
     summary_line: str
     dag: Dag
     big: bool
@@ -656,25 +693,22 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     focus = params.get("focus", "")
     if len(graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
         collapsed = {r["number"] for r in wave_rows if r["counts"]["done"] == r["total"]}
+        collapsed.discard(wave_number.get(focus))  # the focused bead is drawn
     dag = None
+    focus_found = False
     if waves or gated:
-        if focus and focus in graph.nodes:
-            keep = _neighbourhood(graph, focus)
-            sub = dagmod.build_dag(
-                [
-                    dagmod.Node(n.id, n.title, n.type, n.status, n.rig)
-                    for n in graph.nodes.values()
-                    if n.id in keep
-                ],
-                [(b, a, "blocks") for a, b in graph.graph.edges if a in keep and b in keep],
-            )
-            sub_waves, sub_gated = dagmod.compute_waves(sub) if sub.slingable_ids() else ([], [])
-            geometry, key = _geometry(convoy, sub, sub_waves, sub_gated, frozenset())
-        else:
-            geometry, key = _geometry(convoy, graph, waves, gated, frozenset(collapsed))
+        geometry, key = _geometry(convoy, graph, waves, gated, frozenset(collapsed))
+        focus_found = bool(focus) and focus in geometry["nodes"]
         stranded = set(summary["state"].ready)
+        parked = set(
+            Rig.objects.filter(name__in={b.rig_id for b in beads.values() if b.rig_id})
+            .exclude(state=Rig.ACTIVE)
+            .values_list("name", flat=True)
+        )
         marks = {
-            i: (["gated"] if i in gated_ids else []) + (["stranded"] if i in stranded else [])
+            i: (["gated"] if i in gated_ids else [])
+            + (["parked"] if i in beads and beads[i].rig_id in parked else [])
+            + (["stranded"] if i in stranded else [])
             for i in tracked
         }
         dag = Dag(
@@ -686,6 +720,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
             marks={i: m for i, m in marks.items() if m},
             critical=critical,
             href=href,
+            outside=_outside(graph, geometry),
         )
     size, at = dagmod.max_parallelism(waves)
     no_estimate = stranding.estimate_blocker(convoy, summary["state"])
@@ -710,6 +745,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
         timeline=timeline,
         collapsed=sorted(collapsed),
         focus=focus,
+        focus_found=focus_found,
         summary_line=f"{sum(len(w) for w in waves)} tasks across {len(waves)} waves "
         f"(max parallelism: {size} in wave {at})",
         dag=dag,
