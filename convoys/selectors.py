@@ -247,10 +247,6 @@ def last_activity(convoy_ids):
     )
 
 
-def open_convoys():
-    return Convoy.objects.filter(status=CONVOY_OPEN)
-
-
 # --- page read models: one per page, used for the full page and for its live fragments -------
 # Event kinds that change what a page lists or how its graph is drawn (not just states).
 LISTING_KINDS = frozenset(
