@@ -54,7 +54,8 @@ ROW_KINDS = frozenset(
         "notification",
     }
 )
-KEEP = 64  # snapshots per process
+KEEP = 32  # snapshots per process
+KEEP_PER_CONVOY = 4  # pages of one convoy catch up to the newest seq within a second or two
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,9 @@ def obtain(convoy, seq, now, since=None, changes=None):
     with _lock:
         _cache[key] = snapshot
         _cache.move_to_end(key)
+        mine = [k for k in _cache if k[:2] == key[:2]]
+        for old in sorted(mine, key=lambda k: k[2])[:-KEEP_PER_CONVOY]:
+            del _cache[old]
         while len(_cache) > KEEP:
             _cache.popitem(last=False)
     return snapshot
