@@ -22,7 +22,29 @@ import hashlib
 import math
 import re
 from bisect import bisect_right, insort
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from html import escape
+from typing import TypedDict
+
+Edge = tuple[str, str]  # blocker -> blocked
+Key = str | tuple[str, int, int]  # a bead id, or a collapsed wave: ("summary", wave, count)
+Point = tuple[float, float]
+Box = tuple[float, float, float, float]  # x, y, width, height
+StatusClass = Callable[[str], tuple[str, str]]  # status -> (css class, icon)
+
+
+class Geometry(TypedDict):
+    """compute()'s drawing (a plain dict at run time: it is cached as is)."""
+
+    nodes: dict[str, tuple[int, int]]  # bead id -> top left
+    summaries: dict[int, tuple[int, int, int]]  # collapsed wave -> x, y, beads in it
+    edges: list[tuple[str, str, str, bool]]  # from, to, SVG path, drawn reversed
+    columns: list[tuple[int, str]]  # x, label
+    outside: list[str]
+    width: int
+    height: int
+    crossings: int
+
 
 NODE_W, NODE_H, COL_GAP, ROW_GAP, PAD = 190, 40, 70, 12, 20
 HEAD = 22  # the column labels above the nodes
@@ -37,7 +59,12 @@ PLACE_BUDGET = 60_000  # elements x placement rounds
 VIRTUAL_WEIGHT = 4  # a long edge's lanes pull harder than boxes: long edges stay straight
 
 
-def fingerprint(node_ids, edges, collapsed=(), columns=()):
+def fingerprint(
+    node_ids: Iterable[str],
+    edges: Iterable[Edge],
+    collapsed: Iterable[int] = (),
+    columns: Iterable[Sequence[str]] = (),
+) -> str:
     """A drawing's key: its nodes, edges, collapsed waves and columns (the waves and the gated
     column, which an open gate's close changes without changing the graph)."""
     digest = hashlib.sha1()
@@ -48,19 +75,19 @@ def fingerprint(node_ids, edges, collapsed=(), columns=()):
 
 
 # --- layers ----------------------------------------------------------------------------------
-def _gated_layers(gated_ids, edges):
+def _gated_layers(gated_ids: Iterable[str], edges: Iterable[Edge]) -> list[list[str]]:
     """The gated beads in layers by their own chains (Kahn; a cycle is broken at its smallest
     id, so every edge among them goes to a later layer but the one that closes a cycle)."""
     gated = set(gated_ids)
-    preds = {g: set() for g in gated}
-    succs = {g: set() for g in gated}
+    preds: dict[str, set[str]] = {g: set() for g in gated}
+    succs: dict[str, set[str]] = {g: set() for g in gated}
     for a, b in edges:
         if a in gated and b in gated and a != b:
             preds[b].add(a)
             succs[a].add(b)
     indegree = {g: len(preds[g]) for g in gated}
     pending = set(gated)
-    layers = []
+    layers: list[list[str]] = []
     while pending:
         ready = sorted(g for g in pending if indegree[g] == 0) or [min(pending)]
         layers.append(ready)
@@ -73,9 +100,15 @@ def _gated_layers(gated_ids, edges):
     return layers
 
 
-def _layers(waves, gated_ids, edges, collapsed, outside):
+def _layers(
+    waves: Sequence[Sequence[str]],
+    gated_ids: Iterable[str],
+    edges: Iterable[Edge],
+    collapsed: Collection[int],
+    outside: Iterable[str],
+) -> list[tuple[str, Sequence[Key]]]:
     """[(label, [ids])] left to right; a collapsed wave holds one ("summary", n, count) key."""
-    layers = []
+    layers: list[tuple[str, Sequence[Key]]] = []
     if outside:
         layers.append(("Gates & outside", sorted(outside)))
     for number, wave in enumerate(waves, start=1):
@@ -89,10 +122,11 @@ def _layers(waves, gated_ids, edges, collapsed, outside):
 
 
 # --- crossing reduction ----------------------------------------------------------------------
-def _pair_crossings(upper, down, pos):
+def _pair_crossings(upper: list[int], down: list[list[int]], pos: list[int]) -> int:
     """Crossings between two adjacent layers: edges whose lower ends are out of the order of
     their upper ends (the upper layer is in position order; edges of one node never cross)."""
-    seen, count = [], 0
+    seen: list[int] = []
+    count = 0
     for e in upper:
         near = down[e]
         if not near:
@@ -105,14 +139,16 @@ def _pair_crossings(upper, down, pos):
     return count
 
 
-def _all_crossings(order, down, pos):
+def _all_crossings(order: list[list[int]], down: list[list[int]], pos: list[int]) -> int:
     return sum(_pair_crossings(order[i], down, pos) for i in range(len(order) - 1))
 
 
-def _sweep(order, neighbours, pos, layer_range):
+def _sweep(
+    order: list[list[int]], neighbours: list[list[int]], pos: list[int], layer_range: Iterable[int]
+) -> None:
     for i in layer_range:
         layer = order[i]
-        keys = {}
+        keys: dict[int, float] = {}
         for e in layer:
             near = neighbours[e]
             if len(near) == 1:
@@ -124,7 +160,9 @@ def _sweep(order, neighbours, pos, layer_range):
             pos[e] = p
 
 
-def _order(order, up, down, pos, sweeps):
+def _order(
+    order: list[list[int]], up: list[list[int]], down: list[list[int]], pos: list[int], sweeps: int
+) -> tuple[list[list[int]], int]:
     best = [list(layer) for layer in order]
     best_count = _all_crossings(order, down, pos)
     stale = 0
@@ -145,9 +183,11 @@ def _order(order, up, down, pos, sweeps):
 
 
 # --- vertical placement ----------------------------------------------------------------------
-def _isotonic(targets, weights):
+def _isotonic(targets: list[float], weights: list[float]) -> list[float]:
     """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
-    values, totals, counts = [], [], []
+    values: list[float] = []
+    totals: list[float] = []
+    counts: list[int] = []
     for v, w in zip(targets, weights, strict=True):
         c = 1
         while values and values[-1] > v:
@@ -158,19 +198,27 @@ def _isotonic(targets, weights):
         values.append(v)
         totals.append(w)
         counts.append(c)
-    out = []
+    out: list[float] = []
     for v, c in zip(values, counts, strict=True):
         out.extend([v] * c)
     return out
 
 
-def _place(order, up, down, height, virtual, rounds=3):
+def _place(
+    order: list[list[int]],
+    up: list[list[int]],
+    down: list[list[int]],
+    height: list[int],
+    virtual: list[bool],
+    rounds: int = 3,
+) -> dict[int, float]:
     """Top y of every element: stacked with their gaps, then pulled towards the centres of
     their neighbours, down and up, keeping order and gaps."""
     mid = [0.0] * len(height)  # centres
-    offsets = []
+    offsets: list[list[float]] = []
     for layer in order:
-        offs, y = [], 0.0
+        offs: list[float] = []
+        y = 0.0
         for k, e in enumerate(layer):
             if k:
                 prev = layer[k - 1]
@@ -186,13 +234,14 @@ def _place(order, up, down, height, virtual, rounds=3):
             for layer, offs in zip(order, offsets, strict=True)
             if layer
         ),
-        default=0,
+        default=0.0,
     )
     pull = [VIRTUAL_WEIGHT if v else 1 for v in virtual]
 
-    def settle(i, neighbours):
+    def settle(i: int, neighbours: list[list[int]]) -> None:
         layer, offs = order[i], offsets[i]
-        targets, weights = [], []
+        targets: list[float] = []
+        weights: list[float] = []
         for e, off in zip(layer, offs, strict=True):
             near = neighbours[e]
             if near:
@@ -222,17 +271,25 @@ def _place(order, up, down, height, virtual, rounds=3):
 
 
 # --- the layout ------------------------------------------------------------------------------
-def compute(waves, gated_ids, edges, collapsed=frozenset(), outside=(), sweeps=MAX_SWEEPS):
+def compute(
+    waves: Sequence[Sequence[str]],
+    gated_ids: Iterable[str],
+    edges: Collection[Edge],
+    collapsed: Collection[int] = frozenset(),
+    outside: Collection[str] = (),
+    sweeps: int = MAX_SWEEPS,
+) -> Geometry:
     """-> {"nodes": {id: (x, y)}, "summaries": {wave: (x, y, count)}, "edges": [(from, to, d,
     reversed)], "columns": [(x, label)], "width", "height", "crossings"}.
 
     `outside`: ids drawn before wave 1 (gates, decisions, unknown and external targets).
     Collapsed waves draw as one summary box; edges to beads in them are left out."""
     layers = _layers(waves, gated_ids, edges, collapsed, outside)
-    layer_of, keys = {}, []
-    order = []
+    layer_of: dict[str, int] = {}
+    keys: list[Key] = []
+    order: list[list[int]] = []
     for i, (_, ids) in enumerate(layers):
-        row = []
+        row: list[int] = []
         for key in ids:
             e = len(keys)
             keys.append(key)
@@ -244,10 +301,10 @@ def compute(waves, gated_ids, edges, collapsed=frozenset(), outside=(), sweeps=M
     height = [NODE_H] * len(keys)
     virtual = [False] * len(keys)
     layer_index = [i for i, row in enumerate(order) for _ in row]
-    up = [[] for _ in keys]
-    down = [[] for _ in keys]
+    up: list[list[int]] = [[] for _ in keys]
+    down: list[list[int]] = [[] for _ in keys]
 
-    def add(layer):
+    def add(layer: int) -> int:
         e = len(height)
         height.append(0)
         virtual.append(True)
@@ -257,7 +314,8 @@ def compute(waves, gated_ids, edges, collapsed=frozenset(), outside=(), sweeps=M
         order[layer].append(e)
         return e
 
-    chains, seen = [], set()
+    chains: list[tuple[str, str, list[int] | None, bool]] = []
+    seen: set[Edge] = set()
     for a, b in edges:
         if (a, b) in seen or a not in layer_of or b not in layer_of:
             continue
@@ -287,22 +345,23 @@ def compute(waves, gated_ids, edges, collapsed=frozenset(), outside=(), sweeps=M
     shift = PAD + HEAD - lowest
     xs = [PAD + i * (NODE_W + COL_GAP) for i in range(len(order))]
 
-    def y_of(e):
+    def y_of(e: int) -> int:
         return round(top[e] + shift)
 
-    positions, summaries = {}, {}
+    positions: dict[str, tuple[int, int]] = {}
+    summaries: dict[int, tuple[int, int, int]] = {}
     for e, key in enumerate(keys):
         x, y = xs[layer_index[e]], y_of(e)
         if isinstance(key, tuple):
             summaries[key[1]] = (x, y, key[2])
         else:
             positions[key] = (x, y)
-    drawn = []
-    for a, b, chain, reverse in chains:
-        if chain is None:
+    drawn: list[tuple[str, str, str, bool]] = []
+    for a, b, lanes, reverse in chains:
+        if lanes is None:
             drawn.append((a, b, _loop(positions[a], positions[b]), False))
             continue
-        drawn.append((a, b, _route(chain, xs, layer_index, y_of), reverse))
+        drawn.append((a, b, _route(lanes, xs, layer_index, y_of), reverse))
     bottom = max((top[e] + shift + height[e] for e in range(len(height))), default=PAD + HEAD)
     return {
         "nodes": positions,
@@ -316,7 +375,9 @@ def compute(waves, gated_ids, edges, collapsed=frozenset(), outside=(), sweeps=M
     }
 
 
-def _route(chain, xs, layer_index, y_of):
+def _route(
+    chain: list[int], xs: list[int], layer_index: list[int], y_of: Callable[[int], int]
+) -> str:
     """Relative commands, and a straight run (lanes at one height) as one h: a 5,000-bead
     drawing has tens of thousands of lanes."""
     x = xs[layer_index[chain[0]]] + NODE_W
@@ -345,7 +406,7 @@ def _route(chain, xs, layer_index, y_of):
     return "".join(out)
 
 
-def _loop(a, b):
+def _loop(a: tuple[int, int], b: tuple[int, int]) -> str:
     """An edge between two boxes of one column: out of a's right side into the channel and
     back into b's right side."""
     x = a[0] + NODE_W
@@ -357,7 +418,16 @@ def _loop(a, b):
 MARK_GLYPHS = (("gated", "⊘"), ("parked", "∥"), ("stranded", "⚠"))
 
 
-def svg(geometry, nodes, status_class, marks=None, critical=(), href=None, outside=None, focus=""):
+def svg(
+    geometry: Geometry,
+    nodes: Mapping[str, tuple[str, str]],
+    status_class: StatusClass,
+    marks: Mapping[str, Collection[str]] | None = None,
+    critical: Sequence[str] = (),
+    href: Callable[[str], str] | None = None,
+    outside: Mapping[str, tuple[str, str, str]] | None = None,
+    focus: str = "",
+) -> str:
     """Render the geometry. `nodes`: {id: (title, status)}; `status_class(status)` -> (css
     class, icon); `marks`: {id: [badges]}; `critical`: ids on the critical path; `outside`:
     {id: (kind, title, status)} for the beads drawn before wave 1 (kind "gate", "unknown" or
@@ -403,7 +473,7 @@ def svg(geometry, nodes, status_class, marks=None, critical=(), href=None, outsi
     return "".join(out)
 
 
-def node_id(bead_id):
+def node_id(bead_id: str) -> str:
     """The DOM id of a bead's node (a live fragment)."""
     return "n-" + bead_id
 
@@ -411,7 +481,15 @@ def node_id(bead_id):
 GATE_SHAPE = f"12,0 {NODE_W - 12},0 {NODE_W},{NODE_H // 2} {NODE_W - 12},{NODE_H} 12,{NODE_H} 0,{NODE_H // 2}"
 
 
-def node(geometry, bead_id, title, status, status_class, href=None, kind=None):
+def node(
+    geometry: Geometry,
+    bead_id: str,
+    title: str,
+    status: str,
+    status_class: StatusClass,
+    href: Callable[[str], str] | None = None,
+    kind: str | None = None,
+) -> str:
     """One node: its link, box, icon, id and title, classed by status. `kind`: None for a
     tracked bead, "gate" (a decision or other non-task blocker: a hexagon), "outside" (a
     bead of this database the convoy does not track: a dashed ghost), "unknown" or
@@ -454,17 +532,19 @@ def node(geometry, bead_id, title, status, status_class, href=None, kind=None):
     )
 
 
-def overlay(geometry, marks, critical):
+def overlay(
+    geometry: Geometry, marks: Mapping[str, Collection[str]], critical: Iterable[str]
+) -> str:
     """The state drawn over the graph: the critical path (edges and node outlines) and the
     gated (⊘), parked-rig (∥) and stranded (⚠) marks. One element, id `dag-overlay`."""
     pos = geometry["nodes"]
-    critical = [c for c in critical if c in pos]
-    steps = set(zip(critical, critical[1:], strict=False))
+    path = [c for c in critical if c in pos]
+    steps = set(zip(path, path[1:], strict=False))
     out = [f'<g class="overlay" id="{OVERLAY_ID}" aria-hidden="true">']
     for a, b, d, reverse in geometry["edges"]:
         if (a, b) in steps:
             out.append(_edge(a, b, d, reverse, " critical"))
-    for bead_id in critical:
+    for bead_id in path:
         x, y = pos[bead_id]
         out.append(
             f'<rect class="critical" data-id="{escape(bead_id)}" x="{x - 3}" y="{y - 3}" '
@@ -483,7 +563,7 @@ def overlay(geometry, marks, critical):
     return "".join(out)
 
 
-def _edge(a, b, d, reverse, extra):
+def _edge(a: str, b: str, d: str, reverse: bool, extra: str) -> str:
     # A reversed edge (it closes a cycle, or goes into a gate) is drawn from b to a: its arrow
     # is at the path's start, pointing into b.
     marker = "marker-start" if reverse else "marker-end"
@@ -493,7 +573,7 @@ def _edge(a, b, d, reverse, extra):
     )
 
 
-def _short(text, width=24):
+def _short(text: str, width: int = 24) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -501,9 +581,9 @@ def _short(text, width=24):
 _TOKEN = re.compile(r"([MCHLmchl])([^MCHLmchl]*)")
 
 
-def edge_points(d, per_curve=16, step=10):
+def edge_points(d: str, per_curve: int = 16, step: int = 10) -> list[Point]:
     """A path `d` of M, C, H and L commands (absolute or relative) as a polyline."""
-    points = []
+    points: list[Point] = []
     x = y = 0.0
     for command, args in _TOKEN.findall(d):
         values = [float(v) for v in re.split(r"[ ,]+", args.strip()) if v]
@@ -537,7 +617,7 @@ def edge_points(d, per_curve=16, step=10):
     return points
 
 
-def _segment_hits(p, q, box, margin):
+def _segment_hits(p: Point, q: Point, box: Box, margin: float) -> bool:
     """Does segment p-q enter the box's interior (shrunk by `margin`)? (Liang-Barsky)"""
     x0, y0, w, h = box
     left, right, low, high = x0 + margin, x0 + w - margin, y0 + margin, y0 + h - margin
@@ -563,21 +643,23 @@ def _segment_hits(p, q, box, margin):
     return t1 - t0 > 1e-9
 
 
-def through_boxes(boxes, paths, margin=1.0):
+def through_boxes(
+    boxes: Mapping[str, Box], paths: Iterable[tuple[str, str, str]], margin: float = 1.0
+) -> list[tuple[str, str, str]]:
     """[(from, to, box id)] for every edge whose path enters a box other than its endpoints.
     `boxes`: {id: (x, y, w, h)}; `paths`: [(from, to, d)]."""
-    columns = {}
+    columns: dict[float, list[tuple[float, str, Box]]] = {}
     for key, box in boxes.items():
         columns.setdefault(box[0], []).append((box[1], key, box))
-    index = []
+    index: list[tuple[float, list[float], list[tuple[float, str, Box]]]] = []
     for x, items in sorted(columns.items()):
         items.sort()
         index.append((x, [i[0] for i in items], items))
     xs = [c[0] for c in index]
-    hits = []
+    hits: list[tuple[str, str, str]] = []
     for a, b, d in paths:
         points = edge_points(d)
-        found = set()
+        found: set[str] = set()
         for p, q in zip(points, points[1:], strict=False):
             lo_x, hi_x = min(p[0], q[0]), max(p[0], q[0])
             lo_y, hi_y = min(p[1], q[1]), max(p[1], q[1])
@@ -598,14 +680,16 @@ def through_boxes(boxes, paths, margin=1.0):
     return hits
 
 
-def crossings(paths, boundaries):
+def crossings(
+    paths: Iterable[tuple[str, str, str]], boundaries: Iterable[tuple[float, float]]
+) -> int:
     """Edge crossings counted in each channel between two columns: pairs of edges whose
     order at the channel's left side differs from their order at its right side.
     `boundaries`: [(left x, right x)] of the channels; `paths`: [(from, to, d)]."""
     lines = [edge_points(d) for _, _, d in paths]
     total = 0
     for left, right in boundaries:
-        pairs = []
+        pairs: list[Point] = []
         for points in lines:
             y1, y2 = _y_at(points, left), _y_at(points, right)
             if y1 is not None and y2 is not None:
@@ -614,7 +698,7 @@ def crossings(paths, boundaries):
     return total
 
 
-def _y_at(points, x):
+def _y_at(points: Sequence[Point], x: float) -> float | None:
     xs = [p[0] for p in points]
     if not xs or x < min(xs) or x > max(xs):
         return None
@@ -626,7 +710,7 @@ def _y_at(points, x):
     return None
 
 
-def _inversions(pairs):
+def _inversions(pairs: list[Point]) -> int:
     """Pairs (i, j) with y1_i < y1_j and y2_i > y2_j (strictly)."""
     pairs.sort()
     rank = {v: k + 1 for k, v in enumerate(sorted({p[1] for p in pairs}))}
