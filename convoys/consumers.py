@@ -31,6 +31,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from . import relay
+from .events import last_seq
 from .models import Event
 from .wsgate import quick_read
 
@@ -109,13 +110,7 @@ def _replay(since, groups):
 
 
 def _groups_and_head(user, topics):
-    return _topic_groups(user, topics), _last()
-
-
-def _last():
-    from .events import last_seq
-
-    return last_seq()
+    return _topic_groups(user, topics), last_seq()
 
 
 class UserReplays:
@@ -248,7 +243,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self.unacked = 0
         elif kind == "ping":
             await self.join_groups()  # refresh memberships (Redis group expiry)
-            await self.send_json({"type": "pong", "seq": await quick_read(_last)})
+            await self.send_json({"type": "pong", "seq": await quick_read(last_seq)})
         else:
             await self.request_replay(message["since"])
 

@@ -24,6 +24,7 @@ from django.db import close_old_connections
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .events import last_seq
 from .models import Cursor, Event
 from .services import leases
 
@@ -83,8 +84,6 @@ def _fetch(after, limit=500):
 
 def _last_seq():
     close_old_connections()
-    from .events import last_seq
-
     return last_seq()
 
 
@@ -96,8 +95,6 @@ def _lead(holder):
 def _load_position():
     cursor = Cursor.objects.filter(name="relay").first()
     if cursor is None:
-        from .events import last_seq
-
         return last_seq()
     return cursor.position
 
