@@ -494,3 +494,18 @@ class TownSetting(models.Model):
 
     def __str__(self):
         return f"{self.name} = {self.value}"
+
+
+class ConvoyVisit(models.Model):
+    """When a user last opened a convoy's page ("since your last visit"): the event sequence
+    number the page showed, and when."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    convoy_id = models.CharField(max_length=64)
+    seq = models.BigIntegerField(default=0)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "convoy_id"], name="unique_convoy_visit")
+        ]
