@@ -27,6 +27,20 @@ def enqueue_close_handling(seq):
         log.exception("could not enqueue close event %s", seq)
 
 
+def enqueue_town_feed():
+    """After a failed dispatch commits under a town cap: its freed slot goes to the queue."""
+    try:
+        enqueue("convoys.tasks.feed_town", task_name="feed-town", group="feeder")
+    except Exception:  # the catch-up feeder fills the slot within CONVOY_FEED_INTERVAL
+        log.exception("could not enqueue a town feed")
+
+
+def feed_town():
+    from .services import feeding
+
+    return [r["id"] for r in feeding.feed_town("event")]
+
+
 def handle_close(seq):
     from .services import feeding
 

@@ -252,3 +252,16 @@ def test_dashboard_capacity_panel_draws_and_updates_live(routes, settings, closi
     panel = live["fragments"]["capacity-panel"]
     assert "<strong>1</strong> queued" in panel and "gt-a2" in panel and "gt-a1" not in panel
     assert panel == client.get("/?fragments=capacity-panel").json()["fragments"]["capacity-panel"]
+
+
+def test_a_failed_launch_dispatch_frees_its_slot_for_the_queue(
+    routes, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.CONVOY_MAX_IN_FLIGHT = 2
+    monkeypatch.setattr(FailingFor, "FAILING", {"gt-x0"})
+    settings.CONVOY_DISPATCHER = "tests.test_capacity.FailingFor"
+    with django_capture_on_commit_callbacks(execute=True):  # the failure's commit feeds
+        result = launched([bead(f"gt-x{i}").id for i in range(4)])
+    assert [(d["id"], d["ok"]) for d in result.dispatched] == [("gt-x0", False), ("gt-x1", True)]
+    assert hooked() == ["gt-x1", "gt-x2"]  # gt-x0 cools down; the next head took its slot
+    assert Dispatch.objects.get(bead_id="gt-x2").path == "event"

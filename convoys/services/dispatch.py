@@ -274,6 +274,10 @@ def _record(claim_, outcome, started):
                 },
             )
             _check_breaker(claim_, outcome)
+            if capacity.cap():  # the freed slot goes to the town queue's head
+                from ..tasks import enqueue_town_feed
+
+                transaction.on_commit(enqueue_town_feed, robust=True)
         _check_spin(claim_)
     return {
         "id": claim_.bead_id,
