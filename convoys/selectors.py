@@ -1,8 +1,9 @@
 """Read-side queries shared by pages, API and CLI; each runs a fixed number of queries."""
 
+import copy
 import statistics
 from collections import namedtuple
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from django.core.cache import cache
@@ -441,31 +442,26 @@ def bead_url_maker():
 
 def convoy_graph(convoy, snapshot=None):
     """A convoy's tracked ids, {id: TrackedRow}, DAG, waves, gated beads and raw edges (read,
-    or from a `snapshots.Snapshot`)."""
+    or from a `snapshots.Snapshot`, whose graph is built once and carried forward)."""
     if snapshot is not None:
         tracked, beads, edges = snapshot.tracked, snapshot.beads, snapshot.edges
+        built = snapshots.graph_of(
+            snapshot,
+            lambda: _build_graph(beads, edges, snapshot.gates),
+            lambda parent, touched: _patched_graph(parent, touched, beads, snapshot.gates),
+        )
     else:
         tracked, beads, edges = tracked_beads(convoy)
-    nodes = [
-        dagmod.Node(
-            id=b.pk, title=b.title, type=b.issue_type or "", status=b.status, rig=b.rig_id or ""
-        )
-        for b in beads.values()
-    ]
-    # Untracked gates (a decision) hold tracked beads back: read them so the page names them.
-    if snapshot is not None:
-        gates = snapshot.gates
-    else:
+        # Untracked gates (a decision) hold tracked beads back: read them so the page names them.
         outside = {t for _, t, kind in edges if t not in beads and kind in dagmod.EXECUTION_TYPES}
         gates = Bead.objects.filter(pk__in=outside).exclude(issue_type__in=SLINGABLE_TYPES)
-        gates = gates.values_list("id", "title", "issue_type", "status")
-    nodes += [dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3]) for g in gates]
-    graph = dagmod.build_dag(nodes, edges)
+        built = _build_graph(
+            beads, edges, list(gates.values_list("id", "title", "issue_type", "status"))
+        )
+    graph, waves, gated = built[:3]
+    graph = copy.copy(graph)  # the ghosts below are this request's
     # Blocking targets outside the graph (a task of another convoy, an unknown id, an
     # external:<x>:<id>) are drawn as ghosts: two small queries, only when there are any.
-    graph.ghost_edges = sorted(
-        {(t, i) for i, t, kind in edges if kind in dagmod.EXECUTION_TYPES and t not in graph.nodes}
-    )
     graph.ghosts = {}
     if graph.ghost_edges:
         targets = {t for t, _ in graph.ghost_edges}
@@ -478,11 +474,55 @@ def convoy_graph(convoy, snapshot=None):
         ).filter(raw_target__startswith="external:")
         for target, written in raw.values_list("depends_on_id", "raw_target"):
             graph.ghosts.setdefault(target, ("external", written, "unknown"))
+    return tracked, beads, graph, waves, gated
+
+
+def _node(row):
+    return dagmod.Node(
+        id=row.pk,
+        title=row.title,
+        type=row.issue_type or "",
+        status=row.status,
+        rig=row.rig_id or "",
+    )
+
+
+def _build_graph(beads, edges, gates):
+    """(DAG, waves, gated, gates) from tracked rows, their edges and the gate rows."""
+    nodes = [_node(b) for b in beads.values()]
+    nodes += [dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3]) for g in gates]
+    graph = dagmod.build_dag(nodes, edges)
+    graph.ghost_edges = sorted(
+        {(t, i) for i, t, kind in edges if kind in dagmod.EXECUTION_TYPES and t not in graph.nodes}
+    )
     try:
         waves, gated = dagmod.compute_waves(graph)
     except dagmod.NoSlingableTasks:
         waves, gated = [], []
-    return tracked, beads, graph, waves, gated
+    return graph, waves, gated, gates
+
+
+def _patched_graph(parent, touched, beads, gates):
+    """The parent snapshot's graph with the rows of `touched` beads as they are now, when
+    nothing the waves depend on changed (the gates, a bead's type, a non-task's done-ness);
+    else None (build afresh)."""
+    graph, waves, gated, parent_gates = parent
+    if gates is not parent_gates:
+        return None
+    nodes = dict(graph.nodes)
+    for bead_id in touched:
+        old, row = nodes.get(bead_id), beads.get(bead_id)
+        if old is None or row is None or old.type != (row.issue_type or ""):
+            return None
+        new = _node(row)
+        if not old.slingable and old.done != new.done:
+            return None
+        nodes[bead_id] = replace(
+            old, title=new.title, status=new.status, rig=new.rig, type=new.type
+        )
+    patched = copy.copy(graph)
+    patched.nodes = nodes
+    return patched, waves, gated, gates
 
 
 def _geometry(convoy, graph, waves, gated, collapsed):
@@ -684,7 +724,12 @@ def convoy_page(convoy, params, user, now, snapshot=None):
         row["sourced"] = origins.get(row["id"])
     wave_rows, frontier = _wave_rows(waves, beads, ready_ids, graph, state, href, big)
     done = {i for i in tracked if beads.get(i) and beads[i].status in DONE_STATUSES}
-    critical = dagmod.critical_path(graph, done)
+    critical = snapshots.memo(
+        snapshot,
+        ("critical", frozenset(done)),
+        graph.graph,
+        lambda: dagmod.critical_path(graph, done),
+    )
     collapsed = set()
     focus = params.get("focus", "")
     if len(graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
@@ -693,7 +738,12 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     dag = None
     focus_found = False
     if waves or gated:
-        geometry, key = _geometry(convoy, graph, waves, gated, frozenset(collapsed))
+        geometry, key = snapshots.memo(
+            snapshot,
+            ("geometry", frozenset(collapsed)),
+            (graph.graph, waves),
+            lambda: _geometry(convoy, graph, waves, gated, frozenset(collapsed)),
+        )
         focus_found = bool(focus) and focus in geometry["nodes"]
         stranded = set(summary["state"].ready)
         parked = set(

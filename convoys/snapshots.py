@@ -19,7 +19,7 @@ snapshot: the page reads it on every request.
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -55,6 +55,7 @@ ROW_KINDS = frozenset(
     }
 )
 KEEP = 32  # snapshots per process
+MEMOS = 16  # derived values kept per line of carried snapshots
 KEEP_PER_CONVOY = 4  # pages of one convoy catch up to the newest seq within a second or two
 
 
@@ -70,6 +71,9 @@ class Snapshot:
     blockers: dict  # {tracked id: [unfinished blocker ids]}
     target_types: dict  # {blocker id: issue type}
     valid_until: datetime  # no bead's readiness can change by time alone before this
+    # What pages derive from it, kept with it (the graph); a carried snapshot starts with
+    # its parent's graph and the beads it re-read ("from", "touched").
+    derived: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def load(convoy, now):
@@ -137,7 +141,14 @@ def advance(snapshot, changes, now):
         failed=(snapshot.failed - affected) | failed,
         blockers=blockers,
         target_types=target_types,
-        valid_until=min(snapshot.valid_until, _horizon(beads.values(), now)),
+        # The untouched beads' workers may only have sent heartbeats since: their horizon
+        # holds (a dead worker's bead would have stopped the carrying already).
+        valid_until=min(snapshot.valid_until, _horizon([beads[i] for i in touched], now)),
+        derived={
+            "from": snapshot.derived.get("graph"),
+            "touched": touched,
+            "memo": snapshot.derived.get("memo", {}),  # keyed by what the values depend on
+        },
     )
 
 
@@ -170,6 +181,41 @@ def kept(convoy, seq):
     """The snapshot kept for a page of `convoy` drawn at `seq`, or None."""
     with _lock:
         return _cache.get((convoy.pk, convoy.created_at, seq))
+
+
+def graph_of(snapshot, build, patch):
+    """The snapshot's graph, made once: `patch(parent's graph, touched ids)` when it was
+    carried forward (None: cannot), else `build()`."""
+    derived = snapshot.derived
+    with _lock:
+        graph = derived.get("graph")
+        parent, touched = derived.get("from"), derived.get("touched", ())
+    if graph is None:
+        graph = (patch(parent, touched) if parent is not None else None) or build()
+        with _lock:
+            derived["graph"] = graph
+            derived.pop("from", None)  # the parent's graph may go
+    return graph
+
+
+def memo(snapshot, key, objects, compute):
+    """`compute()` once per `key` and graph structure (`objects`: what the value depends on
+    besides `key`, e.g. the graph's edges and its waves), kept with the snapshot and the
+    snapshots carried forward from it, which share their graph's structure."""
+    objects = objects if isinstance(objects, tuple) else (objects,)
+    memos = snapshot.derived.setdefault("memo", {})
+    full = (key, *map(id, objects))
+    with _lock:
+        found = memos.get(full)
+    # The same objects, not new ones at a reused address:
+    if found is not None and all(a is b for a, b in zip(found[0], objects, strict=True)):
+        return found[1]
+    value = compute()
+    with _lock:
+        if len(memos) >= MEMOS:
+            memos.clear()
+        memos[full] = (objects, value)
+    return value
 
 
 def forget():

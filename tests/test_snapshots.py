@@ -7,12 +7,13 @@ fresh render of the page."""
 
 import random
 import re
+from dataclasses import asdict
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from convoys import snapshots
+from convoys import selectors, snapshots
 from convoys.dispatchers import Outcome
 from convoys.events import last_seq
 from convoys.models import Bead, Convoy, Rig
@@ -49,6 +50,19 @@ def same_as_fresh(convoy, seq):
     fresh = snapshots.load(convoy, timezone.now())
     for name in FIELDS:
         assert getattr(carried, name) == getattr(fresh, name), name
+    # the graph carried forward (patched with the beads re-read) equals one built afresh
+    _, _, graph, waves, gated = selectors.convoy_graph(convoy, carried)
+    _, _, built, built_waves, built_gated = selectors.convoy_graph(convoy)
+    assert {i: asdict(n) for i, n in graph.nodes.items()} == {
+        i: asdict(n) for i, n in built.nodes.items()
+    }
+    assert sorted(graph.graph.edges) == sorted(built.graph.edges)
+    assert (waves, gated, graph.ghost_edges, graph.ghosts) == (
+        built_waves,
+        built_gated,
+        built.ghost_edges,
+        built.ghosts,
+    )
 
 
 def step(rng, ids):
@@ -106,6 +120,7 @@ def test_what_may_change_more_than_rows_loads_afresh(chain, admin_user):
     seq = live(client, url, since=seq)["seq"]
     carried = snapshots.kept(convoy, seq)
     assert carried is not first and carried.edges is first.edges  # carried, not loaded
+    assert carried.derived["graph"][1] is first.derived["graph"][1]  # waves kept, graph patched
     blocks(ids[0], ids[1])  # a new dependency: loaded afresh
     seq = live(client, url, since=seq)["seq"]
     assert snapshots.kept(convoy, seq).edges is not carried.edges
