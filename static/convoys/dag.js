@@ -47,15 +47,18 @@
     return seen;
   }
 
+  let shown = "";  // the bead whose chains are lit
   function clear() {
     for (const el of lit) el.classList.remove("hl", "hl-focus");
-    lit = [];
+    lit = []; shown = "";
     if (svg) svg.classList.remove("dimming");
   }
 
   function highlight(id) {
+    if (id && id === shown && lit.length && lit[0].isConnected) return;  // moving within one bead
     clear();
     if (!svg || !id) return;
+    shown = id;
     graph = graph || readGraph();
     if (!graph.nodes.has(id)) return;
     const ups = reach(id, graph.up), downs = reach(id, graph.down);
