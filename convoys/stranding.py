@@ -3,7 +3,8 @@
 Every open convoy is exactly one of:
 - feedable: ready beads that the feeder may dispatch now (not cooling down after a failed
   dispatch, and under the convoy's max in flight);
-- moving: nothing to dispatch now, but work is in progress;
+- moving: nothing to dispatch now, but work is in progress, or its ready work waits in the
+  town's queue while the town is at its cap (code "waiting_for_capacity");
 - stuck: tracked work, none of it ready or in progress, with the reason (gated, parked rig,
   blocked outside the convoy, dispatch failing, no rig, not dispatchable, held, unknown beads,
   or complete and waiting to land);
@@ -76,7 +77,8 @@ class Cause:
 class Verdict:
     kind: str  # feedable | moving | stuck | empty, or "" for a convoy that is not open
     reason: str = ""  # one line for people
-    code: str = ""  # the cause's code for stuck convoys; "in_progress" for moving ones
+    code: str = ""  # the cause's code for stuck convoys; "in_progress" (or
+    # "waiting_for_capacity") for moving ones
     ready: list = field(default_factory=list)  # dispatchable ready beads, in tracking order
     tracked_count: int = 0
     causes: list = field(default_factory=list)  # every root cause found (Cause)
@@ -98,10 +100,15 @@ class Verdict:
         """Words for a badge: "stranded", "stuck: gated", "empty", "in progress"."""
         if self.kind == STUCK:
             return CAUSE_WORDS.get(self.code, "stuck")
+        if self.code == WAITING_FOR_CAPACITY:
+            return "waiting for capacity"
         return {FEEDABLE: "stranded", MOVING: "in progress", EMPTY: "empty"}.get(self.kind, "")
 
 
 NOT_OPEN = Verdict("")
+# Ready work while the town is at its cap (services/capacity.py): not stranded, the town's
+# queue serves it as slots free.
+WAITING_FOR_CAPACITY = "waiting_for_capacity"
 COOLING_LOOKUP = 500
 
 
@@ -132,10 +139,12 @@ def classify(convoys, now=None, explain=False, loaded=None, facts=None):
         cooling = cooling_down(sorted(ready), now) if ready else set()
     else:
         cooling = recent_failures(now) & ready
-    to_explain = []
+    to_explain, town = [], _town_full(now)
     for convoy in open_:
         statuses = {i: status_of[i][0] for i in per_convoy[convoy.pk] if i in status_of}
         verdict = _first_pass(convoy, per_convoy[convoy.pk], statuses, ready, cooling)
+        if verdict.kind == FEEDABLE and town:
+            verdict = _waiting_for_capacity(verdict, *town)
         if convoy.paused_at and verdict.code not in ("empty", "complete"):
             verdict = _paused(convoy, verdict)
         result[convoy.pk] = verdict
@@ -187,6 +196,20 @@ def _first_pass(convoy, ids, statuses, ready, cooling):
             text += f" (max in flight {convoy.max_in_flight}; {len(dispatchable)} ready waiting)"
         return Verdict(MOVING, text, "in_progress", [], len(ids))
     return Verdict(STUCK, "", "", [], len(ids))
+
+
+def _town_full(now):
+    """(in flight, cap) when the town is at its cap, else None."""
+    from .services import capacity
+
+    limit = capacity.cap()
+    busy = capacity.in_flight(now) if limit else 0
+    return (busy, limit) if limit and busy >= limit else None
+
+
+def _waiting_for_capacity(verdict, busy, limit):
+    text = f"{len(verdict.ready)} ready, waiting for town capacity ({busy} in flight, cap {limit})"
+    return Verdict(MOVING, text, WAITING_FOR_CAPACITY, [], verdict.tracked_count)
 
 
 def _paused(convoy, verdict):

@@ -265,3 +265,14 @@ def test_a_failed_launch_dispatch_frees_its_slot_for_the_queue(
     assert [(d["id"], d["ok"]) for d in result.dispatched] == [("gt-x0", False), ("gt-x1", True)]
     assert hooked() == ["gt-x1", "gt-x2"]  # gt-x0 cools down; the next head took its slot
     assert Dispatch.objects.get(bead_id="gt-x2").path == "event"
+
+
+def test_a_convoy_waiting_for_town_capacity_is_not_stranded(routes, settings):
+    settings.CONVOY_MAX_IN_FLIGHT = 1
+    launched([bead(f"gt-a{i}").id for i in range(2)])
+    b = launched([bead(f"gt-b{i}").id for i in range(2)])
+    waiting = {c["id"]: c for c in feeding.stranded()}[b.convoy_id]  # /api/stranded's rows
+    assert (waiting["kind"], waiting["cause"]) == ("moving", "waiting_for_capacity")
+    assert waiting["reason"] == "2 ready, waiting for town capacity (1 in flight, cap 1)"
+    settings.CONVOY_MAX_IN_FLIGHT = 0  # no cap: the same convoy is stranded (feedable)
+    assert {c["id"]: c for c in feeding.stranded()}[b.convoy_id]["kind"] == "feedable"
