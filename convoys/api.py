@@ -164,6 +164,7 @@ class ConvoyDetailOut(ConvoyOut):
     waves: list[WaveOut]
     gated: list[str]
     paused: dict | None  # who, when, why, dispatches since the pause (None: not paused)
+    causes: dict[str, int] = {}  # unfinished beads per cause kind (each tracked bead: "cause")
     escalation: dict | None  # stuck since, reminders sent, causes, acknowledged (None: never)
 
 
@@ -367,6 +368,7 @@ def get_convoy(request, convoy_id: Text):
         ],
         "gated": [g.id for g in gated],
         "paused": controls.pause_json(convoy),
+        "causes": status["causes"],
         "escalation": escalation.state_json(convoy),
     }
 

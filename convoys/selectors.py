@@ -11,6 +11,7 @@ from django.db.models import Max, Min, OuterRef, Q, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
+from . import causes as causemod
 from . import dag as dagmod
 from . import layout, snapshots, stranding
 from .formatting import ACTOR_CHANNELS, duration, person
@@ -199,6 +200,7 @@ def summarise(convoys, rows, beads, ready_ids, spin, verdicts, failed_ids=frozen
 def convoy_status_json(convoy):
     """The `convoy status --json` shape."""
     tracked = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
+    why = causemod.for_convoy(convoy)
     beads = Bead.objects.in_bulk(tracked)
     workers = dict(
         Worker.objects.filter(
@@ -219,6 +221,7 @@ def convoy_status_json(convoy):
                 "assignee": bead.assignee if bead else "",
                 "rig": (bead.rig_id or "") if bead else "",
                 "worker_seen": workers.get(bead.assignee) if bead and bead.assignee else None,
+                "cause": causemod.jsonable(why.get(bead_id)),
                 "source": origin.source if origin else None,
                 "missing_from_source": bool(origin and origin.missing_since),
             }
@@ -236,6 +239,7 @@ def convoy_status_json(convoy):
         "completed": completed,
         "total": len(items),
         "progress": progress_json(convoy_summaries([convoy])[convoy.pk]),
+        "causes": dict(causemod.counts(why)),
     }
 
 
@@ -661,6 +665,15 @@ class ConvoyPage:
     graph: object = None
     subscribed: object = None
     plan_moved: dict = field(default_factory=dict)
+    causes: list = field(default_factory=list)  # [(kind, beads)] of the unfinished beads
+    waiting: bool = False  # some wait for capacity: any dispatch moves their positions
+    watch_beads: list = field(default_factory=list)  # untracked blockers and gates of its beads
+    watch_kinds: list = field(default_factory=list)  # town-wide events that move its causes
+
+    @property
+    def cause_summary(self):
+        """ "3 blocked, 1 gated, 2 working"."""
+        return ", ".join(f"{n} {causemod.word(kind)}" for kind, n in self.causes)
 
     def affected(self, bead_ids):
         """The tracked beads whose row or node a change of `bead_ids` may alter: those beads
@@ -685,6 +698,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     )
     wave_number = dagmod.wave_of(waves)
     gated_ids = {g.id for g in gated}
+    why = causemod.for_convoy(convoy, now, known=snapshot)  # each unfinished bead's cause
 
     def state(bead_id):
         bead = beads.get(bead_id)
@@ -704,6 +718,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
             if bead_id in beads and beads[bead_id].assignee
             else None,
             "gated": bead_id in gated_ids,
+            "cause": why.get(bead_id),
             "href": href(bead_id),
         }
         for bead_id in tracked
@@ -722,7 +737,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     for row in rows:
         row["blocked_by"] = blockers.get(row["id"], [])
         row["sourced"] = origins.get(row["id"])
-    wave_rows, frontier = _wave_rows(waves, beads, ready_ids, graph, state, href, big)
+    wave_rows, frontier = _wave_rows(waves, beads, ready_ids, graph, state, href, big, why)
     done = {i for i in tracked if beads.get(i) and beads[i].status in DONE_STATUSES}
     critical = snapshots.memo(
         snapshot,
@@ -801,10 +816,14 @@ def convoy_page(convoy, params, user, now, snapshot=None):
         graph=graph,
         subscribed=Subscription.objects.filter(user=user, convoy=convoy).first(),
         plan_moved=(convoy.extra or {}).get("plan", {}),
+        causes=causemod.counts(why),
+        waiting=any(c["kind"] == "waiting-for-capacity" for c in why.values()),
+        watch_beads=causemod.outside_blockers(why, tracked),
+        watch_kinds=causemod.watch_kinds(why),
     )
 
 
-def _wave_rows(waves, beads, ready_ids, graph, state, href, big):
+def _wave_rows(waves, beads, ready_ids, graph, state, href, big, why):
     chips_left = MAX_CHIPS if big else sum(len(w) for w in waves)
     rows, frontier = [], None
     for number, wave in enumerate(waves, start=1):
@@ -823,6 +842,7 @@ def _wave_rows(waves, beads, ready_ids, graph, state, href, big):
                 "counts": counts,
                 "total": len(wave),
                 "hidden": len(wave) - len(shown),
+                "causes": causemod.summary([why.get(i) for i in wave]),
                 "beads": [
                     {
                         "id": i,
@@ -830,6 +850,7 @@ def _wave_rows(waves, beads, ready_ids, graph, state, href, big):
                         "title": graph.nodes[i].title,
                         "state": state(i),
                         "blocked_by": graph.nodes[i].blocked_by,
+                        "cause": why.get(i),
                     }
                     for i in shown
                 ],

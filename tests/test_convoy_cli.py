@@ -290,6 +290,7 @@ def test_status_and_list(routes):
         "worker_seen": None,
         "source": None,
         "missing_from_source": False,
+        "cause": {"kind": "unknown", "text": "not in the store"},
     }
     out = run("convoy", "status", convoy.pk)
     assert "✓ gt-b" in out and "○ gt-a" in out and "? gt-zz" in out
