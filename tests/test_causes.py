@@ -2,6 +2,7 @@
 decided in a fixed order by `convoys.causes`; the convoy page, the bead page, the API and
 `convoy status` all show it and agree."""
 
+import json
 import re
 from datetime import timedelta
 
@@ -17,7 +18,7 @@ from convoys.models import Bead, Worker
 from convoys.services import capacity, controls, convoys, dispatch, rigs
 from convoys.services.rigs import upsert_route
 
-from .factories import bead, blocks, signed_in
+from .factories import bead, blocks, command, signed_in
 
 NOW = timezone.now()
 
@@ -323,3 +324,44 @@ def test_the_bead_page_and_bead_json_name_the_same_cause(every_kind):
         assert shown.group(1) == kind
     assert client.get("/api/beads/gt-done").json()["cause"] is None
     assert 'id="bead-cause"' not in client.get("/beads/gt-done/").content.decode()
+
+
+# --- every surface says the same -------------------------------------------------------------
+def page_causes(client, url):
+    """{bead id: kind} from the convoy page's bead rows, and the summary's {kind: beads}."""
+    page = client.get(url).content.decode()
+    rows = {}
+    for bead_id, row in re.findall(
+        r'<tr data-bead="([^"]+)" id="bead-row-[^>]*>(.*?)</tr>', page, re.S
+    ):
+        cell = re.search(
+            r'<td class="b-cause"><span class="cause k-[^"]+" data-cause="([^"]+)"', row
+        )
+        rows[bead_id] = cell.group(1) if cell else None
+    summary = re.search(r'id="cause-summary">(.*?)</p>', page, re.S).group(1)
+    counts = {k: int(n) for n, k in re.findall(r'data-cause="[^"]+">(\d+) ([a-z-]+)<', summary)}
+    return rows, counts
+
+
+def test_page_api_and_cli_agree_on_every_kind(every_kind):
+    client = signed_in("watcher", "view_convoy", "view_bead")
+    convoy_id = every_kind.pk
+    rows, summary = page_causes(client, f"/convoys/{convoy_id}/")
+    assert rows == EXPECTED | {"gt-done": None}
+    assert summary == dict.fromkeys(EXPECTED.values(), 1)
+
+    api = client.get(f"/api/convoys/{convoy_id}").json()
+    cli = json.loads(command("convoy", "status", convoy_id, "--json"))
+    for data in (api, cli):
+        tracked = {t["id"]: t["cause"] for t in data["tracked"]}
+        assert {i: c["kind"] for i, c in tracked.items() if c} == EXPECTED
+        assert tracked["gt-done"] is None
+        assert data["causes"] == summary
+    assert stable(api) == stable(cli)
+
+
+def stable(status):
+    """Each tracked bead's cause without the time read from the clock (the next scan's)."""
+    return [
+        {k: v for k, v in (t["cause"] or {}).items() if k != "rescue_by"} for t in status["tracked"]
+    ]
