@@ -261,11 +261,14 @@ def queue(now=None):
     return result
 
 
-def snapshot(now=None):
-    """In flight, cap and the queue, with each waiting bead's position."""
+def snapshot(now=None, *, heads=False):
+    """In flight, cap and the queue, with each waiting bead's position. `heads`: only what a
+    feeder needs, so no queue is read while the town is full."""
     now = now or timezone.now()
     limit = cap()
-    snap = Snapshot(limit, in_flight(now), queue(now) if limit else [])
+    busy = in_flight(now)
+    wanted = limit and not (heads and busy >= limit)
+    snap = Snapshot(limit, busy, queue(now) if wanted else [])
     for position, queued in enumerate(snap.waiting, start=1):
         queued.position = position
     return snap

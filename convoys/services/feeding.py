@@ -129,7 +129,7 @@ def feed_town(path):
     next. Returns the successful dispatch results."""
     results, tried = [], set()
     while True:
-        snap = capacity.snapshot()
+        snap = capacity.snapshot(heads=True)
         heads = [q for q in snap.queue if q.bead_id not in tried][: snap.free]
         if not heads:
             return results
