@@ -298,6 +298,26 @@ def test_an_id_twice_in_a_first_pass_creates_nothing(routes, town):
     assert not Bead.objects.exists() and not SourcedRecord.objects.exists()
 
 
+def test_a_pass_with_many_unknown_lines_reads_the_source_again_as_it_writes(
+    routes, town, monkeypatch
+):
+    monkeypatch.setattr(sync, "SCAN_KEPT", 1)  # more than this: read again in the transaction
+    [first] = run_sync(town)
+    assert first["created"] == 3
+    rewrite(town, "gt-s0", status="closed", closed_at="2026-11-30T10:00:00Z")
+    rewrite(town, "gt-s1", title="Renamed in bd")
+    drop(town, "gt-s2")
+    [report] = run_sync(town)
+    assert (report["updated"], report["missing"], report["unchanged"]) == (2, 1, 0)
+    assert status("gt-s0") == "closed" and Bead.objects.get(pk="gt-s1").title == "Renamed in bd"
+    with town.open("a") as stream:
+        stream.write(json.dumps({**records(town)[0], "title": "Again"}) + "\n")
+        stream.write(json.dumps({**records(town)[1], "title": "Again"}) + "\n")
+    with pytest.raises(CommandError, match=rf"{town}:3: duplicate id 'gt-s0' \(first on line 1\)"):
+        run_sync(town)
+    assert Bead.objects.get(pk="gt-s0").title == "Lay the track"
+
+
 def test_a_known_line_is_read_again_when_another_pass_changed_its_bead(routes, town):
     run_sync(town)
     # Another pass synced another version of gt-s1 meanwhile (from another line).

@@ -18,8 +18,11 @@ temporary file). Records the source no longer has are found by comparing the cou
 sum of the ids read with those of the records stored as present; only when they differ (a
 record dropped, an id twice) is the source read again for its ids.
 
-A pass is one transaction: a bad source (unreadable file, failing command, any bad line)
-changes nothing and keeps the last good state. Its error is kept on the source's SyncSource
+A pass first reads and checks the whole source writing nothing (so no write lock: on SQLite a
+transaction takes it at its start, and feeding a close must not wait behind a pass), which
+ends most passes; its writes then go in one transaction, with the lines it did not know (or,
+when there are many, the source read again). A bad source (unreadable file, failing command,
+any bad line) changes nothing and keeps the last good state. Its error is kept on the source's SyncSource
 row and logged once per failure streak. A lease per source keeps two passes (two clusters, a
 cluster and a command line) from running at once.
 """
@@ -47,7 +50,7 @@ from django.utils import timezone
 from .. import beadfile
 from ..beadfile import BadLine
 from ..events import record_many
-from ..models import Bead, Convoy, Lease, SourcedRecord, SyncSource
+from ..models import Bead, Convoy, Lease, Memory, SourcedRecord, SyncSource
 from . import discovered, jsonl, leases
 from .errors import ServiceError
 
@@ -63,6 +66,9 @@ IGNORED_KEYS = beadfile.COUNTED  # recomputed by bd from other records: not this
 # A record marked missing from its source, or back in it: its event (model, kind, id field).
 PRESENCE_EVENTS = ((Bead, "bead.updated", "bead_id"), (Convoy, "convoy.updated", "convoy_id"))
 ID_SUM_MASK = 2**64 - 1
+# Lines not known that a pass keeps from its first, write-free reading of the source; with
+# more, it reads the source again inside its transaction.
+SCAN_KEPT = 2 * jsonl.BATCH
 LEADING_ID = re.compile(rb'\{\s*"id"\s*:\s*"([^"\\]+)"')  # a line that starts with its id
 
 
@@ -237,27 +243,90 @@ def sync(source, routes_path=None, holder=None, actor="sync"):
 def _pass(source, routes_path, actor):
     report = SyncReport(source=source.name)
     stream = source.open()
-    with stream, transaction.atomic():
-        if routes_path:
-            try:
-                with open(routes_path, "rb") as routes:
-                    jsonl.import_routes(routes, str(routes_path))
-            except OSError as exc:
-                raise SyncFailed(f"{routes_path}: {exc.strerror}")
-        imported = jsonl.ImportReport(file=source.name)
-        importer = jsonl._Importer(imported, actor)
+    with stream:
+        # First without a transaction (no write lock: SQLite takes it at BEGIN): most passes
+        # find nothing to write and end here.
+        lines = _Lines(source.name, stream, actor)
+        found = _scan(lines)
+        if found is not None and not routes_path and _nothing_to_write(lines, *found):
+            report.records = report.unchanged = lines.count
+            return report
+        with transaction.atomic():
+            _write(report, source, stream, lines, found, routes_path, actor)
+    return report
+
+
+def _scan(lines):
+    """Read and check the whole source, writing nothing: the records of the lines not known
+    and the memory lines, or None when more than SCAN_KEPT lines are not known (a first
+    pass, say: the pass then reads the source again as it writes)."""
+    pending, memories = [], []
+    max_line = settings.CONVOY_IMPORT_MAX_LINE
+    for number, record in beadfile.read_records(lines, lines.name, max_line):
+        if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
+            lines.hashes.pop(number, None)
+            if type(record) is beadfile.MemoryLine:
+                memories.append(record)
+            continue
+        pending.append((number, record))
+        if len(pending) + len(memories) > SCAN_KEPT:
+            return None
+    return pending, memories
+
+
+def _nothing_to_write(lines, pending, memories):
+    if pending or lines.coming_back:
+        return False
+    stored = dict(
+        Memory.objects.filter(key__in=[m.key for m in memories]).values_list("key", "line")
+    )
+    if any(stored.get(m.key) != m.line for m in memories):
+        return False
+    return _id_sum(_present_ids(lines.name)) == (lines.count, lines.sum)
+
+
+def _write(report, source, stream, lines, found, routes_path, actor):
+    """The pass's writes, in its transaction: the records `_scan` found, or (`found` None)
+    every line read again."""
+    if routes_path:
+        try:
+            with open(routes_path, "rb") as routes:
+                jsonl.import_routes(routes, str(routes_path))
+        except OSError as exc:
+            raise SyncFailed(f"{routes_path}: {exc.strerror}")
+    imported = jsonl.ImportReport(file=source.name)
+    importer = jsonl._Importer(imported, actor)
+    if found is None:
+        stream.seek(0)
         lines = _Lines(source.name, stream, actor)
         _read(lines, importer)
-        report.records = lines.count
-        discovered.join(importer.discovered_edges, actor=actor)
-        report.created = imported.beads_created + imported.convoys_created
-        report.updated = imported.beads_updated + imported.convoys_updated
-        report.unchanged = report.records - report.created - report.updated
-        gone = _gone(lines, stream)
-        report.missing, report.returned = len(gone), lines.returned
-        gone_events = _mark(source.name, gone, timezone.now(), actor)
-        report.events = imported.events + lines.events + gone_events
-    return report
+    else:
+        pending, memories = found
+        for start in range(0, len(pending), jsonl.BATCH):
+            _compare(lines, importer, pending[start : start + jsonl.BATCH])
+        if memories:
+            importer.memories(memories)
+    lines.back(lines.coming_back)
+    report.records = lines.count
+    discovered.join(importer.discovered_edges, actor=actor)
+    report.created = imported.beads_created + imported.convoys_created
+    report.updated = imported.beads_updated + imported.convoys_updated
+    report.unchanged = report.records - report.created - report.updated
+    gone = _gone(lines, stream)
+    report.missing, report.returned = len(gone), lines.returned
+    gone_events = _mark(source.name, gone, timezone.now(), actor)
+    report.events = imported.events + lines.events + gone_events
+
+
+def _present_ids(name):
+    """The ids of the source's records stored as present, a chunk (list) at a time."""
+    table = connection.ops.quote_name(SourcedRecord._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {table} WHERE source = %s AND missing_since IS NULL", [name]
+        )
+        while chunk := cursor.fetchmany(jsonl.BATCH * 5):
+            yield [row[0] for row in chunk]
 
 
 def _id_sum(chunks):
@@ -284,6 +353,7 @@ class _Lines:
         self.hashes = {}  # line number -> hash, of the lines handed on to be read
         self.count = self.sum = 0
         self.returned = self.events = 0
+        self.coming_back = []  # known lines whose records are marked missing
 
     def readline(self, size=-1):
         if not self.ahead:
@@ -325,7 +395,7 @@ class _Lines:
             if missing:
                 back.append(item_id)
         self.note([known[key] for key in keys if key in known])
-        self.back(back)
+        self.coming_back += back
         self.ahead = [
             (raw, None if key in known else key) for raw, key in zip(raws, keys, strict=True)
         ]
@@ -434,15 +504,9 @@ def _gone(lines, stream):
     of the ids read equal those of the records stored as present (the usual pass), none:
     nothing is held. Otherwise the source is read again for its ids (a rare pass: a record
     dropped, or an id twice), which also names a duplicate id with its lines."""
+    if _id_sum(_present_ids(lines.name)) == (lines.count, lines.sum):
+        return []
     present = SourcedRecord.objects.filter(source=lines.name, missing_since__isnull=True)
-    table = connection.ops.quote_name(SourcedRecord._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id FROM {table} WHERE source = %s AND missing_since IS NULL", [lines.name]
-        )
-        chunks = iter(lambda: [row[0] for row in cursor.fetchmany(jsonl.BATCH * 5)], [])
-        if _id_sum(chunks) == (lines.count, lines.sum):
-            return []
     stream.seek(0)
     first = {}
     max_line = settings.CONVOY_IMPORT_MAX_LINE
