@@ -41,6 +41,18 @@ def _sync_tasks(monkeypatch, settings):
     settings.PASSWORD_HASHERS = ["tests.conftest.QuickPBKDF2PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_channel_layer():
+    """Each test gets its own channel layer. Every async_to_sync call runs a new event loop,
+    and channels_redis binds its receive lock to the loop that first waits on it: a socket
+    test that ends while its consumers are still receiving left the next test's consumers a
+    lock of a dead loop ("bound to a different event loop"). A web process has one loop."""
+    yield
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+
+
 @pytest.fixture
 def routes(db):
     from convoys.services.rigs import upsert_route
