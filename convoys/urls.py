@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import control_views, edit_views, views
+from . import control_views, edit_views, history_views, views
 from .api import api, api_not_found
 from .ids import from_url_segment, to_url_segment
 
@@ -29,6 +29,8 @@ urlpatterns = [
     path("convoys/<id:convoy_id>/pause/", control_views.pause, name="convoy-pause"),
     path("convoys/<id:convoy_id>/resume/", control_views.resume, name="convoy-resume"),
     path("convoys/<id:convoy_id>/ack/", control_views.acknowledge, name="convoy-ack"),
+    path("convoys/<id:convoy_id>/history/", history_views.step, name="convoy-history"),
+    path("convoys/<id:convoy_id>/visit/", history_views.visit, name="convoy-visit"),
     path("convoys/<id:convoy_id>/<str:action>/", views.convoy_action, name="convoy-action"),
     path("stage/", views.stage, name="stage"),
     path("create/", edit_views.create, name="create-bead"),

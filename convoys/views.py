@@ -10,10 +10,11 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
-from . import causes, formatting, layout, selectors, snapshots
+from . import causes, formatting, layout, selectors, snapshots, timeline
 from .events import last_seq
 from .fragments import Fragment, respond, since, unread
 from .models import (
@@ -145,6 +146,10 @@ def convoy_detail(request, convoy_id):
     }
     if page.dag is not None:
         context["dag_svg"] = lambda: mark_safe(page.dag.svg())
+    # The timeline of one wave (convoys/timeline.py), drawn only when a template reads it.
+    context["gantt"] = SimpleLazyObject(
+        lambda: timeline.gantt(convoy, page, snapshot, request.GET, context["now"])
+    )
     return respond(
         request, "convoys/convoy.html", context, lambda: _convoy_fragments(request, page, changes)
     )
@@ -159,6 +164,7 @@ def _convoy_fragments(request, page, changes):
         Fragment("convoy-staging", "convoys/_convoy_staging.html"),
         Fragment("critical", "convoys/_convoy_critical.html"),
         Fragment("timeline", "convoys/_timeline.html", {"events": page.timeline}),
+        Fragment("gantt-card", "convoys/_convoy_gantt.html"),
         unread(),
     ]
     dag = page.dag

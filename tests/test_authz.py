@@ -95,6 +95,18 @@ PAGES = {
         ("POST", "/convoys/{convoy}/ack/", {}, (L, 403, 400, 400, 400)),
         ("POST", f"/convoys/{MISSING}/ack/", {}, (L, 403, 404, 404, 404)),
     ],
+    # the convoy page's time slider (JSON) and its visit report: whoever may view convoys
+    "convoys/<id:convoy_id>/history/": [
+        ("GET", "/convoys/{convoy}/history/?step=1", None, (L, 403, 200, 200, 200)),
+        ("GET", "/convoys/{convoy}/history/?step=x", None, (L, 403, 400, 400, 400)),
+        ("POST", "/convoys/{convoy}/history/?step=1", {}, (405,) * 5),
+        ("GET", f"/convoys/{MISSING}/history/?step=1", None, (L, 403, 404, 404, 404)),
+    ],
+    "convoys/<id:convoy_id>/visit/": [
+        ("GET", "/convoys/{convoy}/visit/", None, (405,) * 5),
+        ("POST", "/convoys/{convoy}/visit/", {"seq": "1"}, (L, 403, 200, 200, 200)),
+        ("POST", f"/convoys/{MISSING}/visit/", {"seq": "1"}, (L, 403, 404, 404, 404)),
+    ],
     "beads/<id:bead_id>/retry/": [
         ("GET", "/beads/gt-x/retry/", None, (405,) * 5),
         ("POST", "/beads/gt-x/retry/", {}, (L, 403, 403, 302, 302)),

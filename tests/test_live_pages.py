@@ -20,8 +20,8 @@ from .test_browser import browser, login, make_user, server, wait_js, wait_live 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 # The page's main content, and the same of a fresh render of its URL, normalised alike: times
-# are relative to the moment of rendering, CSRF tokens are masked afresh, and dag.js sizes the
-# drawing to the window.
+# are relative to the moment of rendering, CSRF tokens are masked afresh, dag.js sizes the
+# drawing to the window, and history.js's slider and visit marks are the viewer's own.
 COMPARE = """async () => {
   const normal = (main) => {
     const root = main.cloneNode(true);
@@ -30,6 +30,9 @@ COMPARE = """async () => {
     root.querySelectorAll("svg.dag").forEach((s) => ["width", "height", "viewBox"].forEach((a) => s.removeAttribute(a)));
     root.querySelectorAll("[data-pan-zoom]").forEach((e) => e.removeAttribute("data-pan-zoom"));
     root.querySelectorAll(".messages").forEach((e) => e.remove());
+    // Per viewer, not the page's state: the time slider and "since your last visit" marks.
+    root.querySelectorAll("#history-card").forEach((e) => e.remove());
+    root.querySelectorAll(".since-visit").forEach((e) => e.classList.remove("since-visit"));
     return root.innerHTML;
   };
   const response = await fetch(location.href, { credentials: "same-origin", cache: "no-store" });

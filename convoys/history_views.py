@@ -1,0 +1,94 @@
+"""The convoy page's story over time: the time slider's step and the visit report (JSON for
+static/convoys/history.js). Thin: read models in convoys/timeline.py, the replay in
+convoys/history.py, the visit write in services/visits.py."""
+
+from types import SimpleNamespace
+
+from django.http import Http404, JsonResponse
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from . import selectors, snapshots, timeline
+from .events import last_seq
+from .models import Convoy
+from .services import visits
+from .views import viewer
+
+
+def _convoy(convoy_id):
+    convoy = Convoy.objects.filter(pk=convoy_id).first()
+    if convoy is None:
+        raise Http404(f"convoy '{convoy_id}' not found")
+    return convoy
+
+
+def _number(value, name):
+    value = (value or "").strip()
+    if not (value.isascii() and value.isdigit() and len(value) < 19):
+        return None, JsonResponse({"detail": f"{name} must be a whole number ≥ 0"}, status=400)
+    return int(value), None
+
+
+@require_GET
+@viewer
+def step(request, convoy_id):
+    """`?step=N`: the page's progress after the N-th event of the convoy's stream."""
+    number, error = _number(request.GET.get("step"), "step")
+    if error:
+        return error
+    convoy = _convoy(convoy_id)
+    now = timezone.now()
+    snapshot = snapshots.obtain(convoy, last_seq(), now)
+    _, _, graph, waves, gated = selectors.convoy_graph(convoy, snapshot)
+    result = timeline.step(convoy, snapshot, graph, waves, number)
+    if result is None:
+        return JsonResponse({"detail": "this convoy has no events yet"}, status=404)
+    page = SimpleNamespace(
+        waves=result.waves,
+        frontier=result.frontier,
+        gated=gated,
+        summary_line=f"As after event #{result.seq}.",
+    )
+    html = render_to_string("convoys/_convoy_waves.html", {"page": page}, request=request)
+    response = JsonResponse(
+        {
+            "step": result.step,
+            "steps": result.steps,
+            "seq": result.seq,
+            "at": result.at.isoformat(),
+            "kind": result.kind,
+            "bead": result.bead_id,
+            "counts": result.counts,
+            "classes": result.classes,
+            "states": result.states,
+            "fragments": {"wave-card": html.strip()},
+        }
+    )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@viewer
+def visit(request, convoy_id):
+    """The page reports it was shown as of `seq`: answers the beads changed since this user's
+    previous visit (and records this one)."""
+    seq, error = _number(request.POST.get("seq"), "seq")
+    if error:
+        return error
+    convoy = _convoy(convoy_id)
+    seq = min(seq, last_seq())
+    previous = visits.visit(request.user, convoy, seq, timezone.now())
+    since = timeline.since_visit(convoy, previous, seq)
+    if since is None:
+        return JsonResponse({"previous": None, "changed": []})
+    shown = since.beads[: timeline.SINCE_CHIPS]
+    return JsonResponse(
+        {
+            "previous": {"at": since.at.isoformat(), "seq": since.seq},
+            "changed": since.beads,
+            "shown": shown,
+            "hidden": len(since.beads) - len(shown),
+        }
+    )

@@ -1,0 +1,253 @@
+"""Read models of a convoy's story over time: the per-wave timeline (Gantt), the time
+slider's step and "since your last visit". The replay itself is pure (`history`)."""
+
+import inspect
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Q
+
+from . import history
+from .models import ConvoyVisit, Event, TrackedBead
+from .selectors import COLLAPSE_AT, _wave_rows, bead_url_maker, status_class
+
+GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted
+SINCE_CHIPS = 60
+PHASE_WORDS = {
+    "waiting": "waiting",
+    "ready": "ready, nobody took it (idle)",
+    "active": "in progress",
+    "done": "done",
+    "unknown": "unknown",
+}
+
+
+def blocking_edges(edges):
+    """{bead: [(target, type)]} of the blocking edges among (issue, target, type)."""
+    out = {}
+    for issue, target, dep_type in edges:
+        if dep_type in history.BLOCKING_TYPES:
+            out.setdefault(issue, []).append((target, dep_type))
+    return out
+
+
+def _as_events(rows):
+    return [
+        history.Ev(seq, kind, bead, convoy, at, data) for seq, kind, bead, convoy, at, data in rows
+    ]
+
+
+FIELDS = ("seq", "kind", "bead_id", "convoy_id", "created_at", "data")
+
+
+def stream(convoy, targets=()):
+    """The convoy's events as a queryset in log order: its own, its tracked beads' and those
+    of the untracked targets its beads depend on (`targets`)."""
+    tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+    where = Q(convoy_id=convoy.pk) | Q(bead_id__in=tracked)
+    if targets:
+        where |= Q(bead_id__in=list(targets))
+    return Event.objects.filter(where).order_by("seq")
+
+
+# --- the timeline (Gantt) --------------------------------------------------------------------
+@dataclass
+class Gantt:
+    wave: int | None
+    waves: list  # wave numbers to choose from
+    rows: list  # [{id, href, state, bars: [{phase, x, width, title}]}]
+    hidden: int
+    start: datetime | None
+    end: datetime | None
+    idle_count: int = 0
+    idle_longest: float = 0.0
+
+    @property
+    def idle_longest_words(self):
+        return _duration(self.idle_longest)
+
+    steps: int = 0  # events in the slider's stream
+    ticks: list = field(default_factory=list)
+
+
+def gantt(convoy, page, snapshot, params, now):
+    """The timeline of one wave (`?twave=N`, default the frontier, else the last), from the
+    events of its beads, their blockers and the convoy's launches: bounded by the wave."""
+    numbers = sorted({w["number"] for w in page.waves})
+    chosen = params.get("twave", "")
+    wave = int(chosen) if chosen.isdigit() and int(chosen) in numbers else None
+    if wave is None:
+        wave = page.frontier or (numbers[-1] if numbers else None)
+    members = [i for i, n in page.wave_of.items() if n == wave]
+    shown = members[:GANTT_ROWS]
+    blocking = blocking_edges(snapshot.edges)
+    blocking = {b: blocking[b] for b in shown if b in blocking}
+    ids = set(shown) | {t for edges in blocking.values() for t, _ in edges}
+    launches = history.LAUNCH_KINDS | history.STOP_KINDS
+    rows = Event.objects.filter(
+        Q(bead_id__in=list(ids)) | Q(convoy_id=convoy.pk, bead_id="", kind__in=launches)
+    ).order_by("seq")
+    events = _as_events(rows.values_list(*FIELDS))
+    spans = history.spans(events, shown, blocking, convoy.pk)
+    # The axis runs from the convoy's creation to its last event read here (not to "now": the
+    # drawing changes only with events, so a live update equals a reload).
+    start = convoy.created_at
+    targets = _outside_targets(snapshot)
+    last = stream(convoy, targets).order_by("-seq").values_list("created_at", flat=True)[:1]
+    end = max([start, *last, *(e.at for e in events)])
+    total = max((end - start).total_seconds(), 1e-6)
+    href = bead_url_maker()
+    out, idle, longest = [], 0, 0.0
+    for bead in shown:
+        bars = []
+        for span in spans.get(bead, ()):
+            a = max(span.start, start)
+            b = min(span.end or end, end)
+            # A closed span of no length is not drawn; the current one always is (thinly).
+            if span.phase == "waiting" or b < a or (b == a and span.end is not None):
+                continue
+            seconds = (b - a).total_seconds()
+            if span.phase == "ready":
+                idle += 1
+                longest = max(longest, seconds)
+            bars.append(
+                {
+                    "phase": span.phase,
+                    "x": round(min((a - start).total_seconds() / total * 100, 99.85), 3),
+                    "width": round(max(seconds / total * 100, 0.15), 3),
+                    "title": f"{PHASE_WORDS[span.phase]} for {_duration(seconds)}",
+                }
+            )
+        current = spans[bead][-1].phase if spans.get(bead) else "unknown"
+        out.append({"id": bead, "href": href(bead), "state": current, "bars": bars})
+    return Gantt(
+        wave=wave,
+        waves=numbers,
+        rows=out,
+        hidden=len(members) - len(shown),
+        start=start,
+        end=end,
+        idle_count=idle,
+        idle_longest=longest,
+        steps=stream(convoy, targets).count(),
+    )
+
+
+def _duration(seconds):
+    seconds = int(round(seconds))
+    if seconds < 1:
+        return "under 1 s"
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def _outside_targets(snapshot):
+    tracked = set(snapshot.tracked)
+    return sorted(
+        {t for _, t, kind in snapshot.edges if kind in history.BLOCKING_TYPES and t not in tracked}
+    )
+
+
+# --- the time slider -------------------------------------------------------------------------
+@dataclass
+class Step:
+    step: int  # 1-based position in the stream
+    steps: int
+    seq: int
+    at: datetime
+    kind: str
+    bead_id: str
+    states: dict  # {bead: page state}
+    classes: dict  # {bead: DAG node css class}
+    waves: list  # wave rows as the page's wave table draws them
+    frontier: int | None
+    counts: dict
+
+
+def step(convoy, snapshot, graph, waves, number):
+    """The convoy page's progress after the `number`-th event of its stream (1-based; clamped
+    to the stream), replayed from the log. None when the convoy has no events."""
+    targets = _outside_targets(snapshot)
+    events_q = stream(convoy, targets)
+    steps = events_q.count()
+    if steps == 0:
+        return None
+    number = min(max(number, 1), steps)
+    last = events_q.values_list("seq", flat=True)[number - 1]
+    blocking = blocking_edges(snapshot.edges)
+    events = _as_events(events_q.filter(seq__lte=last).values_list(*FIELDS))
+    run = history.replay(events, blocking, convoy.pk)
+    ev = events[-1]
+    tracked = snapshot.tracked
+    state = {b: run.state(b) for b in tracked}
+    ready = {b for b, s in state.items() if s == "ready"}
+    beads = {}
+    for b in tracked:
+        row = snapshot.beads.get(b)
+        status = run.status.get(b)
+        if row is not None and status is not None:
+            beads[b] = row._replace(status=status)
+    counts = {"done": 0, "active": 0, "ready": 0, "blocked": 0, "unknown": 0}
+    for s in state.values():
+        counts[s] += 1
+    counts["total"] = len(tracked)
+
+    def chip(bead_id):
+        s = state.get(bead_id, "unknown")
+        return s if s in ("ready", "unknown") else run.status.get(bead_id, "unknown")
+
+    rows, frontier = _past_wave_rows(
+        waves, beads, ready, graph, chip, bead_url_maker(), len(tracked) > COLLAPSE_AT
+    )
+    return Step(
+        step=number,
+        steps=steps,
+        seq=ev.seq,
+        at=ev.at,
+        kind=ev.kind,
+        bead_id=ev.bead_id,
+        states=state,
+        classes={b: status_class(chip(b))[0] for b in state},
+        waves=rows,
+        frontier=frontier,
+        counts=counts,
+    )
+
+
+def _past_wave_rows(*args):
+    """The page's wave rows, without causes: why a bead waited then is not replayed (the
+    `why` argument, {id: cause}, is newer than some working trees: passed when taken)."""
+    takes_causes = "why" in inspect.signature(_wave_rows).parameters
+    return _wave_rows(*args, **({"why": {}} if takes_causes else {}))
+
+
+# --- since your last visit -------------------------------------------------------------------
+@dataclass
+class SinceVisit:
+    at: datetime
+    seq: int
+    beads: list  # changed tracked bead ids, sorted
+    hidden: int = 0
+
+
+def since_visit(convoy, previous, as_of):
+    """The tracked beads named by events after the user's previous visit (a ConvoyVisit or
+    None: a first visit marks nothing)."""
+    if previous is None or previous.seq >= as_of:
+        return SinceVisit(previous.at, previous.seq, []) if previous else None
+    tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+    changed = sorted(
+        set(
+            Event.objects.filter(seq__gt=previous.seq, seq__lte=as_of, bead_id__in=tracked)
+            .values_list("bead_id", flat=True)
+            .distinct()
+        )
+    )
+    return SinceVisit(previous.at, previous.seq, changed)
+
+
+def previous_visit(user, convoy):
+    return ConvoyVisit.objects.filter(user=user, convoy_id=convoy.pk).first()

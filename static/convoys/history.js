@@ -1,0 +1,160 @@
+/* The convoy page's story over time (convoy page only).
+ *
+ * Time slider: #history-slider steps through the convoy's events; each step asks the server
+ * for the page's progress as it was after that event (replayed from the event log) and shows
+ * it: DAG node classes, the wave table and the counts. "Back to now" (or the slider at its end)
+ * asks for the present fragments again. Live updates keep coming: while the page shows the
+ * past, the past is applied again after each one; the slider's end follows the log.
+ *
+ * Since your last visit: the page reports it was shown (POST, the seq it was drawn at); the
+ * answer names the beads changed since this user's previous visit, marked .since-visit in the
+ * graph, the wave table and the timeline until the page is left. */
+(function () {
+  "use strict";
+  const card = document.getElementById("history-card");
+  if (!card) return;
+  const slider = document.getElementById("history-slider");
+  const nowButton = document.getElementById("history-now");
+  const stateEl = document.getElementById("history-state");
+  const sinceEl = document.getElementById("since-visit");
+  const history = { past: null, pending: 0, changed: [], requests: 0 };
+  window.convoyHistory = history;
+  const csrf = () => (document.querySelector("input[name=csrfmiddlewaretoken]") || {}).value || "";
+  const ICONS = { "st-done": "✓", "st-active": "▶", "st-ready": "●", "st-blocked": "○", "st-unknown": "?" };
+  const STATE_CLASSES = Object.keys(ICONS);
+
+  function steps() {
+    const gantt = document.getElementById("gantt-card");
+    return parseInt((gantt && gantt.dataset.steps) || slider.max || "1", 10) || 1;
+  }
+
+  function setMax() {
+    const atEnd = history.past === null;
+    const max = steps();
+    if (String(max) !== slider.max) slider.max = String(max);
+    if (max > 0) slider.disabled = false;
+    if (atEnd) slider.value = String(max);
+  }
+
+  /* Replace each element by id with its fragment's html. */
+  function swap(fragments) {
+    for (const [id, html] of Object.entries(fragments)) {
+      const old = document.getElementById(id);
+      if (!old) continue;
+      const t = document.createElement("template");
+      t.innerHTML = html;
+      if (t.content.firstElementChild) old.replaceWith(t.content.firstElementChild);
+    }
+  }
+
+  function applyPast(data) {
+    const dag = document.getElementById("dag");
+    if (dag) {
+      dag.querySelectorAll("g.node[data-id]").forEach((node) => {
+        const cls = data.classes[node.dataset.id];
+        if (!cls) return;
+        STATE_CLASSES.forEach((c) => node.classList.remove(c));
+        node.classList.add(cls);
+        const icon = node.querySelector("text.icon");
+        if (icon && !node.classList.contains("gate") && !node.classList.contains("ghost")) icon.textContent = ICONS[cls];
+      });
+    }
+    swap(data.fragments);
+    const c = data.counts;
+    const when = new Date(data.at).toLocaleString();
+    stateEl.textContent = `Showing the past: after event #${data.seq} (${data.kind}${data.bead ? " " + data.bead : ""}, ${when}), step ${data.step} of ${data.steps}: ` +
+      `${c.done}/${c.total} done · ${c.active} in progress · ${c.ready} ready · ${c.blocked} blocked` + (c.unknown ? ` · ${c.unknown} unknown` : "");
+    document.body.classList.add("history-past");
+    nowButton.disabled = false;
+    markChanged();
+  }
+
+  async function show(step) {
+    const ticket = ++history.pending;
+    history.requests += 1;
+    const url = new URL(card.dataset.stepUrl, location.href);
+    url.searchParams.set("step", String(step));
+    let data = null;
+    try {
+      const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+      if (response.ok) data = await response.json();
+      else stateEl.textContent = (await response.json().catch(() => ({}))).detail || `error ${response.status}`;
+    } catch (e) { stateEl.textContent = "offline: could not load that step"; }
+    if (!data || ticket !== history.pending) return;
+    history.past = data;
+    applyPast(data);
+  }
+
+  async function backToNow() {
+    history.past = null;
+    history.pending += 1;
+    const url = new URL(location.href);
+    url.searchParams.set("fragments", "dag-card,wave-card,gantt-card");
+    try {
+      const response = await fetch(url, { headers: { "X-Live": "1" }, credentials: "same-origin", cache: "no-store" });
+      swap((await response.json()).fragments);
+    } catch (e) { /* the next live update draws the present */ }
+    document.body.classList.remove("history-past");
+    stateEl.textContent = "Showing now.";
+    nowButton.disabled = true;
+    setMax();
+    document.dispatchEvent(new CustomEvent("convoy:fragments"));
+  }
+
+  let timer = null;
+  slider.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      const value = parseInt(slider.value, 10);
+      if (value >= steps() && history.past !== null) backToNow();
+      else if (value < steps()) show(value);
+    }, 120);
+  });
+  nowButton.addEventListener("click", () => { backToNow(); });
+
+  // --- since your last visit ----------------------------------------------------------------
+  function markChanged() {
+    if (!history.changed.length) return;
+    const ids = new Set(history.changed);
+    document.querySelectorAll("#dag g.node[data-id], #wave-card [data-bead], #gantt [data-bead], #bead-table [data-bead]").forEach((el) => {
+      const id = el.dataset.id || el.dataset.bead;
+      if (ids.has(id)) el.classList.add("since-visit");
+    });
+  }
+
+  async function reportVisit() {
+    const body = new URLSearchParams({ seq: document.body.dataset.asOf || "0" });
+    try {
+      const response = await fetch(card.dataset.visitUrl, {
+        method: "POST", body, credentials: "same-origin",
+        headers: { "X-CSRFToken": csrf() },
+      });
+      if (!response.ok) return;
+      const data = await response.json();
+      if (!data.previous) return;
+      history.changed = data.changed;
+      const when = new Date(data.previous.at).toLocaleString();
+      sinceEl.textContent = "";
+      sinceEl.append(data.changed.length
+        ? `Since your last visit (${when}): ${data.changed.length} bead${data.changed.length === 1 ? "" : "s"} changed, marked ◆: `
+        : `Nothing changed since your last visit (${when}).`);
+      for (const id of data.shown) {
+        const code = document.createElement("code");
+        code.className = "since-visit";
+        code.textContent = id;
+        sinceEl.append(code, " ");
+      }
+      if (data.hidden) sinceEl.append(`+${data.hidden} more`);
+      sinceEl.hidden = false;
+      markChanged();
+    } catch (e) { /* no mark this time */ }
+  }
+
+  document.addEventListener("convoy:fragments", () => {
+    setMax();
+    if (history.past) applyPast(history.past);
+    else markChanged();
+  });
+  setMax();
+  reportVisit();
+})();

@@ -1,0 +1,117 @@
+"""The convoy's story over time in Chromium (issue 14 item 5): the timeline by wave follows
+the log live, the time slider shows the page as after a past event and comes back to now,
+and beads changed since the user's last visit are marked. Screenshots: timeline, slider."""
+
+import time
+
+import pytest
+
+from convoys.models import Bead, Convoy
+from convoys.services import beads, staging
+from convoys.services.launch import launch_staged
+
+from .factories import bead, blocks, child
+from .test_browser import SHOTS, browser, login, make_user, server, wait_js, wait_live  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def wait_until(check, timeout=30):
+    ends = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < ends, "not within the time limit"
+        time.sleep(0.1)
+
+
+def screenshot(page, locator, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator(locator).screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+@pytest.fixture
+def convoy_id(routes):
+    bead("gt-hx", "Story epic", type="epic")
+    for bead_id in ("gt-h1", "gt-h2", "gt-h3", "gt-h4"):
+        bead(bead_id, f"Step {bead_id[-1]}")
+        child("gt-hx", bead_id)
+    blocks("gt-h1", "gt-h2")
+    blocks("gt-h2", "gt-h3")
+    blocks("gt-h1", "gt-h4")
+    convoy_id = staging.stage(["gt-hx"], actor="test").convoy_id
+    launch_staged(convoy_id, force=True, actor="test")
+    return convoy_id
+
+
+def node_class(page, bead_id):
+    return page.evaluate(
+        f"() => document.querySelector('#dag g.node[data-id=\"{bead_id}\"]').getAttribute('class')"
+    )
+
+
+def test_timeline_slider_and_since_last_visit(browser, server, convoy_id):  # noqa: F811
+    make_user("hana")
+    context, page = login(browser, server, "hana")
+    url = f"{server}/convoys/{convoy_id}/"
+    assert Bead.objects.get(pk="gt-h1").status == "hooked"
+    page.goto(url)
+    wait_live(page)
+    # First visit: nothing marked, the report says nothing.
+    wait_js(page, "window.convoyHistory && window.convoyHistory.changed !== undefined")
+    assert page.locator("#since-visit").is_hidden()
+
+    # The timeline: wave 1 (the frontier) shows gt-h1 in progress; a close moves it live.
+    assert page.locator('#gantt tr[data-bead="gt-h1"] rect.g-active').count() == 1
+    beads.close_bead("gt-h1", actor="test")
+    wait_until(lambda: Bead.objects.get(pk="gt-h2").status == "hooked")  # the cluster fed it
+    wait_js(page, "document.querySelector('#gantt-card').dataset.wave === '2'", 20000)
+    wait_js(page, "document.querySelector('#gantt tr[data-bead=\"gt-h2\"] rect.g-active')", 20000)
+    page.select_option("#gantt-card select[name=twave]", "1")
+    page.click("#gantt-card form button")
+    page.wait_for_url("**twave=1")
+    wait_live(page)
+    row = '#gantt tr[data-bead="gt-h1"]'
+    assert page.locator(f"{row} rect.g-active").count() == 1
+    assert page.locator(f"{row} rect.g-done").count() == 1
+    screenshot(page, "#gantt-card", "timeline")
+
+    # The slider: step 1 is the first event of the convoy's stream (gt-h1 created: nothing
+    # done, the rest not yet in the log); the DAG, the wave table and the counts say so.
+    slider = page.locator("#history-slider")
+    steps = int(slider.get_attribute("max"))
+    assert steps > 10 and slider.evaluate("s => s.value") == str(steps)
+    slider.evaluate("s => { s.value = '1'; s.dispatchEvent(new Event('input')); }")
+    wait_js(page, "document.body.classList.contains('history-past')")
+    wait_js(page, "window.convoyHistory.past && window.convoyHistory.past.step === 1")
+    assert "step 1 of" in page.inner_text("#history-state")
+    assert "st-ready" in node_class(page, "gt-h1")
+    assert "st-unknown" in node_class(page, "gt-h3")
+    assert page.inner_text("#wave-1 .c-done") == "0"
+    # The step after gt-h1's close: done, and gt-h2 ready (not yet fed).
+    past = page.evaluate(
+        f"async () => (await fetch('/convoys/{convoy_id}/history/?step={steps}')).json()"
+    )
+    assert past["states"]["gt-h1"] == "done"
+    screenshot(page, "#main", "slider")
+    # A live update while the past is shown: the past stays shown, the slider's end grows.
+    beads.close_bead("gt-h4", actor="test")
+    wait_js(page, f"parseInt(document.getElementById('history-slider').max, 10) > {steps}", 20000)
+    assert "st-ready" in node_class(page, "gt-h1")
+    page.click("#history-now")
+    wait_js(page, "!document.body.classList.contains('history-past')")
+    wait_js(
+        page,
+        "document.querySelector('#dag g.node[data-id=\"gt-h1\"]').classList.contains('st-done')",
+    )
+    assert page.inner_text("#history-state") == "Showing now."
+
+    # Since your last visit: gt-h2 closes while the user is away; the next visit marks it.
+    page.goto("about:blank")
+    beads.close_bead("gt-h2", actor="test")
+    page.goto(url)
+    wait_js(page, "!document.getElementById('since-visit').hidden")
+    text = page.inner_text("#since-visit")
+    assert "Since your last visit" in text and "gt-h2" in text and "gt-h1" not in text
+    assert "since-visit" in node_class(page, "gt-h2")
+    assert "since-visit" not in node_class(page, "gt-h1")
+    assert Convoy.objects.get(pk=convoy_id).status == "open"
+    context.close()
