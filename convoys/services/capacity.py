@@ -196,7 +196,7 @@ class Snapshot:
 
 def queue(now=None):
     """Every bead that would be dispatched if the town had room, in dispatch order (module
-    docstring). Six queries whatever the number of convoys."""
+    docstring). At most seven queries, whatever the number of convoys and beads."""
     from .dispatch import recent_failures
 
     now = now or timezone.now()
@@ -236,10 +236,8 @@ def queue(now=None):
         .values_list("convoy_id", "at")
     )
     per_convoy = {}
-    for convoy_id, bead_id in tracked.filter(bead_id__in=list(beads)).values_list(
-        "convoy_id", "bead_id"
-    ):
-        if bead_id not in skip:
+    for convoy_id, bead_id in tracked.values_list("convoy_id", "bead_id"):  # no long IN list
+        if bead_id in beads and bead_id not in skip:
             per_convoy.setdefault(convoy_id, []).append(beads[bead_id])
     keyed = []
     for convoy_id, members in per_convoy.items():
