@@ -33,13 +33,23 @@ def _number(value, name):
 @require_GET
 @viewer
 def step(request, convoy_id):
-    """`?step=N`: the page's progress after the N-th event of the convoy's stream."""
+    """`?step=N[&drawn=SEQ]`: the page's progress after the N-th event of the convoy's
+    stream (`drawn`: the seq the asking page shows)."""
     number, error = _number(request.GET.get("step"), "step")
     if error:
         return error
+    drawn = None
+    if request.GET.get("drawn"):
+        drawn, error = _number(request.GET["drawn"], "drawn")
+        if error:
+            return error
     convoy = _convoy(convoy_id)
     now = timezone.now()
-    snapshot = snapshots.obtain(convoy, last_seq(), now)
+    # The beads, edges and waves of the page the slider is on: the snapshot that page was
+    # drawn from (`drawn`, its seq) when this process keeps it, else read afresh.
+    snapshot = (drawn is not None and snapshots.kept(convoy, drawn)) or snapshots.obtain(
+        convoy, last_seq(), now
+    )
     _, _, graph, waves, gated = selectors.convoy_graph(convoy, snapshot)
     result = timeline.step(convoy, snapshot, graph, waves, number)
     if result is None:

@@ -31,23 +31,63 @@ def blocking_edges(edges):
     return out
 
 
+# What the replay reads of an event: its status, assignee and close reason are read out of
+# `data` by the database (JSON key lookups), not the whole JSON decoded in Python.
+FIELDS = (
+    "seq",
+    "kind",
+    "bead_id",
+    "convoy_id",
+    "created_at",
+    "data__status",
+    "data__assignee",
+    "data__close_reason",
+)
+
+
 def _as_events(rows):
-    return [
-        history.Ev(seq, kind, bead, convoy, at, data) for seq, kind, bead, convoy, at, data in rows
-    ]
-
-
-FIELDS = ("seq", "kind", "bead_id", "convoy_id", "created_at", "data")
+    out = []
+    for seq, kind, bead, convoy, at, status, assignee, reason in rows:
+        # A key lookup may hand back a JSON-looking text decoded ("42" as 42): the replay only
+        # compares statuses with words and asks whether an assignee is empty.
+        data = {
+            "status": status if status is None else str(status),
+            "assignee": assignee if assignee is None else str(assignee),
+        }
+        if reason is not None:
+            data["close_reason"] = str(reason)
+        out.append(history.Ev(seq, kind, bead, convoy, at, data))
+    return out
 
 
 def stream(convoy, targets=()):
-    """The convoy's events as a queryset in log order: its own, its tracked beads' and those
-    of the untracked targets its beads depend on (`targets`)."""
+    """The convoy's events as two querysets (each walks an index; together in log order by
+    `events`): those of its tracked beads and of the untracked targets its beads depend on
+    (`targets`), and its own that name no bead."""
     tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    where = Q(convoy_id=convoy.pk) | Q(bead_id__in=tracked)
+    about_beads = Event.objects.filter(bead_id__in=tracked)
     if targets:
-        where |= Q(bead_id__in=list(targets))
-    return Event.objects.filter(where).order_by("seq")
+        about_beads = Event.objects.filter(Q(bead_id__in=tracked) | Q(bead_id__in=list(targets)))
+    return about_beads, Event.objects.filter(convoy_id=convoy.pk, bead_id="")
+
+
+def events(parts, upto=None):
+    """The events of `parts` (querysets) in log order, up to seq `upto`."""
+    rows = []
+    for part in parts:
+        part = part if upto is None else part.filter(seq__lte=upto)
+        rows += part.values_list(*FIELDS)
+    rows.sort(key=lambda r: r[0])
+    return _as_events(rows)
+
+
+def seqs(parts):
+    """Every seq of `parts`, sorted (the slider's steps)."""
+    out = []
+    for part in parts:
+        out += part.values_list("seq", flat=True)
+    out.sort()
+    return out
 
 
 # --- the timeline (Gantt) --------------------------------------------------------------------
@@ -84,17 +124,20 @@ def gantt(convoy, page, snapshot, params, now):
     blocking = {b: blocking[b] for b in shown if b in blocking}
     ids = set(shown) | {t for edges in blocking.values() for t, _ in edges}
     launches = history.LAUNCH_KINDS | history.STOP_KINDS
-    rows = Event.objects.filter(
-        Q(bead_id__in=list(ids)) | Q(convoy_id=convoy.pk, bead_id="", kind__in=launches)
-    ).order_by("seq")
-    events = _as_events(rows.values_list(*FIELDS))
-    spans = history.spans(events, shown, blocking, convoy.pk)
+    read = events(
+        [
+            Event.objects.filter(bead_id__in=list(ids)),
+            Event.objects.filter(convoy_id=convoy.pk, bead_id="", kind__in=launches),
+        ]
+    )
+    spans = history.spans(read, shown, blocking, convoy.pk)
     # The axis runs from the convoy's creation to its last event read here (not to "now": the
     # drawing changes only with events, so a live update equals a reload).
     start = convoy.created_at
     targets = _outside_targets(snapshot)
-    last = stream(convoy, targets).order_by("-seq").values_list("created_at", flat=True)[:1]
-    end = max([start, *last, *(e.at for e in events)])
+    parts = stream(convoy, targets)
+    last = [p.order_by("-seq").values_list("created_at", flat=True)[:1] for p in parts]
+    end = max([start, *(t for one in last for t in one), *(e.at for e in read)])
     total = max((end - start).total_seconds(), 1e-6)
     href = bead_url_maker()
     out, idle, longest = [], 0, 0.0
@@ -129,7 +172,7 @@ def gantt(convoy, page, snapshot, params, now):
         end=end,
         idle_count=idle,
         idle_longest=longest,
-        steps=stream(convoy, targets).count(),
+        steps=sum(p.count() for p in parts),
     )
 
 
@@ -170,17 +213,16 @@ class Step:
 def step(convoy, snapshot, graph, waves, number):
     """The convoy page's progress after the `number`-th event of its stream (1-based; clamped
     to the stream), replayed from the log. None when the convoy has no events."""
-    targets = _outside_targets(snapshot)
-    events_q = stream(convoy, targets)
-    steps = events_q.count()
-    if steps == 0:
+    parts = stream(convoy, _outside_targets(snapshot))
+    every = seqs(parts)
+    if not every:
         return None
+    steps = len(every)
     number = min(max(number, 1), steps)
-    last = events_q.values_list("seq", flat=True)[number - 1]
+    read = events(parts, upto=every[number - 1])
     blocking = blocking_edges(snapshot.edges)
-    events = _as_events(events_q.filter(seq__lte=last).values_list(*FIELDS))
-    run = history.replay(events, blocking, convoy.pk)
-    ev = events[-1]
+    run = history.replay(read, blocking, convoy.pk)
+    ev = read[-1]
     tracked = snapshot.tracked
     state = {b: run.state(b) for b in tracked}
     ready = {b for b, s in state.items() if s == "ready"}

@@ -142,8 +142,7 @@ def test_replaying_all_events_equals_the_current_state(routes, edges, ops):
                 assert "cannot" in str(exc) or "already" in str(exc) or "not closed" in str(exc)
         convoy = Convoy.objects.get(pk=plan.convoy_id)
         snapshot = snapshots.load(convoy, datetime.now(UTC))
-        rows = timeline.stream(convoy).values_list(*timeline.FIELDS)
-        events = [history.Ev(*r) for r in rows]
+        events = timeline.events(timeline.stream(convoy))
         run = history.replay(events, timeline.blocking_edges(snapshot.edges), convoy.pk)
         assert {b: run.status.get(b) for b in ids} == {
             b.id: b.status for b in Bead.objects.filter(pk__in=ids)
@@ -187,7 +186,7 @@ def test_convoy_page_draws_the_timeline_and_a_live_update_equals_it(launched):
 def test_slider_step_is_the_page_as_after_that_event(launched):
     client = signed_in("viewer", "view_convoy")
     url = reverse("convoy-history", args=[launched.pk])
-    stream = list(timeline.stream(launched).values_list("seq", "kind", "bead_id"))
+    stream = [(e.seq, e.kind, e.bead_id) for e in timeline.events(timeline.stream(launched))]
     last = client.get(url, {"step": len(stream)}).json()
     assert last["states"] == {"gt-t1": "done", "gt-t2": "active", "gt-t3": "blocked"}
     assert last["counts"]["done"] == 1 and last["seq"] == stream[-1][0]
@@ -197,6 +196,14 @@ def test_slider_step_is_the_page_as_after_that_event(launched):
     assert 'id="wave-card"' in before["fragments"]["wave-card"]
     assert client.get(url, {"step": "x"}).json() == {"detail": "step must be a whole number ≥ 0"}
     assert client.get(url, {"step": "-1"}).status_code == 400
+    assert client.get(url, {"step": "1", "drawn": "x"}).status_code == 400
+    # The page's own snapshot (kept by the process that drew it) or a fresh read: the same.
+    page_seq = int(client.get(reverse("convoy", args=[launched.pk])).context["as_of"])
+    assert (
+        client.get(url, {"step": 3, "drawn": page_seq}).json()
+        == client.get(url, {"step": 3}).json()
+    )
+    assert client.get(url, {"step": 3, "drawn": 10**9}).json()["step"] == 3
     assert client.get(url, {"step": 10**6}).json()["step"] == len(stream)  # clamped
 
 
