@@ -79,7 +79,9 @@ def record_many(items: Sequence[EventItem], *, instances: Literal[False]) -> int
 def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[Event] | int:
     """Append several events at once (one counter update, one insert).
 
-    Returns the Event objects, or only their number with `instances=False` (bulk loads)."""
+    Returns the Event objects, or only their number with `instances=False`: bulk loads
+    (import, sync), whose rows go in through bulk.py's multi-row INSERT; every other write
+    goes through the ORM."""
     if not items:
         return [] if instances else 0
     first = reserve(len(items))
@@ -102,11 +104,15 @@ def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[E
                 "created_at": now,
             }
         )
-    bulk.insert(Event, rows)
+    result: list[Event] | int
+    if instances:
+        result = Event.objects.bulk_create([Event(**row) for row in rows])
+    else:
+        result = bulk.insert(Event, rows)
     closes = [row["seq"] for row in rows if row["kind"] in CLOSE_KINDS]
     if closes:
         transaction.on_commit(lambda: _after_close(closes), robust=True)
-    return [Event(**row) for row in rows] if instances else len(rows)
+    return result
 
 
 def _after_close(seqs: list[int]) -> None:
