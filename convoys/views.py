@@ -155,6 +155,10 @@ def convoy_detail(request, convoy_id):
     )
 
 
+# Events that change the causes of beads they do not name (a pause, a new max in flight).
+CAUSE_KINDS = frozenset({"convoy.paused", "convoy.resumed", "convoy.updated"})
+
+
 def _convoy_fragments(request, page, changes):
     fragments = [
         Fragment("convoy-head", "convoys/_convoy_head.html"),
@@ -174,6 +178,9 @@ def _convoy_fragments(request, page, changes):
         or changes.dependencies
         or "rig.state" in changes.kinds
         or "bead.reopened" in changes.kinds
+        or bool(changes.kinds & CAUSE_KINDS)
+        or (page.waiting and bool(changes.beads))
+        or bool(changes.beads & set(page.watch_beads))
         or (page.convoy.pk in changes.convoys and changes.touches_graph())
         or dag is None
         or drawn_as != dag.fingerprint
