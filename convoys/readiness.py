@@ -95,7 +95,12 @@ def blocked_by(bead_ids: Iterable[str] | QuerySet[Bead, str]) -> dict[str, list[
     """{bead_id: [unfinished blocker ids]} for the given beads (a list or a subquery of ids;
     two queries)."""
     blocking = Dependency.objects.filter(issue_id__in=bead_ids, type__in=BLOCKING_DEP_TYPES)
-    deps = list(blocking.values_list("issue_id", "depends_on_id", "type"))
+    # In target order: pages list them, and a live fragment must read as a reload does.
+    deps = list(
+        blocking.order_by("issue_id", "depends_on_id").values_list(
+            "issue_id", "depends_on_id", "type"
+        )
+    )
     targets = {
         row[0]: row[1:]
         for row in Bead.objects.filter(pk__in=blocking.values("depends_on_id")).values_list(

@@ -101,8 +101,11 @@ def tracked_beads(convoy):
     subquery = tracking.values("bead_id")
     rows = Bead.objects.filter(pk__in=subquery).values_list(*TrackedRow._fields)
     beads = {row[0]: TrackedRow._make(row) for row in rows}
-    edges = Dependency.objects.filter(issue_id__in=subquery).values_list(
-        "issue_id", "depends_on_id", "type"
+    # In a fixed order: the graph lists blockers in it, and a page must read the same each time.
+    edges = (
+        Dependency.objects.filter(issue_id__in=subquery)
+        .order_by("issue_id", "depends_on_id")
+        .values_list("issue_id", "depends_on_id", "type")
     )
     return ids, beads, list(edges)
 
