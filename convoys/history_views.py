@@ -70,7 +70,6 @@ def step(request, convoy_id):
             "kind": result.kind,
             "bead": result.bead_id,
             "counts": result.counts,
-            "classes": result.classes,
             "states": result.states,
             "fragments": {"wave-card": html.strip()},
         }

@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Q
+from django.db.models.fields.json import KT
 
 from . import history
 from .models import ConvoyVisit, Event, TrackedBead
-from .selectors import COLLAPSE_AT, _wave_rows, bead_url_maker, status_class
+from .selectors import COLLAPSE_AT, _wave_rows, bead_url_maker
 
 GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted
 SINCE_CHIPS = 60
@@ -31,31 +32,22 @@ def blocking_edges(edges):
     return out
 
 
-# What the replay reads of an event: its status, assignee and close reason are read out of
-# `data` by the database (JSON key lookups), not the whole JSON decoded in Python.
-FIELDS = (
-    "seq",
-    "kind",
-    "bead_id",
-    "convoy_id",
-    "created_at",
-    "data__status",
-    "data__assignee",
-    "data__close_reason",
-)
+# What the replay reads of an event: its status, assignee and close reason, read out of `data`
+# as text by the database (KT), not the whole JSON decoded in Python.
+FIELDS = ("seq", "kind", "bead_id", "convoy_id", "created_at", "status", "assignee", "reason")
+VALUES = {
+    "status": KT("data__status"),
+    "assignee": KT("data__assignee"),
+    "reason": KT("data__close_reason"),
+}
 
 
 def _as_events(rows):
     out = []
     for seq, kind, bead, convoy, at, status, assignee, reason in rows:
-        # A key lookup may hand back a JSON-looking text decoded ("42" as 42): the replay only
-        # compares statuses with words and asks whether an assignee is empty.
-        data = {
-            "status": status if status is None else str(status),
-            "assignee": assignee if assignee is None else str(assignee),
-        }
+        data = {"status": status, "assignee": assignee}
         if reason is not None:
-            data["close_reason"] = str(reason)
+            data["close_reason"] = reason
         out.append(history.Ev(seq, kind, bead, convoy, at, data))
     return out
 
@@ -76,7 +68,7 @@ def events(parts, upto=None):
     rows = []
     for part in parts:
         part = part if upto is None else part.filter(seq__lte=upto)
-        rows += part.values_list(*FIELDS)
+        rows += part.annotate(**VALUES).values_list(*FIELDS)
     rows.sort(key=lambda r: r[0])
     return _as_events(rows)
 
@@ -203,8 +195,7 @@ class Step:
     at: datetime
     kind: str
     bead_id: str
-    states: dict  # {bead: page state}
-    classes: dict  # {bead: DAG node css class}
+    states: dict  # {bead: page state}: done, active, ready, blocked, unknown (the DAG's st-*)
     waves: list  # wave rows as the page's wave table draws them
     frontier: int | None
     counts: dict
@@ -252,7 +243,6 @@ def step(convoy, snapshot, graph, waves, number):
         kind=ev.kind,
         bead_id=ev.bead_id,
         states=state,
-        classes={b: status_class(chip(b))[0] for b in state},
         waves=rows,
         frontier=frontier,
         counts=counts,

@@ -51,8 +51,9 @@
     const dag = document.getElementById("dag");
     if (dag) {
       dag.querySelectorAll("g.node[data-id]").forEach((node) => {
-        const cls = data.classes[node.dataset.id];
-        if (!cls) return;
+        const state = data.states[node.dataset.id];
+        if (!state) return;
+        const cls = "st-" + state;
         STATE_CLASSES.forEach((c) => node.classList.remove(c));
         node.classList.add(cls);
         const icon = node.querySelector("text.icon");
