@@ -184,9 +184,11 @@ def main():
             assert response.status_code == 200
 
         row["visit report (2 posts)"] = measure(visit)
-        results[size] = (row, steps)
+        drawn_rows = timeline.gantt(convoy, page, snapshot, {}, now)
+        results[size] = (row, steps, f"{len(drawn_rows.rows)} of wave {drawn_rows.wave}")
     print(f"{'':32} {'1,000 beads':>18} {'5,000 beads':>18} {'ratio':>7}")
     print(f"{'events in the stream':32} {results[1000][1]:>18,} {results[5000][1]:>18,}")
+    print(f"{'timeline rows (frontier wave)':32} {results[1000][2]:>18} {results[5000][2]:>18}")
     for name in results[1000][0]:
         small, big = results[1000][0][name], results[5000][0][name]
         print(
