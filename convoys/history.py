@@ -29,6 +29,7 @@ MERGED_PREFIX = "Merged in "
 LAUNCH_KINDS = frozenset({"convoy.launched", "convoy.reopened"})
 STOP_KINDS = frozenset({"convoy.landed", "convoy.closed"})
 PHASES = ("waiting", "ready", "active", "done", "unknown")
+Blocking = Mapping[str, Sequence[tuple[str, str]]]  # {bead: [(target, dependency type)]}
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def target_blocks(dep_type: str, status: str, close_reason: str | None) -> bool:
 class Replay:
     """Bead statuses as of the last applied event. `blocking`: {bead: [(target, type)]}."""
 
-    blocking: Mapping[str, Sequence[tuple[str, str]]]
+    blocking: Blocking
     convoy_id: str = ""
     status: dict[str, str] = field(default_factory=dict)
     assignee: dict[str, str] = field(default_factory=dict)
@@ -128,7 +129,9 @@ class Replay:
         return "waiting" if state == "blocked" else state
 
 
-def replay(events: Iterable[Ev], blocking, convoy_id: str = "", upto: int | None = None):
+def replay(
+    events: Iterable[Ev], blocking: Blocking, convoy_id: str = "", upto: int | None = None
+) -> Replay:
     """A `Replay` after every event with seq <= upto (all when None)."""
     run = Replay(blocking, convoy_id)
     for ev in events:
@@ -138,13 +141,15 @@ def replay(events: Iterable[Ev], blocking, convoy_id: str = "", upto: int | None
     return run
 
 
-def states(events, beads: Iterable[str], blocking, upto: int | None = None) -> dict[str, str]:
+def states(
+    events: Iterable[Ev], beads: Iterable[str], blocking: Blocking, upto: int | None = None
+) -> dict[str, str]:
     """{bead: state} after event `upto` (the slider's step)."""
     run = replay(events, blocking, upto=upto)
     return {bead: run.state(bead) for bead in beads}
 
 
-def dependents_of(blocking) -> dict[str, list[str]]:
+def dependents_of(blocking: Blocking) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for bead, edges in blocking.items():
         for target, _ in edges:
@@ -152,7 +157,9 @@ def dependents_of(blocking) -> dict[str, list[str]]:
     return out
 
 
-def spans(events: Iterable[Ev], beads: Iterable[str], blocking, convoy_id: str = ""):
+def spans(
+    events: Iterable[Ev], beads: Iterable[str], blocking: Blocking, convoy_id: str = ""
+) -> dict[str, list[Span]]:
     """{bead: [Span, ...]} in time order, consecutive and non-overlapping; the last one open."""
     wanted = list(beads)
     watched = set(wanted)
