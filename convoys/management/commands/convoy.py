@@ -3,7 +3,7 @@ pause|resume|ack|capacity|feed`."""
 
 from django.utils import timezone
 
-from ... import selectors, stranding
+from ... import causes, selectors, stranding
 from ...formatting import render_launch, status_words
 from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
 from ...services import capacity, controls, escalation, feeding, launch, notify, staging
@@ -379,6 +379,9 @@ class Command(ServiceCommand):
         paused = controls.pause_summary(row)
         if paused:
             self.stdout.write(_pause_line(paused))
+        why = [item["cause"] for item in data["tracked"]]
+        if any(why):
+            self.stdout.write(f"  Not done: {causes.summary(why)}")
         stuck = escalation.state(row)
         if stuck is not None and stuck.current:
             self.stdout.write(_escalation_line(stuck))
@@ -397,7 +400,8 @@ class Command(ServiceCommand):
                 worker = f"  parked: dispatch failed {parked[item['id']]} times in a row"
             if item["missing_from_source"]:
                 worker += "  ⚠ missing from source"
-            self.stdout.write(f"    {symbol} {item['id']:<16} {title}{worker}")
+            why = _cause_words(item["cause"])
+            self.stdout.write(f"    {symbol} {item['id']:<16} {title}{worker}{why}")
 
     def do_pause(self, convoy, reason, actor, json, **_):
         row, changed = controls.pause(convoy, actor=actor, reason=reason)
@@ -609,6 +613,15 @@ def _escalation_line(found):
 
 def _cap_words(value):
     return str(value) if value else "none (unlimited)"
+
+
+def _cause_words(cause):
+    """ "  — blocked: blocked by gt-a", with the time a cooldown ends or a rescue comes."""
+    if not cause:
+        return ""
+    when = cause.get("until") or cause.get("rescue_by")
+    at = f" ({'until' if cause.get('until') else 'by'} {when[11:19]} UTC)" if when else ""
+    return f"  — {cause['kind']}: {cause['text']}{at}"
 
 
 def _pause_line(paused):
