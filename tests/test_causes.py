@@ -365,3 +365,16 @@ def stable(status):
     return [
         {k: v for k, v in (t["cause"] or {}).items() if k != "rescue_by"} for t in status["tracked"]
     ]
+
+
+def test_convoy_status_names_each_cause(every_kind):
+    status = json.loads(command("convoy", "status", every_kind.pk, "--json"))
+    text = command("convoy", "status", every_kind.pk)
+    assert "  Not done: " + causes.summary([t["cause"] for t in status["tracked"]]) in text
+    for bead_id, kind in EXPECTED.items():
+        line = next(line for line in text.splitlines() if f" {bead_id} " in line)
+        assert f"— {kind}: " in line, line
+    broken = next(line for line in text.splitlines() if " gt-broken " in line)
+    assert "parked: dispatch failed 3 times in a row" in broken
+    cooling = next(line for line in text.splitlines() if " gt-cooling " in line)
+    assert re.search(r"\(until \d\d:\d\d:\d\d UTC\)$", cooling)
