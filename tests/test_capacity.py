@@ -274,5 +274,8 @@ def test_a_convoy_waiting_for_town_capacity_is_not_stranded(routes, settings):
     waiting = {c["id"]: c for c in feeding.stranded()}[b.convoy_id]  # /api/stranded's rows
     assert (waiting["kind"], waiting["cause"]) == ("moving", "waiting_for_capacity")
     assert waiting["reason"] == "2 ready, waiting for town capacity (1 in flight, cap 1)"
+    assert "2 ready, waiting for town capacity (1 in flight, cap 1) (2 tracked)" in cli(
+        "convoy", "stranded"
+    )
     settings.CONVOY_MAX_IN_FLIGHT = 0  # no cap: the same convoy is stranded (feedable)
     assert {c["id"]: c for c in feeding.stranded()}[b.convoy_id]["kind"] == "feedable"

@@ -529,6 +529,8 @@ class Command(ServiceCommand):
                 note = "Empty convoy (0 tracked issues) — needs cleanup"
             elif row["kind"] == "feedable":
                 note = f"{row['ready_count']} ready: {', '.join(row['ready_issues'])}"
+            elif row["cause"] == stranding.WAITING_FOR_CAPACITY:
+                note = f"{row['reason']} ({row['tracked_count']} tracked)"
             else:  # the original's "stuck": tracked work, none ready
                 lead = "stuck behind work in progress" if row["kind"] == "moving" else "stuck"
                 note = f"{lead}: {row['reason']} ({row['tracked_count']} tracked, 0 ready)"
