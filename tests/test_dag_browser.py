@@ -8,8 +8,10 @@ import random
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
-from convoys.models import Bead, Convoy
+from convoys import bulk
+from convoys.models import Bead, Convoy, Dependency, TrackedBead
 from convoys.services import beads, convoys, jsonl, rigs, staging
 from convoys.services.launch import launch_staged
 
@@ -105,6 +107,44 @@ def test_generated_epics_draw_no_edge_through_a_box(browser, server, routes):  #
         )
         assert page.locator('#dag path.edge.ghost[data-from="gt-nowhere"]').count() == 1
     shot(page, "dag-generated")
+    context.close()
+
+
+def test_a_400_bead_convoy_with_long_edges_draws_none_through_a_box(browser, server, routes):  # noqa: F811
+    rng, now = random.Random(400), timezone.now()
+    ids = [f"gt-big{i:03d}" for i in range(400)]
+    seed = bead("gt-seed")  # a bead made by the services: its rig is the route's
+    beads_rows = [
+        {
+            "id": bead_id,
+            "title": f"Big {n}",
+            "status": rng.choice(["open", "open", "closed", "hooked"]),
+            "issue_type": "task",
+            "priority": 2,
+            "created_at": now,
+            "updated_at": now,
+            "rig_id": seed.rig_id,
+        }
+        for n, bead_id in enumerate(ids)
+    ]
+    deps = [
+        {"issue_id": ids[n], "depends_on_id": ids[rng.randrange(n)], "type": "blocks"}
+        for n in range(1, 400)
+        for _ in range(rng.choice((1, 1, 2)))
+    ]
+    bulk.insert(Bead, beads_rows)
+    bulk.insert(Dependency, [dict(t) for t in {tuple(d.items()) for d in deps}])
+    Convoy.objects.create(
+        id="hq-cv-big", title="Big", status="open", created_at=now, updated_at=now
+    )
+    bulk.insert(
+        TrackedBead,
+        [{"convoy_id": "hq-cv-big", "bead_id": b, "position": n} for n, b in enumerate(ids)],
+    )
+    make_user("ann")
+    context, page = login(browser, server, "ann")
+    found = geometry_ok(page, server + "/convoys/hq-cv-big/?expand=1")
+    assert found["nodes"] == 400 and found["edges"] >= 400
     context.close()
 
 
