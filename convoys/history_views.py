@@ -61,6 +61,7 @@ def step(request, convoy_id):
         summary_line=f"As after event #{result.seq}.",
     )
     html = render_to_string("convoys/_convoy_waves.html", {"page": page}, request=request)
+    bar = render_to_string("convoys/_bar.html", {"s": result.counts}, request=request)
     response = JsonResponse(
         {
             "step": result.step,
@@ -72,6 +73,7 @@ def step(request, convoy_id):
             "counts": result.counts,
             "states": result.states,
             "fragments": {"wave-card": html.strip()},
+            "bar": bar.strip(),  # the head's progress bar as it was
         }
     )
     response["Cache-Control"] = "no-store"

@@ -10,7 +10,7 @@ from django.db.models.fields.json import KT
 
 from . import history
 from .models import ConvoyVisit, Event, TrackedBead
-from .selectors import COLLAPSE_AT, _wave_rows, bead_url_maker
+from .selectors import COLLAPSE_AT, SEGMENTS, _wave_rows, bead_url_maker
 
 GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted
 SINCE_CHIPS = 60
@@ -198,7 +198,7 @@ class Step:
     states: dict  # {bead: page state}: done, active, ready, blocked, unknown (the DAG's st-*)
     waves: list  # wave rows as the page's wave table draws them
     frontier: int | None
-    counts: dict
+    counts: dict  # the head's summary as it was: each segment, total, percent, percent_complete
 
 
 def step(convoy, snapshot, graph, waves, number):
@@ -226,7 +226,11 @@ def step(convoy, snapshot, graph, waves, number):
     counts = {"done": 0, "active": 0, "ready": 0, "blocked": 0, "unknown": 0}
     for s in state.values():
         counts[s] += 1
+    counts["failed"] = 0  # a past dispatch failure is not replayed as a state
     counts["total"] = len(tracked)
+    whole = counts["total"] or 1
+    counts["percent"] = {k: round(100 * counts[k] / whole, 2) for k in SEGMENTS}
+    counts["percent_complete"] = 100 * counts["done"] // whole
 
     def chip(bead_id):
         s = state.get(bead_id, "unknown")

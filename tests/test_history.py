@@ -200,6 +200,7 @@ def test_slider_step_is_the_page_as_after_that_event(launched):
     last = client.get(url, {"step": len(stream)}).json()
     assert last["states"] == {"gt-t1": "done", "gt-t2": "active", "gt-t3": "blocked"}
     assert last["counts"]["done"] == 1 and last["seq"] == stream[-1][0]
+    assert last["counts"]["percent_complete"] == 33 and 'class="seg done"' in last["bar"]
     closed_at = next(n for n, (_, kind, b) in enumerate(stream, 1) if kind == "bead.closed")
     before = client.get(url, {"step": closed_at - 1}).json()
     assert before["states"]["gt-t1"] == "active"

@@ -86,6 +86,9 @@ def test_timeline_slider_and_since_last_visit(browser, server, convoy_id):  # no
     assert "st-ready" in node_class(page, "gt-h1")
     assert "st-unknown" in node_class(page, "gt-h3")
     assert page.inner_text("#wave-1 .c-done") == "0"
+    assert page.inner_text("#convoy-head p.counts").startswith("As after event #")
+    assert " 0/4 done (0%)" in page.inner_text("#convoy-head p.counts")
+    assert page.locator("#convoy-head svg.bar rect.seg.done").count() == 0
     # The step after gt-h1's close: done, and gt-h2 ready (not yet fed).
     past = page.evaluate(
         f"async () => (await fetch('/convoys/{convoy_id}/history/?step={steps}')).json()"
@@ -103,6 +106,7 @@ def test_timeline_slider_and_since_last_visit(browser, server, convoy_id):  # no
         "document.querySelector('#dag g.node[data-id=\"gt-h1\"]').classList.contains('st-done')",
     )
     assert page.inner_text("#history-state") == "Showing now."
+    assert "As after" not in page.inner_text("#convoy-head p.counts")
 
     # Since your last visit: gt-h2 closes while the user is away; the next visit marks it.
     page.goto("about:blank")

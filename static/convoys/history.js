@@ -62,6 +62,19 @@
     }
     swap(data.fragments);
     const c = data.counts;
+    // The head's bar and counts line as they were (the next live update redraws the head;
+    // the past is applied again after it).
+    const bar = document.querySelector("#convoy-head svg.bar");
+    if (bar) {
+      const t = document.createElement("template");
+      t.innerHTML = data.bar;
+      if (t.content.firstElementChild) bar.replaceWith(t.content.firstElementChild);
+    }
+    const line = document.querySelector("#convoy-head p.counts");
+    if (line) {
+      line.textContent = `As after event #${data.seq}: ${c.done}/${c.total} done (${c.percent_complete}%) · ${c.active} in progress · ` +
+        `${c.ready} ready · ${c.blocked} blocked · ${c.unknown} unknown`;
+    }
     const when = new Date(data.at).toLocaleString();
     stateEl.textContent = `Showing the past: after event #${data.seq} (${data.kind}${data.bead ? " " + data.bead : ""}, ${when}), step ${data.step} of ${data.steps}: ` +
       `${c.done}/${c.total} done · ${c.active} in progress · ${c.ready} ready · ${c.blocked} blocked` + (c.unknown ? ` · ${c.unknown} unknown` : "");
@@ -91,7 +104,7 @@
     history.past = null;
     history.pending += 1;
     const url = new URL(location.href);
-    url.searchParams.set("fragments", "dag-card,wave-card,gantt-card");
+    url.searchParams.set("fragments", "convoy-head,dag-card,wave-card,gantt-card");
     try {
       const response = await fetch(url, { headers: { "X-Live": "1" }, credentials: "same-origin", cache: "no-store" });
       swap((await response.json()).fragments);
