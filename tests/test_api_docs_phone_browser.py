@@ -3,7 +3,7 @@ phone does) 390 px wide lays the page out at 390 px and nothing scrolls sideways
 
 import pytest
 
-from .test_browser import browser, make_user, server  # noqa: F401 (fixtures)
+from .test_browser import browser, make_user, server, sign_in  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -17,11 +17,7 @@ def test_api_docs_fit_a_phone(browser, server):  # noqa: F811
         device_scale_factor=3,
     )
     page = context.new_page()
-    page.goto(server + "/login/")
-    page.fill("#id_username", "phone")
-    page.fill("#id_password", "pw-pw-pw-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(server + "/")
+    sign_in(page, server, "phone")
     page.goto(server + "/api/docs")
     page.wait_for_selector(".opblock", timeout=20000)
     page.locator(".opblock-summary").first.click()  # an operation opened: its body fits too

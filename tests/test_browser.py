@@ -84,12 +84,17 @@ def make_user(name):
 def login(browser, base, name):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
+    sign_in(page, base, name)
+    return context, page
+
+
+def sign_in(page, base, name):
+    """Log `name` in through the login form, in a page of a context the caller set up."""
     page.goto(base + "/login/")
     page.fill("#id_username", name)
     page.fill("#id_password", "pw-pw-pw-123")
     page.click("button[type=submit]")
     page.wait_for_url(base + "/")
-    return context, page
 
 
 def wait_js(page, expression, timeout=10000):

@@ -6,7 +6,7 @@ import pytest
 from convoys.services import convoys
 
 from .factories import bead
-from .test_browser import browser, make_user, server  # noqa: F401 (fixtures)
+from .test_browser import browser, make_user, server, sign_in  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -18,11 +18,7 @@ def test_a_page_left_open_ages_its_times(browser, server, routes):  # noqa: F811
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.clock.install()
     page = context.new_page()
-    page.goto(server + "/login/")
-    page.fill("#id_username", "watcher")
-    page.fill("#id_password", "pw-pw-pw-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(server + "/")
+    sign_in(page, server, "watcher")
     page.goto(f"{server}/convoys/{convoy.pk}/")
     created = page.locator("#convoy-head time[data-relative]").first
     assert created.text_content() == "just now"
