@@ -1,7 +1,6 @@
 """Read models of a convoy's story over time: the per-wave timeline (Gantt), the time
 slider's step and "since your last visit". The replay itself is pure (`history`)."""
 
-import inspect
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -254,10 +253,8 @@ def step(convoy, snapshot, graph, waves, number):
 
 
 def _past_wave_rows(*args):
-    """The page's wave rows, without causes: why a bead waited then is not replayed (the
-    `why` argument, {id: cause}, is newer than some working trees: passed when taken)."""
-    takes_causes = "why" in inspect.signature(_wave_rows).parameters
-    return _wave_rows(*args, **({"why": {}} if takes_causes else {}))
+    """The page's wave rows, without causes: why a bead waited then is not replayed."""
+    return _wave_rows(*args, why={})
 
 
 # --- since your last visit -------------------------------------------------------------------
