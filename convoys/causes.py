@@ -34,6 +34,7 @@ from typing import NamedTuple
 from django.conf import settings
 from django.utils import timezone
 
+from .formatting import person
 from .models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
@@ -154,7 +155,7 @@ def decide(facts):
             "by": first.by,
             "at": first.at,
             "reason": first.reason,
-            "text": f"convoy {first.convoy} paused by {first.by or 'someone'}"
+            "text": f"convoy {first.convoy} paused by {person(first.by) or 'someone'}"
             + (f": {first.reason}" if first.reason else ""),
         }
     if facts.blockers:

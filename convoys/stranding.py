@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
+from .formatting import person
 from .models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_CLOSED,
@@ -214,7 +215,7 @@ def _waiting_for_capacity(verdict, busy, limit):
 
 def _paused(convoy, verdict):
     """A paused convoy is stuck whatever its beads do: nothing feeds it until resumed."""
-    text = f"paused by {convoy.paused_by or 'someone'}" + (
+    text = f"paused by {person(convoy.paused_by) or 'someone'}" + (
         f": {convoy.pause_reason}" if convoy.pause_reason else ""
     )
     return Verdict(STUCK, text, "paused", [], verdict.tracked_count, [Cause("paused", text)])

@@ -297,15 +297,26 @@ def test_the_stranded_reason_of_a_parked_bead_says_retry_not_cooldown(routes):
 def test_the_dashboard_row_of_a_paused_convoy_wears_a_paused_badge(routes):
     bead("gt-a")
     convoy = convoys.create("Held", ["gt-a"])
+    bead("gt-b", status="closed")
+    landed = convoys.create("Done, waiting to land", ["gt-b"])
     client = signed_in("watcher", "view_convoy")
-    row = re.compile(rf'<tr data-convoy="{convoy.pk}".*?</tr>', re.S)
-    assert "paused" not in row.search(client.get("/").content.decode()).group(0)
+
+    def row(convoy_id):
+        page = client.get("/").content.decode()
+        return re.search(rf'<tr data-convoy="{convoy_id}".*?</tr>', page, re.S).group(0)
+
+    assert "paused" not in row(convoy.pk)
     controls.pause(convoy.pk, actor="web:ann", reason="release freeze")
+    controls.pause(landed.pk, actor="web:ann")  # web:ann, api:ann and ann are one person
+    # Its stuck badge says it, in the pause colour; who and why on hover.
     badge = re.search(
-        r'<span class="tag paused" title="([^"]*)">([^<]*)</span>',
-        row.search(client.get("/").content.decode()).group(0),
+        r'<span class="tag paused stranded-badge" title="([^"]*)">([^<]*)<', row(convoy.pk)
     )
-    assert badge.groups() == ("paused by ann: release freeze", "⏸ paused")
+    assert badge.groups() == ("paused by ann: release freeze", "stuck: paused")
+    # A convoy stuck for another reason (complete, waiting to land) wears its own badge too.
+    other = row(landed.pk)
+    assert '<span class="tag paused" title="paused by ann">paused</span>' in other
+    assert "waiting to land" in other
 
 
 def test_the_bead_page_and_bead_json_name_the_same_cause(every_kind):
