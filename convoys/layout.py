@@ -345,8 +345,14 @@ def compute(
     shift = PAD + HEAD - lowest
     xs = [PAD + i * (NODE_W + COL_GAP) for i in range(len(order))]
 
+    rounded = {e: round(t + shift) for e, t in top.items()}
+    for row in order:  # rounding must not eat a gap (two halves can round apart by 1 px)
+        for prev, e in zip(row, row[1:], strict=False):
+            gap = ROW_GAP if not (virtual[prev] or virtual[e]) else LANE
+            rounded[e] = max(rounded[e], rounded[prev] + height[prev] + gap)
+
     def y_of(e: int) -> int:
-        return round(top[e] + shift)
+        return rounded[e]
 
     positions: dict[str, tuple[int, int]] = {}
     summaries: dict[int, tuple[int, int, int]] = {}
@@ -362,7 +368,7 @@ def compute(
             drawn.append((a, b, _loop(positions[a], positions[b]), False))
             continue
         drawn.append((a, b, _route(lanes, xs, layer_index, y_of), reverse))
-    bottom = max((top[e] + shift + height[e] for e in range(len(height))), default=PAD + HEAD)
+    bottom = max((rounded[e] + height[e] for e in range(len(height))), default=PAD + HEAD)
     return {
         "nodes": positions,
         "summaries": summaries,
