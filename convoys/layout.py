@@ -27,7 +27,9 @@ from html import escape
 from typing import TypedDict
 
 Edge = tuple[str, str]  # blocker -> blocked
-Key = str | tuple[str, int, int]  # a bead id, or a collapsed wave: ("summary", wave, count)
+# A bead id, a collapsed wave ("summary", wave, count) or the rest of a wave drawn in part
+# ("more", wave, count).
+Key = str | tuple[str, int, int]
 Point = tuple[float, float]
 Box = tuple[float, float, float, float]  # x, y, width, height
 StatusClass = Callable[[str], tuple[str, str]]  # status -> (css class, icon)
@@ -38,6 +40,7 @@ class Geometry(TypedDict):
 
     nodes: dict[str, tuple[int, int]]  # bead id -> top left
     summaries: dict[int, tuple[int, int, int]]  # collapsed wave -> x, y, beads in it
+    more: dict[int, tuple[int, int, int]]  # wave drawn in part -> x, y, beads not drawn
     edges: list[tuple[str, str, str, bool]]  # from, to, SVG path, drawn reversed
     columns: list[tuple[int, str]]  # x, label
     outside: list[str]
@@ -64,13 +67,17 @@ def fingerprint(
     edges: Iterable[Edge],
     collapsed: Iterable[int] = (),
     columns: Iterable[Sequence[str]] = (),
+    drawn: Mapping[int, Sequence[str]] | None = None,
 ) -> str:
     """A drawing's key: its nodes, edges, collapsed waves and columns (the waves and the gated
-    column, which an open gate's close changes without changing the graph)."""
+    column, which an open gate's close changes without changing the graph), and which waves
+    and beads of them are drawn (an overview's window)."""
     digest = hashlib.sha1()
     digest.update(b"sugiyama-2")
     for part in (sorted(node_ids), sorted(edges), sorted(collapsed), list(columns)):
         digest.update(repr(part).encode())
+    if drawn is not None:
+        digest.update(repr(sorted((n, list(ids)) for n, ids in drawn.items())).encode())
     return digest.hexdigest()
 
 
@@ -106,13 +113,23 @@ def _layers(
     edges: Iterable[Edge],
     collapsed: Collection[int],
     outside: Iterable[str],
+    drawn: Mapping[int, Sequence[str]] | None = None,
 ) -> list[tuple[str, Sequence[Key]]]:
-    """[(label, [ids])] left to right; a collapsed wave holds one ("summary", n, count) key."""
+    """[(label, [ids])] left to right; a collapsed wave holds one ("summary", n, count) key.
+    With `drawn` ({wave: ids}) only those waves get a column, each with those of its beads
+    and one ("more", n, count) key for the rest."""
     layers: list[tuple[str, Sequence[Key]]] = []
     if outside:
         layers.append(("Gates & outside", sorted(outside)))
     for number, wave in enumerate(waves, start=1):
-        if number in collapsed:
+        if drawn is not None:
+            if number not in drawn:
+                continue
+            ids: list[Key] = list(drawn[number])
+            if len(wave) > len(ids):
+                ids.append(("more", number, len(wave) - len(ids)))
+            layers.append((f"Wave {number}", ids))
+        elif number in collapsed:
             layers.append((f"Wave {number}", [("summary", number, len(wave))]))
         else:
             layers.append((f"Wave {number}", list(wave)))
@@ -278,13 +295,16 @@ def compute(
     collapsed: Collection[int] = frozenset(),
     outside: Collection[str] = (),
     sweeps: int = MAX_SWEEPS,
+    drawn: Mapping[int, Sequence[str]] | None = None,
 ) -> Geometry:
     """-> {"nodes": {id: (x, y)}, "summaries": {wave: (x, y, count)}, "edges": [(from, to, d,
     reversed)], "columns": [(x, label)], "width", "height", "crossings"}.
 
     `outside`: ids drawn before wave 1 (gates, decisions, unknown and external targets).
-    Collapsed waves draw as one summary box; edges to beads in them are left out."""
-    layers = _layers(waves, gated_ids, edges, collapsed, outside)
+    Collapsed waves draw as one summary box; edges to beads in them are left out. `drawn`
+    ({wave: ids}, an overview): only those waves and beads are drawn, the rest of each such
+    wave as one "N more" box; edges to beads not drawn are left out."""
+    layers = _layers(waves, gated_ids, edges, collapsed, outside, drawn)
     layer_of: dict[str, int] = {}
     keys: list[Key] = []
     order: list[list[int]] = []
@@ -356,23 +376,25 @@ def compute(
 
     positions: dict[str, tuple[int, int]] = {}
     summaries: dict[int, tuple[int, int, int]] = {}
+    more: dict[int, tuple[int, int, int]] = {}
     for e, key in enumerate(keys):
         x, y = xs[layer_index[e]], y_of(e)
         if isinstance(key, tuple):
-            summaries[key[1]] = (x, y, key[2])
+            (summaries if key[0] == "summary" else more)[key[1]] = (x, y, key[2])
         else:
             positions[key] = (x, y)
-    drawn: list[tuple[str, str, str, bool]] = []
+    routed: list[tuple[str, str, str, bool]] = []
     for a, b, lanes, reverse in chains:
         if lanes is None:
-            drawn.append((a, b, _loop(positions[a], positions[b]), False))
+            routed.append((a, b, _loop(positions[a], positions[b]), False))
             continue
-        drawn.append((a, b, _route(lanes, xs, layer_index, y_of), reverse))
+        routed.append((a, b, _route(lanes, xs, layer_index, y_of), reverse))
     bottom = max((rounded[e] + height[e] for e in range(len(height))), default=PAD + HEAD)
     return {
         "nodes": positions,
         "summaries": summaries,
-        "edges": drawn,
+        "more": more,
+        "edges": routed,
         "columns": [(xs[i], label) for i, (label, _) in enumerate(layers)],
         "outside": sorted(outside),
         "width": PAD * 2 + max(len(order), 1) * (NODE_W + COL_GAP) - COL_GAP,
@@ -465,6 +487,13 @@ def svg(
             f'<g class="node summary" transform="translate({x},{y})"><rect width="{NODE_W}"'
             f' height="{NODE_H}" rx="6"/><text x="10" y="25">✓ Wave {number}: {count} '
             "done</text></g>"
+        )
+    for number, (x, y, count) in geometry.get("more", {}).items():
+        out.append(
+            f'<a href="?open={number}#dag-card" class="node-link" data-open-wave="{number}">'
+            f'<g class="node summary more" transform="translate({x},{y})"><rect width="{NODE_W}"'
+            f' height="{NODE_H}" rx="6"/><text x="10" y="25">Wave {number}: {count} more'
+            "</text></g></a>"
         )
     for bead_id in geometry["nodes"]:
         if bead_id in outside:

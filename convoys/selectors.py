@@ -422,6 +422,19 @@ def dashboard_page(params):
 
 
 COLLAPSE_AT = 150  # more tracked beads than this: completed waves collapse, lists are capped
+# More tracked beads than this: the page is an overview whose size does not grow with the
+# convoy (?all=1 draws everything): the graph draws the frontier wave, the next beads of the
+# critical path, the focused bead's wave and the waves opened (?open=N,M), at most
+# WAVE_DRAWN beads of each; the wave table lists BAND_PAGE waves around the frontier
+# (?wpage=N); the bead table ROWS_PAGE rows a page (?bpage=N); the critical path's first
+# CRITICAL_LISTED beads are linked.
+OVERVIEW_AT = 500
+WAVE_DRAWN = 60
+CRITICAL_DRAWN = 8
+OPEN_MAX = 4
+BAND_PAGE = 30
+ROWS_PAGE = 100
+CRITICAL_LISTED = 40
 MAX_ROWS = 300
 MAX_CHIPS = 600  # wave-table links on a big convoy's page; the DAG and ?all=1 show the rest
 CHIPS_PER_WAVE = 60
@@ -532,19 +545,71 @@ def _patched_graph(parent, touched, beads, gates):
     return patched, waves, gated, gates
 
 
-def _geometry(convoy, graph, waves, gated, collapsed):
+def _geometry(convoy, graph, waves, gated, collapsed, drawn=None):
+    """(geometry, fingerprint), cached. `drawn` ({wave: ids}, an overview; gated beads under
+    key 0): only those beads are laid out, with the edges among them."""
     ghosts = getattr(graph, "ghost_edges", [])
-    exec_edges = [(a, b) for a, b in graph.graph.edges] + ghosts
     outside = sorted(
         {i for i, n in graph.nodes.items() if not n.slingable} | {t for t, _ in ghosts}
     )
-    columns = [outside, *waves, sorted(g.id for g in gated)]
-    key = layout.fingerprint(list(graph.nodes), exec_edges, collapsed, columns)
+    if drawn is None:
+        exec_edges = [(a, b) for a, b in graph.graph.edges] + ghosts
+        gated_ids = [g.id for g in gated]
+        node_ids = list(graph.nodes)
+        columns = [outside, *waves, sorted(gated_ids)]
+        by_wave = None
+    else:
+        gated_ids = list(drawn.get(0, ()))
+        by_wave = {n: ids for n, ids in drawn.items() if n}
+        node_ids = {i for ids in drawn.values() for i in ids} | set(outside)
+        exec_edges = [
+            (a, b)
+            for a in node_ids
+            if a in graph.graph
+            for b in graph.graph.successors(a)
+            if b in node_ids
+        ] + [(t, i) for t, i in ghosts if i in node_ids]
+        columns = [outside, [len(w) for w in waves], sorted(gated_ids)]
+    key = layout.fingerprint(node_ids, exec_edges, collapsed, columns, by_wave)
     geometry = cache.get("dag:" + convoy.pk + ":" + key)
     if geometry is None:
-        geometry = layout.compute(waves, [g.id for g in gated], exec_edges, collapsed, outside)
+        geometry = layout.compute(waves, gated_ids, exec_edges, collapsed, outside, drawn=by_wave)
         cache.set("dag:" + convoy.pk + ":" + key, geometry, 3600)
     return geometry, key
+
+
+def _overview_drawn(waves, gated, frontier, critical, wave_number, focus, params):
+    """{wave: ids drawn} of an overview (gated beads under 0): the frontier wave, the waves
+    opened (?open=N,M) and the focused bead's, the next CRITICAL_DRAWN beads of the critical
+    path; at most WAVE_DRAWN beads of a wave (the focused and critical ones always)."""
+    opened = []
+    for part in params.get("open", "").split(","):
+        if part.isascii() and part.isdigit() and 1 <= int(part) <= len(waves):
+            if int(part) not in opened:
+                opened.append(int(part))
+    opened = opened[:OPEN_MAX]
+    whole = set(opened)
+    if frontier:
+        whole.add(frontier)
+    if focus in wave_number:
+        whole.add(wave_number[focus])
+    drawn = {n: list(waves[n - 1][:WAVE_DRAWN]) for n in whole}
+    extra = [i for i in critical[:CRITICAL_DRAWN]]
+    if focus:
+        extra.append(focus)
+    gated_ids = [g.id for g in gated]
+    gated_set = set(gated_ids)
+    drawn[0] = gated_ids[:WAVE_DRAWN]
+    for bead_id in extra:
+        if bead_id in wave_number:
+            ids = drawn.setdefault(wave_number[bead_id], [])
+        elif bead_id in gated_set:
+            ids = drawn[0]
+        else:
+            continue
+        if bead_id not in ids:
+            ids.append(bead_id)
+    return drawn, sorted(opened)
 
 
 def _outside(graph, geometry):
@@ -672,6 +737,14 @@ class ConvoyPage:
     waiting: bool = False  # some wait for capacity: any dispatch moves their positions
     watch_beads: list = field(default_factory=list)  # untracked blockers and gates of its beads
     watch_kinds: list = field(default_factory=list)  # town-wide events that move its causes
+    overview: bool = False  # OVERVIEW_AT: a page whose size does not grow with the convoy
+    opened: list = field(default_factory=list)  # waves opened in the overview (?open=N,M)
+    bands: list = field(default_factory=list)  # the wave rows listed (a window in an overview)
+    wave_pages: int = 1
+    wpage: int = 1
+    bead_pages: int = 1
+    bpage: int = 1
+    critical_length: int = 0
 
     @property
     def cause_summary(self):
@@ -727,8 +800,18 @@ def convoy_page(convoy, params, user, now, snapshot=None):
         for bead_id in tracked
     ]
     big = len(tracked) > COLLAPSE_AT and params.get("all") != "1"
+    overview = len(tracked) > OVERVIEW_AT and params.get("all") != "1"
     hidden_rows, capped = 0, False
-    if big:
+    bead_pages, bpage = 1, 1
+    if overview:
+        # Unfinished beads, ROWS_PAGE a page (?bpage=N); the done ones are counted.
+        unfinished = [r for r in rows if r["state"] not in DONE_STATUSES]
+        bead_pages = max(1, -(-len(unfinished) // ROWS_PAGE))
+        bpage = _page_number(params.get("bpage"), bead_pages, 1)
+        hidden_rows = len(rows) - len(unfinished)
+        capped = bead_pages > 1
+        rows = unfinished[(bpage - 1) * ROWS_PAGE : bpage * ROWS_PAGE]
+    elif big:
         # Large convoys list unfinished beads first and keep the page light; ?all=1 shows all.
         unfinished = [r for r in rows if r["state"] not in DONE_STATUSES]
         hidden_rows = len(rows) - min(len(unfinished), MAX_ROWS)
@@ -740,7 +823,9 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     for row in rows:
         row["blocked_by"] = blockers.get(row["id"], [])
         row["sourced"] = origins.get(row["id"])
-    wave_rows, frontier = _wave_rows(waves, beads, ready_ids, graph, state, href, big, why)
+    wave_rows, frontier = _wave_rows(
+        waves, beads, ready_ids, graph, state, href, big, why, chips=0 if overview else None
+    )
     done = {i for i in tracked if beads.get(i) and beads[i].status in DONE_STATUSES}
     critical = snapshots.memo(
         snapshot,
@@ -750,17 +835,28 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     )
     collapsed = set()
     focus = params.get("focus", "")
-    if len(graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
+    drawn, opened, bands, wave_pages, wpage = None, [], wave_rows, 1, 1
+    if overview:
+        drawn, opened = _overview_drawn(
+            waves, gated, frontier, critical, wave_number, focus, params
+        )
+        wave_pages = max(1, -(-len(wave_rows) // BAND_PAGE))
+        wpage = _page_number(params.get("wpage"), wave_pages, (frontier or 1) // BAND_PAGE + 1)
+        bands = wave_rows[(wpage - 1) * BAND_PAGE : wpage * BAND_PAGE]
+    elif len(graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
         collapsed = {r["number"] for r in wave_rows if r["counts"]["done"] == r["total"]}
         collapsed.discard(wave_number.get(focus))  # the focused bead is drawn
     dag = None
     focus_found = False
     if waves or gated:
+        drawn_key = (
+            None if drawn is None else tuple(sorted((n, tuple(i)) for n, i in drawn.items()))
+        )
         geometry, key = snapshots.memo(
             snapshot,
-            ("geometry", frozenset(collapsed)),
+            ("geometry", frozenset(collapsed), drawn_key),
             (graph.graph, waves),
-            lambda: _geometry(convoy, graph, waves, gated, frozenset(collapsed)),
+            lambda: _geometry(convoy, graph, waves, gated, frozenset(collapsed), drawn),
         )
         focus_found = bool(focus) and focus in geometry["nodes"]
         stranded = set(summary["state"].ready)
@@ -801,7 +897,8 @@ def convoy_page(convoy, params, user, now, snapshot=None):
         waves=wave_rows,
         frontier=frontier,
         gated=gated,
-        critical=[(i, href(i)) for i in critical],
+        critical=[(i, href(i)) for i in (critical[:CRITICAL_LISTED] if overview else critical)],
+        critical_length=len(critical),
         eta=estimate(list(beads.values()), len(critical), now)
         if critical and no_estimate == ""
         else None,
@@ -815,6 +912,13 @@ def convoy_page(convoy, params, user, now, snapshot=None):
         dag=dag,
         big=big,
         capped=capped,
+        overview=overview,
+        opened=opened,
+        bands=bands,
+        wave_pages=wave_pages,
+        wpage=wpage,
+        bead_pages=bead_pages,
+        bpage=bpage,
         wave_of=wave_number,
         graph=graph,
         subscribed=Subscription.objects.filter(user=user, convoy=convoy).first(),
@@ -826,8 +930,17 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     )
 
 
-def _wave_rows(waves, beads, ready_ids, graph, state, href, big, why):
+def _page_number(value, pages, default):
+    """A 1-based page number from a query parameter (anything else: `default`), clamped."""
+    value = value or ""
+    number = int(value) if value.isascii() and value.isdigit() and len(value) < 9 else default
+    return min(max(number, 1), pages)
+
+
+def _wave_rows(waves, beads, ready_ids, graph, state, href, big, why, chips=None):
     chips_left = MAX_CHIPS if big else sum(len(w) for w in waves)
+    if chips is not None:
+        chips_left = chips
     rows, frontier = [], None
     for number, wave in enumerate(waves, start=1):
         counts = {"done": 0, "active": 0, "ready": 0, "blocked": 0}

@@ -181,5 +181,32 @@
     clear(); graph = null; setup();
     if (pinned && svg) highlight(pinned);
   });
+  /* An overview (big convoys) draws a few waves; "open in graph" (a wave's row, a wave's
+   * "N more" box) adds its wave: the page's URL gains ?open=N (so live updates and a reload
+   * draw the same) and the graph and wave table are fetched as fragments. */
+  document.addEventListener("click", async (e) => {
+    const link = e.target.closest && e.target.closest("[data-open-wave]");
+    if (!link || e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    e.preventDefault();
+    const url = new URL(location.href);
+    const open = (url.searchParams.get("open") || "").split(",").filter(Boolean);
+    const wave = link.getAttribute("data-open-wave");
+    if (!open.includes(wave)) open.push(wave);
+    url.searchParams.set("open", open.join(","));
+    url.searchParams.delete("fragments");
+    url.hash = "";
+    history.replaceState(history.state, "", url);
+    url.searchParams.set("fragments", "dag-card,wave-card");
+    const response = await fetch(url, { headers: { "X-Live": "1" }, credentials: "same-origin", cache: "no-store" });
+    if (!response.ok) return;
+    const data = await response.json();
+    for (const [id, html] of Object.entries(data.fragments)) {
+      const el = document.getElementById(id);
+      if (el) el.outerHTML = html;
+    }
+    document.dispatchEvent(new CustomEvent("convoy:fragments"));
+    const card = document.getElementById("dag-card");
+    if (card) card.scrollIntoView({ block: "nearest" });
+  });
   setup();
 })();

@@ -1,0 +1,146 @@
+"""A convoy above selectors.OVERVIEW_AT tracked beads is an overview whose size does not grow
+with the convoy: the graph draws the frontier wave and the next beads of the critical path,
+other waves on demand (?open=N), the focused bead's wave; the wave table is a window of bands
+(?wpage=N), the bead table pages (?bpage=N); a live update still equals a reload."""
+
+import re
+
+import pytest
+from django.utils import timezone
+
+from convoys import bulk, selectors
+from convoys.models import Bead, Convoy, Dependency, TrackedBead
+from convoys.services import beads
+
+from .factories import bead
+from .test_web import as_of, assert_parts_of, live, logged_in
+
+pytestmark = pytest.mark.django_db
+
+
+def big_convoy(size=700, done=140, convoy_id="hq-cv-ov", prefix="gt-ov"):
+    """An epic shaped like bench/browser.py's: bead i blocked by i-7, i-14 and i-21 (each
+    when (i + k) % 2 == 0, so the chains are uneven); the first `done` beads closed."""
+    now = timezone.now()
+    seed = bead(prefix + "seed")  # made by the services: its rig is the route's
+    ids = [f"{prefix}{i:05d}" for i in range(size)]
+    bulk.insert(
+        Bead,
+        [
+            {
+                "id": bead_id,
+                "title": f"Overview {i}",
+                "status": "closed" if i < done else "open",
+                "issue_type": "task",
+                "priority": 2,
+                "created_at": now,
+                "updated_at": now,
+                "closed_at": now if i < done else None,
+                "rig_id": seed.rig_id,
+            }
+            for i, bead_id in enumerate(ids)
+        ],
+    )
+    bulk.insert(
+        Dependency,
+        [
+            {"issue_id": ids[i], "depends_on_id": ids[i - 7 * k], "type": "blocks"}
+            for i in range(size)
+            for k in (1, 2, 3)
+            if i - 7 * k >= 0 and (i + k) % 2 == 0
+        ],
+    )
+    Convoy.objects.create(
+        id=convoy_id, title="Overview", status="open", created_at=now, updated_at=now
+    )
+    bulk.insert(
+        TrackedBead,
+        [{"convoy_id": convoy_id, "bead_id": b, "position": n} for n, b in enumerate(ids)],
+    )
+    return convoy_id, ids
+
+
+def drawn_ids(html):
+    start = html.index('<svg class="dag"')
+    svg = html[start : html.index("</svg>", start)]
+    return set(re.findall(r'<g class="node [^"]*" data-id="([^"]+)"', svg))
+
+
+def test_a_big_convoy_page_is_an_overview_of_bounded_size(routes, admin_user):
+    convoy_id, ids = big_convoy()
+    client = logged_in(admin_user)
+    html = client.get(f"/convoys/{convoy_id}/").content.decode()
+    page = selectors.convoy_page(Convoy.objects.get(pk=convoy_id), {}, admin_user, timezone.now())
+    assert page.overview and len(page.waves) > selectors.BAND_PAGE
+    drawn = drawn_ids(html)
+    frontier = page.waves[page.frontier - 1]
+    assert {b["id"] for b in frontier["beads"]} == set()  # no chips in an overview
+    assert 0 < len(drawn) <= selectors.WAVE_DRAWN + selectors.CRITICAL_DRAWN
+    assert {c for c, _ in page.critical[: selectors.CRITICAL_DRAWN]} <= drawn
+    assert "Overview of" in html and 'data-open-wave="' in html
+    # the wave table: a window of bands around the frontier, with a pager
+    rows = re.findall(r'<tr data-wave="(\d+)"', html)
+    assert len(rows) == selectors.BAND_PAGE and str(page.frontier) in rows
+    assert 'id="wave-pager"' in html
+    # the bead table: one page of unfinished beads, the rest a click away
+    assert html.count('id="bead-row-') == selectors.ROWS_PAGE
+    assert "page 1 of" in html and "140 done bead(s) not listed" in html
+    second = client.get(f"/convoys/{convoy_id}/?bpage=2").content.decode()
+    assert "page 2 of" in second and 'id="bead-row-' + ids[140] + '"' not in second
+    # the critical path is linked up to a cap and counted
+    assert f"({page.critical_length} in all)" in html or page.critical_length <= 40
+    # hostile page numbers and waves are clamped or ignored, never an error
+    for query in ("?bpage=x", "?bpage=-1", "?bpage=99999999999", "?wpage=0", "?open=x,0,99999"):
+        response = client.get(f"/convoys/{convoy_id}/{query}")
+        assert response.status_code == 200, query
+    assert drawn_ids(client.get(f"/convoys/{convoy_id}/?open=x,0,99999").content.decode()) == drawn
+    # ?all=1 is the page drawn in full
+    assert len(drawn_ids(client.get(f"/convoys/{convoy_id}/?all=1").content.decode())) > 500
+
+
+def test_a_wave_opens_on_demand_and_as_a_fragment(routes, admin_user):
+    convoy_id, ids = big_convoy()
+    client = logged_in(admin_user)
+    page = selectors.convoy_page(Convoy.objects.get(pk=convoy_id), {}, admin_user, timezone.now())
+    last = page.waves[-1]
+    assert last["number"] != page.frontier
+    wave_ids = set(page.graph.nodes) & {i for i in ids if page.wave_of.get(i) == last["number"]}
+    before = drawn_ids(client.get(f"/convoys/{convoy_id}/").content.decode())
+    assert not wave_ids <= before
+    url = f"/convoys/{convoy_id}/?open={last['number']}"
+    html = client.get(url).content.decode()
+    assert wave_ids <= drawn_ids(html) and before <= drawn_ids(html)
+    fragments = live(client, url + "&fragments=dag-card,wave-card")["fragments"]
+    assert set(fragments) == {"dag-card", "wave-card"}
+    assert wave_ids <= drawn_ids(fragments["dag-card"])
+    assert_parts_of(html, fragments)
+
+
+def test_focus_on_a_bead_of_a_wave_not_drawn_draws_it(routes, admin_user):
+    convoy_id, ids = big_convoy()
+    client = logged_in(admin_user)
+    target = ids[-1]
+    assert target not in drawn_ids(client.get(f"/convoys/{convoy_id}/").content.decode())
+    html = client.get(f"/convoys/{convoy_id}/?focus={target}").content.decode()
+    assert target in drawn_ids(html) and f'data-focus="{target}"' in html
+    assert "focus-missing" not in html
+
+
+def test_an_overview_live_update_equals_a_reload(routes, admin_user):
+    convoy_id, ids = big_convoy()
+    client = logged_in(admin_user)
+    url = f"/convoys/{convoy_id}/?open=3"
+    html = client.get(url).content.decode()
+    layout_key = re.search(r'data-layout="([0-9a-f]+)"', html).group(1)
+    drawn = sorted(drawn_ids(html) & set(ids))
+    beads.update_bead(drawn[-1], status="in_progress", assignee="ann", actor="test")
+    data = live(client, url, since=as_of(html), x_live_layout=layout_key)
+    assert f"n-{drawn[-1]}" in data["fragments"]
+    assert_parts_of(client.get(url).content.decode(), data["fragments"])
+    # a close moves the bead table's pages: the table is sent whole, equal to a reload
+    open_row = re.search(r'id="bead-row-([^"]+)"', html).group(1)
+    seq = as_of(client.get(url).content.decode())
+    beads.close_bead(open_row, actor="test")
+    data = live(client, url, since=seq, x_live_layout=layout_key)
+    assert "bead-table" in data["fragments"]
+    assert_parts_of(client.get(url).content.decode(), data["fragments"])
