@@ -578,10 +578,11 @@ def _geometry(convoy, graph, waves, gated, collapsed, drawn=None):
     return geometry, key
 
 
-def _overview_drawn(waves, gated, frontier, critical, wave_number, focus, params):
+def _overview_drawn(waves, gated, frontier, critical, wave_number, focus, params, done):
     """{wave: ids drawn} of an overview (gated beads under 0): the frontier wave, the waves
     opened (?open=N,M) and the focused bead's, the next CRITICAL_DRAWN beads of the critical
-    path; at most WAVE_DRAWN beads of a wave (the focused and critical ones always)."""
+    path; at most WAVE_DRAWN beads of a wave, unfinished first (the focused and critical
+    ones always)."""
     opened = []
     for part in params.get("open", "").split(","):
         if part.isascii() and part.isdigit() and 1 <= int(part) <= len(waves):
@@ -593,7 +594,7 @@ def _overview_drawn(waves, gated, frontier, critical, wave_number, focus, params
         whole.add(frontier)
     if focus in wave_number:
         whole.add(wave_number[focus])
-    drawn = {n: list(waves[n - 1][:WAVE_DRAWN]) for n in whole}
+    drawn = {n: sorted(waves[n - 1], key=lambda i: i in done)[:WAVE_DRAWN] for n in sorted(whole)}
     extra = [i for i in critical[:CRITICAL_DRAWN]]
     if focus:
         extra.append(focus)
@@ -838,7 +839,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     drawn, opened, bands, wave_pages, wpage = None, [], wave_rows, 1, 1
     if overview:
         drawn, opened = _overview_drawn(
-            waves, gated, frontier, critical, wave_number, focus, params
+            waves, gated, frontier, critical, wave_number, focus, params, done
         )
         wave_pages = max(1, -(-len(wave_rows) // BAND_PAGE))
         wpage = _page_number(params.get("wpage"), wave_pages, (frontier or 1) // BAND_PAGE + 1)
