@@ -54,8 +54,20 @@ def step(request, convoy_id):
     result = timeline.step(convoy, snapshot, graph, waves, number)
     if result is None:
         return JsonResponse({"detail": "this convoy has no events yet"}, status=404)
+    # A big convoy's page lists a window of its waves (an overview): so does its past.
+    overview = len(snapshot.tracked) > selectors.OVERVIEW_AT
+    bands, wave_pages, wpage = (
+        selectors.band_window(result.waves, result.frontier, request.GET.get("wpage"))
+        if overview
+        else (result.waves, 1, 1)
+    )
     page = SimpleNamespace(
         waves=result.waves,
+        bands=bands,
+        wave_pages=wave_pages,
+        wpage=wpage,
+        overview=overview,
+        opened=[],
         frontier=result.frontier,
         gated=gated,
         summary_line=f"As after event #{result.seq}.",

@@ -841,9 +841,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
         drawn, opened = _overview_drawn(
             waves, gated, frontier, critical, wave_number, focus, params, done
         )
-        wave_pages = max(1, -(-len(wave_rows) // BAND_PAGE))
-        wpage = _page_number(params.get("wpage"), wave_pages, (frontier or 1) // BAND_PAGE + 1)
-        bands = wave_rows[(wpage - 1) * BAND_PAGE : wpage * BAND_PAGE]
+        bands, wave_pages, wpage = band_window(wave_rows, frontier, params.get("wpage"))
     elif len(graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
         collapsed = {r["number"] for r in wave_rows if r["counts"]["done"] == r["total"]}
         collapsed.discard(wave_number.get(focus))  # the focused bead is drawn
@@ -929,6 +927,14 @@ def convoy_page(convoy, params, user, now, snapshot=None):
         watch_beads=causemod.outside_blockers(why, tracked),
         watch_kinds=causemod.watch_kinds(why),
     )
+
+
+def band_window(wave_rows, frontier, wpage=None):
+    """An overview's wave rows listed: (BAND_PAGE rows, pages, page), the page `wpage` or by
+    default the one holding the frontier."""
+    pages = max(1, -(-len(wave_rows) // BAND_PAGE))
+    page = _page_number(wpage, pages, ((frontier or 1) - 1) // BAND_PAGE + 1)
+    return wave_rows[(page - 1) * BAND_PAGE : page * BAND_PAGE], pages, page
 
 
 def _page_number(value, pages, default):

@@ -9,7 +9,7 @@ from django.db.models.fields.json import KT
 
 from . import history
 from .models import ConvoyVisit, Event, TrackedBead
-from .selectors import COLLAPSE_AT, SEGMENTS, _wave_rows, bead_url_maker
+from .selectors import COLLAPSE_AT, OVERVIEW_AT, SEGMENTS, _wave_rows, bead_url_maker
 
 GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted
 SINCE_CHIPS = 60
@@ -236,7 +236,14 @@ def step(convoy, snapshot, graph, waves, number):
         return s if s in ("ready", "unknown") else run.status.get(bead_id, "unknown")
 
     rows, frontier = _past_wave_rows(
-        waves, beads, ready, graph, chip, bead_url_maker(), len(tracked) > COLLAPSE_AT
+        waves,
+        beads,
+        ready,
+        graph,
+        chip,
+        bead_url_maker(),
+        len(tracked) > COLLAPSE_AT,
+        chips=0 if len(tracked) > OVERVIEW_AT else None,
     )
     return Step(
         step=number,
@@ -252,9 +259,9 @@ def step(convoy, snapshot, graph, waves, number):
     )
 
 
-def _past_wave_rows(*args):
+def _past_wave_rows(*args, chips=None):
     """The page's wave rows, without causes: why a bead waited then is not replayed."""
-    return _wave_rows(*args, why={})
+    return _wave_rows(*args, why={}, chips=chips)
 
 
 # --- since your last visit -------------------------------------------------------------------

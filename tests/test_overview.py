@@ -144,3 +144,14 @@ def test_an_overview_live_update_equals_a_reload(routes, admin_user):
     data = live(client, url, since=seq, x_live_layout=layout_key)
     assert "bead-table" in data["fragments"]
     assert_parts_of(client.get(url).content.decode(), data["fragments"])
+
+
+def test_a_slider_step_of_an_overview_lists_the_same_window_of_waves(routes, admin_user):
+    convoy_id, ids = big_convoy()
+    beads.close_bead(ids[140], actor="test")  # the convoy's stream has an event to step to
+    client = logged_in(admin_user)
+    response = client.get(f"/convoys/{convoy_id}/history/?step=1")
+    assert response.status_code == 200, response.content
+    html = response.json()["fragments"]["wave-card"]
+    assert len(re.findall(r'<tr data-wave="', html)) == selectors.BAND_PAGE
+    assert 'class="chip' not in html and 'id="wave-pager"' in html
