@@ -148,6 +148,26 @@ def test_launch_epic_stages_and_launches(routes):
     assert Dispatch.objects.filter(path="launch").count() == 1
 
 
+def test_stage_with_launch_stages_then_launches(routes):
+    """`convoy stage X --launch` (the README's one step; it once crashed on a name clash)."""
+    bead("gt-root", type="epic")
+    for bead_id in ("gt-a", "gt-b"):
+        bead(bead_id)
+        child("gt-root", bead_id)
+    blocks("gt-a", "gt-b")
+    out = run("convoy", "stage", "gt-root", "--launch")
+    assert "Convoy created: hq-cv-" in out and "✓ gt-a" in out
+    assert Convoy.objects.get().status == "open"
+    assert list(Dispatch.objects.values_list("bead_id", flat=True)) == ["gt-a"]
+    bead("gt-root2", type="epic")
+    bead("gt-x")
+    child("gt-root2", "gt-x")
+    fails("convoy", "stage", "gt-root2", "--launch", match="has warnings, use --force")
+    data = json.loads(run("convoy", "stage", "gt-root2", "--launch", "--force", "--json"))
+    assert data["stage"]["status"] == "staged_warnings"
+    assert [d["id"] for d in data["launch"]["dispatched"]] == ["gt-x"]
+
+
 def test_launch_skips_closed_and_blocked_with_reasons(routes):
     bead("gt-a")
     bead("gt-done", status="closed")

@@ -6,7 +6,7 @@ from django.utils import timezone
 from ... import causes, selectors, stranding
 from ...formatting import render_launch, status_words
 from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
-from ...services import capacity, controls, escalation, feeding, launch, notify, staging
+from ...services import breaker, capacity, controls, escalation, feeding, launch, staging
 from ...services import convoys as convoy_service
 from ...services.notify import format_duration
 from ..base import ServiceCommand, error
@@ -311,7 +311,7 @@ class Command(ServiceCommand):
 
     # --- watch / unwatch --------------------------------------------------------------------
     def do_watch(self, convoy, user, email, json, **_):
-        status = notify.watch(user, convoy, email=email)
+        status = convoy_service.watch(user, convoy, email=email)
         kind = "mail" if email else "inbox"
         if json:
             self.write_json(
@@ -326,7 +326,7 @@ class Command(ServiceCommand):
             )
 
     def do_unwatch(self, convoy, user, json, **_):
-        removed = notify.unwatch(user, convoy)
+        removed = convoy_service.unwatch(user, convoy)
         if json:
             self.write_json(
                 {
@@ -385,7 +385,7 @@ class Command(ServiceCommand):
         stuck = escalation.state(row)
         if stuck is not None and stuck.current:
             self.stdout.write(_escalation_line(stuck))
-        parked = controls.parked_among([item["id"] for item in data["tracked"]])
+        parked = breaker.parked_among([item["id"] for item in data["tracked"]])
         now = timezone.now()
         for item in data["tracked"]:
             symbol = "⚠" if item["id"] in parked else status_symbol(item["status"])
@@ -426,7 +426,7 @@ class Command(ServiceCommand):
     def do_capacity(self, set, unset, actor, json, **_):
         changed = None
         if set is not None or unset:
-            old, new, fed = capacity.set_cap(None if unset else set, actor=actor)
+            old, new, fed = controls.set_cap(None if unset else set, actor=actor)
             changed = {"old": old, "new": new, "dispatched": [r["id"] for r in fed]}
         report = capacity.report()
         if json:
@@ -537,12 +537,17 @@ class Command(ServiceCommand):
             self.stdout.write(f"🚚 {row['id']}: {row['title']}\n    {note}")
 
     # --- stage / launch / feed --------------------------------------------------------------
-    def do_stage(self, ids, title, force, json, launch=False, **_):
+    def do_stage(self, ids, title, force, json, **options):
+        and_launch = options.get("launch", False)
         plan = staging.stage(ids, title)
         if json:
-            self.write_json(plan.as_json())
+            if plan.errors or not and_launch:
+                self.write_json(plan.as_json())
             if plan.errors:
                 raise error(f"convoy staging failed: {len(plan.errors)} error(s) found")
+            if and_launch:
+                result = launch.launch_staged(plan.convoy_id, force=force)
+                self.write_json({"stage": plan.as_json(), "launch": result.as_json()})
             return
         text, errors = plan.render()
         if errors:
@@ -557,7 +562,7 @@ class Command(ServiceCommand):
         if plan.moved:
             for bead_id, (before, after) in sorted(plan.moved.items()):
                 self.stdout.write(f"  moved {bead_id}: wave {before or '-'} → {after or '-'}")
-        if launch:
+        if and_launch:
             result = launch.launch_staged(plan.convoy_id, force=force)
             self._launch_output(result, False)
 
