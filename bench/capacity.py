@@ -230,13 +230,13 @@ def trial(args, cap, convoys_n, per_convoy, limit=None):
     from django.utils import timezone
 
     from convoys.models import Convoy, Cursor, HandledEvent
-    from convoys.services import capacity, convoys
+    from convoys.services import capacity, controls, convoys
     from convoys.services.launch import launch_staged
 
     reset()
     Cursor.objects.all().delete()
     HandledEvent.objects.all().delete()
-    capacity.set_cap(cap, actor="bench")
+    controls.set_cap(cap, actor="bench")
     plans = build(convoys_n, per_convoy, "c" if cap else "b")
     for convoy_id in plans if limit else ():
         convoys.update_fields(convoy_id, max_in_flight=limit, actor="bench")

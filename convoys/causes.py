@@ -50,8 +50,8 @@ from .models import (
     Worker,
 )
 from .readiness import blocked_by, ready_beads, worker_dead
-from .services import capacity, dispatch
-from .services.controls import parked_among
+from .services import breaker, capacity
+from .services.breaker import parked_among
 
 KINDS = (
     "unknown",
@@ -427,11 +427,11 @@ def load(bead_ids, selection, now=None, known=None):
 
 def _held_back(bead_ids, now):
     """Those of `bead_ids` the feeders skip now: a dispatch failed within the cooldown, or the
-    breaker parked them (services.dispatch's rules: looked up by id for a few beads, by one
+    breaker parked them (services.breaker's rules: looked up by id for a few beads, by one
     range scan of the recent failures for many)."""
     if len(bead_ids) <= HELD_LOOKUP:
-        return dispatch.cooling_down(bead_ids, now) if bead_ids else set()
-    return dispatch.recent_failures(now) & set(bead_ids)
+        return breaker.cooling_down(bead_ids, now) if bead_ids else set()
+    return breaker.recent_failures(now) & set(bead_ids)
 
 
 HELD_LOOKUP = 500

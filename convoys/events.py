@@ -8,13 +8,13 @@ on the row lock until the first commits.
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, NotRequired, TypedDict, overload
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from . import bulk
 from .models import Event, EventCounter, TrackedBead
 
-CLOSE_KINDS = ("bead.closed",)
+CLOSED = "bead.closed"  # its writers hand it to the cluster: queue.handle_closes_on_commit
 COUNTER = "events"
 
 
@@ -73,17 +73,20 @@ def record(
 @overload
 def record_many(items: Sequence[EventItem], *, instances: Literal[True] = ...) -> list[Event]: ...
 @overload
-def record_many(items: Sequence[EventItem], *, instances: Literal[False]) -> int: ...
+def record_many(items: Sequence[EventItem], *, instances: Literal[False]) -> range: ...
 
 
-def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[Event] | int:
+def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[Event] | range:
     """Append several events at once (one counter update, one insert).
 
-    Returns the Event objects, or only their number with `instances=False`: bulk loads
-    (import, sync), whose rows go in through bulk.py's multi-row INSERT; every other write
-    goes through the ORM."""
+    Returns the Event objects, or only their sequence numbers (in the order of `items`) with
+    `instances=False`: bulk loads (import, sync), whose rows go in through bulk.py's multi-row
+    INSERT; every other write goes through the ORM.
+
+    Recording runs nothing else: a writer whose event the cluster must act on (a
+    `bead.closed`) says so itself through convoys/queue.py."""
     if not items:
-        return [] if instances else 0
+        return [] if instances else range(0)
     first = reserve(len(items))
     now = timezone.now()
     bead_ids = {item["bead_id"] for item in items if item.get("bead_id")}
@@ -104,22 +107,10 @@ def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[E
                 "created_at": now,
             }
         )
-    result: list[Event] | int
     if instances:
-        result = Event.objects.bulk_create([Event(**row) for row in rows])
-    else:
-        result = bulk.insert(Event, rows)
-    closes = [row["seq"] for row in rows if row["kind"] in CLOSE_KINDS]
-    if closes:
-        transaction.on_commit(lambda: _after_close(closes), robust=True)
-    return result
-
-
-def _after_close(seqs: list[int]) -> None:
-    from .tasks import enqueue_close_handling
-
-    for seq in seqs:
-        enqueue_close_handling(seq)
+        return Event.objects.bulk_create([Event(**row) for row in rows])
+    bulk.insert(Event, rows)
+    return range(first, first + len(rows))
 
 
 def last_seq() -> int:

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
+from .dag import EXECUTION_TYPES
 from .models import ACTIVE_WORK_STATUSES, SLINGABLE_TYPES, Bead, TrackedBead, Worker
 from .readiness import blocked_by, ready_beads
 
@@ -154,7 +155,18 @@ def advance(snapshot, changes, now):
 
 def obtain(convoy, seq, now, since=None, changes=None):
     """The snapshot for a page drawn at `seq`: carried forward from the one a live page was
-    drawn from (`since`, over `changes`) when this process has it and may, else loaded."""
+    drawn from (`since`, over `changes`) when this process has it and may, else loaded.
+    With CONVOY_RELOAD_FROM_KEPT a full render (no `since`) carries forward the newest
+    snapshot this process keeps of the convoy the same way (a big convoy's reload then reads
+    only what changed since; off by default: a reload reads everything afresh)."""
+    if since is None and settings.CONVOY_RELOAD_FROM_KEPT:
+        with _lock:
+            mine = [k[2] for k in _cache if k[:2] == (convoy.pk, convoy.created_at)]
+        if mine and max(mine) <= seq:
+            from .selectors import changes_since
+
+            since = max(mine)
+            changes = changes_since(since)
     snapshot = None
     # The convoy's creation time in the key: a database reset (tests, `demo --reset`) may
     # bring back the same id and sequence numbers.
@@ -234,8 +246,6 @@ def _tracking(convoy):
 
 def _gates(edges, beads):
     """Untracked non-slingable blockers (a decision): the page draws and names them."""
-    from .dag import EXECUTION_TYPES
-
     outside = {t for _, t, kind in edges if t not in beads and kind in EXECUTION_TYPES}
     if not outside:
         return []

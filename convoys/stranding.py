@@ -35,6 +35,8 @@ from .models import (
     TrackedBead,
 )
 from .readiness import blocked_by, ready_beads
+from .services import capacity
+from .services.breaker import cooling_down, parked_among, recent_failures
 
 FEEDABLE, MOVING, STUCK, EMPTY = "feedable", "moving", "stuck", "empty"
 STRANDED_KINDS = (FEEDABLE, STUCK, EMPTY)
@@ -132,8 +134,6 @@ def classify(convoys, now=None, explain=False, loaded=None, facts=None):
     for convoy_id, bead_id in rows:
         if convoy_id in per_convoy:
             per_convoy[convoy_id].append(bead_id)
-    from .services.dispatch import cooling_down, recent_failures
-
     # Which ready beads are cooling down: a few ready beads are looked up by id (the parked
     # beads of the whole database are a scan of every bead); many, by one range scan.
     if len(ready) <= COOLING_LOOKUP:
@@ -201,8 +201,6 @@ def _first_pass(convoy, ids, statuses, ready, cooling):
 
 def _town_full(now):
     """(in flight, cap) when the town is at its cap, else None."""
-    from .services import capacity
-
     limit = capacity.cap()
     busy = capacity.in_flight(now) if limit else 0
     return (busy, limit) if limit and busy >= limit else None
@@ -248,8 +246,6 @@ def _explain(per_convoy, verdicts, ready, cooling, facts=None):
         targets = {t for ts in blockers.values() for t in ts}
         target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
     rig_states = dict(Rig.objects.values_list("name", "state"))
-    from .services.controls import parked_among
-
     parked = parked_among(sorted(cooling)) if cooling else {}  # cooling: a few recent failures
     for convoy_id, ids in per_convoy.items():
         verdict = verdicts[convoy_id]

@@ -30,7 +30,7 @@ from .models import (
 )
 from .readiness import blocked_by, ready_beads
 from .services import beads as bead_service
-from .services import capacity, feeding, launch, notify, staging
+from .services import capacity, escalation, feeding, launch, notify, staging
 from .services import convoys as convoy_service
 from .services.errors import ServiceError
 
@@ -449,7 +449,7 @@ def inbox(request):
         notify.mark_read(request.user, wanted if ids else None)
         return redirect("inbox")
     context = _base(request)
-    context["action_notes"], context["receipt_notes"] = notify.inbox(request.user)
+    context["action_notes"], context["receipt_notes"] = escalation.inbox(request.user)
     context["can_view"] = request.user.has_perm(VIEW)
     fragments = [Fragment("inbox-list", "convoys/_inbox_list.html"), unread()]
     return respond(request, "convoys/inbox.html", context, fragments)

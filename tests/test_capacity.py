@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from convoys.models import Bead, Convoy, Dispatch, Event, Worker
-from convoys.services import capacity, convoys, dispatch, feeding, staging
+from convoys.services import breaker, capacity, convoys, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
 from . import test_feeding
@@ -67,7 +67,7 @@ def test_positions_skip_free_slots_paused_parked_and_full_convoys(routes, settin
     a = convoys.create("A", [bead(f"gt-a{i}").id for i in range(4)], max_in_flight=2)
     p = convoys.create("Paused", [bead("gt-p0").id])
     controls.pause(p.pk, actor="test")
-    Bead.objects.filter(pk="gt-a3").update(dispatch_failures=dispatch.max_failures())
+    Bead.objects.filter(pk="gt-a3").update(dispatch_failures=breaker.max_failures())
     claim("gt-a0", a.pk)
     snap = capacity.snapshot()
     # one slot of A's own limit left: gt-a1 only; gt-a3 is parked, gt-p0 paused

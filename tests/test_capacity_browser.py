@@ -4,7 +4,7 @@ queue, the panel shows one fewer queued) with no reload."""
 
 import pytest
 
-from convoys.services import beads, capacity, staging
+from convoys.services import beads, controls, staging
 from convoys.services.launch import launch_staged
 
 from .factories import bead
@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(trans
 
 
 def test_capacity_panel_follows_the_town_live(routes, browser, server):  # noqa: F811
-    capacity.set_cap(1, actor="ops")  # the run-time override: the server's processes read it
+    controls.set_cap(1, actor="ops")  # the run-time override: the server's processes read it
     plan = staging.stage([bead(f"gt-w{i}").id for i in range(3)], actor="test")
     launch_staged(plan.convoy_id, force=True)
     make_user("viewer")

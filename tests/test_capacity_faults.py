@@ -9,7 +9,7 @@ import pytest
 
 from convoys.models import Bead, Convoy, Dispatch
 from convoys.services import beads as bead_service
-from convoys.services import capacity, convoys, staging
+from convoys.services import capacity, controls, convoys, staging
 
 from .factories import bead
 from .test_in_flight_race import most_in_flight
@@ -45,7 +45,7 @@ LAUNCH_THEN_SLING = """
 
 
 def test_two_clusters_launches_and_slings_never_exceed_the_cap(routes):
-    capacity.set_cap(CAP, actor="test")  # a run-time override: every process reads it
+    controls.set_cap(CAP, actor="test")  # a run-time override: every process reads it
     plans = [
         staging.stage([bead(f"gt-{lane}{i:02d}").id for i in range(10)], actor="test")
         for lane in "abc"

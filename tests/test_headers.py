@@ -20,7 +20,7 @@ from django.urls import reverse
 
 from convoys.api import create_token
 from convoys.models import Bead, Convoy
-from convoys.services import notify
+from convoys.services import convoys, notify
 
 from .conftest import ROOT
 
@@ -66,7 +66,7 @@ def demo(db):
     # the original's truck emoji; the page must not need it).
     convoy = Convoy.objects.order_by("created_at").first()
     notify.subscribe(root, convoy)
-    notify.notify_landing(convoy)
+    convoys.notify_landing(convoy)
     notify.notify_closed(convoy, "root")
     return root
 

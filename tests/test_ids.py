@@ -253,8 +253,6 @@ def test_landing_mail_has_a_one_line_subject_for_a_multi_line_title(
     """Real data has titles with newlines (hq-cv-e43wk): e-mail refuses them in a header."""
     from django.core import mail
 
-    from convoys.services import notify
-
     bead("gt-a")
     convoy = convoys.create(
         "Work:\nline two\r\n<b>&",
@@ -262,7 +260,7 @@ def test_landing_mail_has_a_one_line_subject_for_a_multi_line_title(
         notify="evil@example.com\nBcc: all@example.com, ops@example.com",
     )
     with django_capture_on_commit_callbacks(execute=True):
-        notify.notify_landing(convoy)  # the bad address is skipped, not retried forever
+        convoys.notify_landing(convoy)  # the bad address is skipped, not retried forever
     assert [m.subject for m in mail.outbox] == ["🚚 Convoy landed: Work: line two <b>&"]
     assert [m.to for m in mail.outbox] == [["ops@example.com"]]
     assert not [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]

@@ -9,9 +9,9 @@ import string
 from django.db import transaction
 from django.utils import timezone
 
-from .. import ids
+from .. import ids, queue
 from ..beadfile import unwrap_external
-from ..events import record
+from ..events import CLOSED, record
 from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, SourcedRecord, Worker
 from . import discovered
 from .errors import NotFound, ServiceError
@@ -131,7 +131,7 @@ def create_bead(
 
 def _status_event_kind(old, new):
     if new == "closed" and old != "closed":
-        return "bead.closed"
+        return CLOSED
     if old in ("closed", "tombstone") and new not in ("closed", "tombstone"):
         return "bead.reopened"
     return "bead.status"
@@ -174,12 +174,14 @@ def update_bead(bead_id, *, actor="", reason=None, **fields):
     bead.save()
     if "status" in changes:
         kind = _status_event_kind(old_status, bead.status)
-        record(
+        event = record(
             kind,
             bead_id=bead.id,
             actor=actor,
             data=_event_data(bead, old_status=old_status, close_reason=bead.close_reason),
         )
+        if kind == CLOSED:  # the cluster feeds what the close unblocked
+            queue.handle_closes_on_commit([event.seq])
         rest = {k: v for k, v in changes.items() if k != "status"}
         if rest:
             record(

@@ -1,9 +1,9 @@
 """Town-wide capacity: at most `cap()` beads in flight across all convoys.
 
 The cap is CONVOY_MAX_IN_FLIGHT (0 = unlimited, the default) unless an operator set one at
-run time (`convoy capacity --set N`, a TownSetting row; `--unset` goes back to the
-environment's). It is read at every use, so the next event in every process obeys a change,
-with no restart; raising it feeds the town at once.
+run time (`convoy capacity --set N`, a TownSetting row written by `controls.set_cap`;
+`--unset` goes back to the environment's). It is read at every use, so the next event in every
+process obeys a change, with no restart; raising it feeds the town at once.
 
 In flight is derived from rows each time, never kept in a counter that could drift: a bead is
 in flight while it is hooked or in progress, its assignee is the worker one of our dispatches
@@ -43,6 +43,7 @@ from ..models import (
     TrackedBead,
 )
 from ..readiness import ready_beads, worker_dead
+from .breaker import recent_failures
 from .errors import ServiceError
 
 # pg_advisory_xact_lock key: "conv" "cap" as two 32-bit halves, fixed for every process.
@@ -76,10 +77,10 @@ def parse_cap(text):
     return int(text)
 
 
-def set_cap(value, *, actor):
-    """Override the cap at run time (None: back to CONVOY_MAX_IN_FLIGHT). Recorded as a
-    `capacity.changed` event; when it leaves more room the town is fed at once. Returns
-    (old cap, new cap, dispatch results)."""
+def override(value, *, actor):
+    """Override the cap at run time (None: back to CONVOY_MAX_IN_FLIGHT), recorded as a
+    `capacity.changed` event. Returns (old cap, new cap, ids of the convoys whose beads waited
+    for a slot under the old cap). `controls.set_cap` feeds the town when it leaves more room."""
     if value is not None:
         value = parse_cap(value)
     with transaction.atomic():
@@ -95,16 +96,7 @@ def set_cap(value, *, actor):
         new = cap()
         if new != old:
             record("capacity.changed", actor=actor, data={"old": old, "new": new})
-    results = []
-    if old and (not new or new > old):  # more room: the queue moves now
-        from .feeding import feed_convoy, feed_town
-
-        if new:
-            results = feed_town("event")
-        else:  # no cap any more: each convoy that waited is fed as a close would feed it
-            for convoy in Convoy.objects.filter(pk__in=waiting):
-                results += feed_convoy(convoy, "event")
-    return old, new, results
+    return old, new, waiting
 
 
 def lock_town():
@@ -197,8 +189,6 @@ class Snapshot:
 def queue(now=None):
     """Every bead that would be dispatched if the town had room, in dispatch order (module
     docstring). At most seven queries, whatever the number of convoys and beads."""
-    from .dispatch import recent_failures
-
     now = now or timezone.now()
     convoys = {
         pk: limit

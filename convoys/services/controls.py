@@ -1,8 +1,10 @@
-"""Operator controls that prove they took effect: pause and resume a convoy, and the
-dispatch circuit breaker (park a bead after failed dispatches in a row; `retry` clears it).
+"""Operator controls that prove they took effect: pause and resume a convoy, `retry` a bead
+parked by the dispatch circuit breaker (services/breaker.py), and the town's cap set at run
+time (services/capacity.py).
 
-The claim in `dispatch` enforces both, so no path feeds a paused convoy or retries a parked
-bead. The proof of a pause is read from the dispatch records, not from the flag.
+The claim in `dispatch` enforces all three, so no path feeds a paused convoy, retries a parked
+bead or passes the cap. The proof of a pause is read from the dispatch records, not from the
+flag. Resuming a convoy or raising the cap feeds at once (services/feeding.py).
 """
 
 from django.db import transaction
@@ -11,8 +13,10 @@ from django.utils import timezone
 
 from ..events import record
 from ..models import CONVOY_CLOSED, CONVOY_OPEN, Bead, Convoy, Dispatch, TrackedBead
+from . import capacity
 from .convoys import get_convoy
 from .errors import NotFound, ServiceError
+from .feeding import feed_convoy, feed_town
 
 REASON_LIMIT = 500
 
@@ -67,8 +71,6 @@ def resume(convoy_id, *, actor):
                 "dispatches_since_pause": paused["dispatches_since"],
             },
         )
-    from .feeding import feed_convoy
-
     return convoy, True, feed_convoy(convoy, "event") if convoy.status == CONVOY_OPEN else []
 
 
@@ -96,32 +98,6 @@ def pause_json(convoy):
     return {**summary, "at": summary["at"].isoformat()}
 
 
-def breaker_tripped(bead_id, title, convoy_id, error):
-    """Record that the breaker parked a bead and tell the people of each open convoy tracking
-    it that someone must act. Runs in the failing dispatch's transaction."""
-    from .notify import notify_action_needed
-
-    failures = Bead.objects.filter(pk=bead_id).values_list("dispatch_failures", flat=True)[0]
-    record(
-        "bead.parked",
-        bead_id=bead_id,
-        convoy_id=convoy_id,
-        data={"title": title, "failures": failures, "error": error},
-    )
-    convoys = Convoy.objects.filter(
-        pk__in=TrackedBead.objects.filter(bead_id=bead_id).values("convoy_id")
-    ).exclude(status=CONVOY_CLOSED)
-    for convoy in convoys:
-        notify_action_needed(
-            convoy,
-            f"⚠ Dispatch failing: {bead_id} parked",
-            f"Dispatching {bead_id} ({' '.join(title.split())}) failed {failures} times in a "
-            f"row; it is parked and convoy {convoy.pk} cannot land until it moves.\n\n"
-            f"Last error: {error}\n\nFix the cause, then retry it: `beads retry {bead_id}` "
-            "or the Retry button on the bead page.",
-        )
-
-
 def retry(bead_id, *, actor):
     """Close the breaker of a parked bead: every path may dispatch it again (the cooldown
     still applies). Returns (bead, changed)."""
@@ -143,19 +119,16 @@ def retry(bead_id, *, actor):
     return bead, True
 
 
-def last_error(bead):
-    failed = Dispatch.objects.filter(bead_id=bead.pk, ok=False).order_by("-created_at").first()
-    return failed.error if failed else ""
-
-
-def parked_among(bead_ids):
-    """{bead id: failed dispatches in a row} of the parked beads among `bead_ids`."""
-    from .dispatch import parked_beads
-
-    return dict(parked_beads().filter(pk__in=bead_ids).values_list("pk", "dispatch_failures"))
-
-
-def is_parked(bead):
-    from .dispatch import max_failures
-
-    return bead.dispatch_failures >= max_failures()
+def set_cap(value, *, actor):
+    """Override the town's cap at run time (None: back to CONVOY_MAX_IN_FLIGHT); a value that
+    is no cap is refused (`capacity.parse_cap`). When it leaves more room the town is fed at
+    once. Returns (old cap, new cap, dispatch results)."""
+    old, new, waiting = capacity.override(value, actor=actor)
+    results = []
+    if old and (not new or new > old):  # more room: the queue moves now
+        if new:
+            results = feed_town("event")
+        else:  # no cap any more: each convoy that waited is fed as a close would feed it
+            for convoy in Convoy.objects.filter(pk__in=waiting):
+                results += feed_convoy(convoy, "event")
+    return old, new, results

@@ -1,4 +1,5 @@
-"""Convoy lifecycle: ids, the status transition rule, create, add, check, close, land.
+"""Convoy lifecycle: ids, the status transition rule, create, add, check, close, land (its
+notification claimed once per completion), and watching a convoy from the CLI.
 
 Completion (SPEC §6): at least one tracked bead and every tracked bead done; a tracked bead
 that is not in the database is "unknown" and never done.
@@ -8,6 +9,7 @@ import re
 import secrets
 import string
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -24,8 +26,10 @@ from ..models import (
     Bead,
     Convoy,
     Dependency,
+    Subscription,
     TrackedBead,
 )
+from . import notify as notify_service  # `close` has a `notify` argument
 from .errors import NotFound, ServiceError
 
 BASE36 = string.digits + string.ascii_lowercase
@@ -297,10 +301,21 @@ def close_if_complete(convoy, *, dry_run=False, actor="feeder"):
         set_status(
             convoy, CONVOY_CLOSED, reason=COMPLETED_REASON, actor=actor, kind="convoy.landed"
         )
-    from .notify import notify_landing
-
     notify_landing(convoy)
     return True
+
+
+def notify_landing(convoy):
+    """Claim the completion stamp with one conditional update; only the winner notifies."""
+    with transaction.atomic():
+        now = timezone.now()
+        won = Convoy.objects.filter(pk=convoy.pk, completion_notified_at__isnull=True).update(
+            completion_notified_at=now
+        )
+        if won != 1:
+            return []
+        convoy.refresh_from_db()
+        return notify_service.notify_landed(convoy, tracked_details([convoy])[convoy.pk], now)
 
 
 def check(convoy_id=None, *, dry_run=False, actor="cli"):
@@ -317,8 +332,6 @@ def check(convoy_id=None, *, dry_run=False, actor="cli"):
         if convoy.status != CONVOY_CLOSED and info["complete"]:
             closed = close_if_complete(convoy, dry_run=dry_run, actor=actor)
         elif convoy.status == CONVOY_CLOSED:
-            from .notify import notify_landing
-
             if convoy.close_reason == COMPLETED_REASON and not dry_run:
                 notify_landing(convoy)  # a missed notification is sent once
         results.append((convoy, closed, info))
@@ -328,13 +341,11 @@ def check(convoy_id=None, *, dry_run=False, actor="cli"):
 def close(convoy_id, *, reason="", force=False, actor="cli", notify=""):
     """Close a convoy (open issues need `force`). A completion lands it (subscribers told);
     `notify` names one more address told that it closed, with the reason."""
-    from .notify import address_recipients, notify_closed, notify_landing
-
     if notify:
         problem = name_problem(notify) or ("" if notify.strip() else "must not be blank")
         if problem:
             raise ServiceError(f"--notify address {problem}")
-        if not address_recipients([notify]):
+        if not notify_service.address_recipients([notify]):
             raise ServiceError(f"--notify {notify}: that user may not view convoys")
     with transaction.atomic():
         convoy = get_convoy(convoy_id, lock=True)
@@ -358,7 +369,7 @@ def close(convoy_id, *, reason="", force=False, actor="cli", notify=""):
     if reason == COMPLETED_REASON:
         notify_landing(convoy)
     if notify:
-        notify_closed(convoy, notify)
+        notify_service.notify_closed(convoy, notify)
     return convoy, True, still_open
 
 
@@ -392,8 +403,6 @@ def land(convoy_id, *, force=False, actor="cli", dry_run=False):
             kind="convoy.landed",
             data={"released_workers": released},
         )
-    from .notify import notify_landing
-
     notify_landing(convoy)
     return convoy, True, released
 
@@ -482,3 +491,30 @@ def untrack(convoy_id, bead_ids, actor=""):
         data={"removed": removed, "title": convoy.title, "status": convoy.status},
     )
     return removed
+
+
+def watch(username, convoy_id, email=False):
+    """`convoy watch`: subscribe a user who may view convoys (as the web does). Returns
+    "subscribed", "updated" (the e-mail choice changed) or "already_watching"."""
+    convoy = get_convoy(convoy_id)
+    user = _user(username)
+    if not (user.is_active and user.has_perm("convoys.view_convoy")):
+        raise ServiceError(f"user '{username}' may not view convoys: nothing to watch")
+    existing = Subscription.objects.filter(user=user, convoy=convoy).first()
+    if existing and existing.email == email:
+        return "already_watching"
+    notify_service.subscribe(user, convoy, email=email)
+    return "updated" if existing else "subscribed"
+
+
+def unwatch(username, convoy_id):
+    """`convoy unwatch`: True if the user was watching the convoy."""
+    convoy = get_convoy(convoy_id)
+    return bool(notify_service.unsubscribe(_user(username), convoy))
+
+
+def _user(username):
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise NotFound(f"user '{username}' not found")
+    return user

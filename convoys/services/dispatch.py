@@ -6,7 +6,8 @@ releases the claim, and the bead cools down before it is tried again.
 
 Two operator controls are enforced here, so every path (launch, close, catch-up, scan, sling)
 obeys them: a bead tracked by a paused convoy is not claimed, and a bead whose dispatch
-failed CONVOY_MAX_DISPATCH_FAILURES times in a row is parked (the breaker) until retried.
+failed CONVOY_MAX_DISPATCH_FAILURES times in a row is parked (services/breaker.py) until
+retried.
 The town's cap on beads in flight (services/capacity.py) is enforced here too: with a cap set,
 a claim takes the town lock first, then counts the beads in flight in its own transaction.
 """
@@ -16,11 +17,11 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from .. import queue
 from ..dispatchers import Outcome, get_dispatcher
 from ..events import record
 from ..models import (
@@ -33,7 +34,7 @@ from ..models import (
     Worker,
 )
 from ..readiness import worker_dead
-from . import capacity
+from . import breaker, capacity
 
 log = logging.getLogger("convoys.dispatch")
 
@@ -67,37 +68,6 @@ class Claim:
     path: str
     dispatch_id: int
     previous_status: str
-
-
-def max_failures():
-    return settings.CONVOY_MAX_DISPATCH_FAILURES
-
-
-def parked_beads():
-    """Beads whose breaker is open (failed dispatches in a row at the limit)."""
-    return Bead.objects.filter(dispatch_failures__gte=max_failures())
-
-
-def cooling_down(bead_ids, now=None):
-    """The beads among `bead_ids` not to try now: a dispatch failed within the cooldown, or
-    the breaker parked them."""
-    now = now or timezone.now()
-    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
-    failed = Dispatch.objects.filter(bead_id__in=bead_ids, ok=False, created_at__gte=since)
-    parked = parked_beads().filter(pk__in=bead_ids)
-    return set(failed.values_list("bead_id", flat=True)) | set(parked.values_list("pk", flat=True))
-
-
-def recent_failures(now=None):
-    """Every bead whose dispatch failed within the cooldown, or that the breaker parked: one
-    range scan of the (few) recent attempts, cheaper than a long IN list when many beads are
-    ready."""
-    now = now or timezone.now()
-    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
-    failed = Dispatch.objects.filter(created_at__gte=since, ok=False)
-    return set(failed.values_list("bead_id", flat=True)) | set(
-        parked_beads().values_list("pk", flat=True)
-    )
 
 
 def paused_convoys(bead_id, convoy_id=""):
@@ -189,7 +159,7 @@ def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
         pk=bead.pk,
         status=bead.status,
         assignee=bead.assignee,
-        dispatch_failures__lt=max_failures(),
+        dispatch_failures__lt=breaker.max_failures(),
     )
     if bead.status != "open" or bead.assignee:
         # Only work whose worker is dead may be taken over (SPEC §2); a live worker keeps it.
@@ -275,9 +245,7 @@ def _record(claim_, outcome, started):
             )
             _check_breaker(claim_, outcome)
             if capacity.cap():  # the freed slot goes to the town queue's head
-                from ..tasks import enqueue_town_feed
-
-                transaction.on_commit(enqueue_town_feed, robust=True)
+                queue.feed_town_on_commit()
         _check_spin(claim_)
     return {
         "id": claim_.bead_id,
@@ -293,11 +261,9 @@ def _check_breaker(claim_, outcome):
     """Park the bead when this failure is the one that reaches the limit, and ask its
     convoys' people to act (once: only the failure that lands on the limit does)."""
     failures = Bead.objects.filter(pk=claim_.bead_id).values_list("dispatch_failures", flat=True)
-    if failures.first() != max_failures():
+    if failures.first() != breaker.max_failures():
         return
-    from .controls import breaker_tripped
-
-    breaker_tripped(claim_.bead_id, claim_.title, claim_.convoy_id, outcome.error)
+    breaker.tripped(claim_.bead_id, claim_.title, claim_.convoy_id, outcome.error)
 
 
 def _check_spin(claim_):

@@ -150,6 +150,19 @@ def state_json(convoy):
     return found.as_json() if found else None
 
 
+def inbox(user, limit=200):
+    """(action needed, receipts): the user's latest notifications of each kind, newest
+    first; each escalation carries `escalation_state` (a State, or None)."""
+    base = Notification.objects.filter(user=user).select_related("convoy")
+    action = list(base.filter(kind__in=Notification.ACTION_KINDS)[:limit])
+    receipts = list(base.exclude(kind__in=Notification.ACTION_KINDS)[:limit])
+    escalated = {n.convoy_id: n.convoy for n in action if n.kind == Notification.ESCALATION}
+    found = states([c for c in escalated.values() if c is not None])
+    for note in action:
+        note.escalation_state = found.get(note.convoy_id)
+    return action, receipts
+
+
 # --- the scan -----------------------------------------------------------------------------------
 def escalate_stuck(now=None):
     """Escalate every stuck convoy whose next step is due; run by each stranded scan.

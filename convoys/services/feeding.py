@@ -34,7 +34,7 @@ from ..models import (
     TrackedBead,
 )
 from ..readiness import ready_beads
-from . import capacity, dispatch, leases, staging
+from . import breaker, capacity, dispatch, leases, staging
 from .convoys import EMPTY_REASON, check, close_if_complete, get_convoy, set_status
 
 log = logging.getLogger("convoys.feeding")
@@ -104,7 +104,7 @@ def _drain(convoy, path, limit, me, name):
     if limit <= 0:
         return results
     candidates = list(ready_beads(Bead.objects.filter(pk__in=tracked)))
-    cooling = dispatch.cooling_down([b.pk for b in candidates])
+    cooling = breaker.cooling_down([b.pk for b in candidates])
     for bead in candidates:
         if bead.pk in cooling:
             continue

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from .. import beadfile, bulk, convoy_fields, readahead
+from .. import beadfile, bulk, convoy_fields, queue, readahead
 from ..beadfile import (
     BadLine,
     export_timestamp,
@@ -25,7 +25,7 @@ from ..beadfile import (
     parse_timestamp,
     unwrap_external,
 )
-from ..events import record_many
+from ..events import CLOSED, record_many
 from ..models import Bead, Convoy, Dependency, Memory, TrackedBead
 from . import discovered
 from .errors import ServiceError
@@ -163,7 +163,7 @@ class _Importer:
             kind = "bead.updated"
             if "status" in diff:
                 if bead.status == "closed":
-                    kind = "bead.closed"
+                    kind = CLOSED
                 elif old_status in ("closed", "tombstone"):
                     kind = "bead.reopened"
                 else:
@@ -193,7 +193,12 @@ class _Importer:
         bulk.table(Dependency).insert(deps)
         self._note_discovered(deps, old_deps)
         self.report.dependencies += sum(len(dep_rows) for _, dep_rows in batch)
-        self.report.events += record_many(events, instances=False)
+        seqs = record_many(events, instances=False)
+        self.report.events += len(seqs)
+        # An imported close feeds what it unblocked, as a local close does.
+        queue.handle_closes_on_commit(
+            [seq for seq, event in zip(seqs, events, strict=True) if event["kind"] == CLOSED]
+        )
 
     def _note_discovered(self, deps, old_deps):
         at = bulk.table(Dependency).index

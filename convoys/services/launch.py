@@ -12,7 +12,7 @@ from django.db import transaction
 from .. import dag as dagmod
 from ..models import CONVOY_CLOSED, CONVOY_OPEN, CONVOY_STAGED_WARNINGS, Bead, Convoy, Rig
 from ..readiness import blocked_by, ready_beads
-from . import capacity, dispatch, staging
+from . import breaker, capacity, dispatch, staging
 from .convoys import get_convoy, set_status
 from .errors import ServiceError
 
@@ -124,7 +124,7 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
         beads = Bead.objects.in_bulk(wave1)
         ready = {b.pk: b for b in ready_beads(Bead.objects.filter(pk__in=wave1))}
         blockers = blocked_by(wave1)
-        cooling = dispatch.cooling_down(wave1)
+        cooling = breaker.cooling_down(wave1)
         for bead_id in wave1:
             bead = beads.get(bead_id)
             if bead_id in ready and bead_id not in cooling:
@@ -155,7 +155,7 @@ def why_not_ready(bead, blockers, cooling):
         return f"already {bead.status}"
     if not bead.is_slingable:
         return f'non-slingable type "{bead.issue_type}"'
-    if bead.dispatch_failures >= dispatch.max_failures():
+    if bead.dispatch_failures >= breaker.max_failures():
         return (
             f"parked after {bead.dispatch_failures} failed dispatches in a row "
             f"(`beads retry {bead.pk}` once the cause is fixed)"

@@ -1,5 +1,5 @@
-"""Notifications: landings claimed once per completion, action-needed notices (a parked bead,
-a stuck convoy's escalation), stored in inboxes and delivered as each user chose per kind
+"""Notifications: landings (claimed once per completion by `convoys.notify_landing`),
+action-needed notices (a parked bead, a stuck convoy's escalation), stored in inboxes and delivered as each user chose per kind
 (DeliveryPreference): immediately (a live toast, a browser notification and an e-mail), in
 the app only, or, for receipts, quietly in the inbox and in one daily digest e-mail. E-mails
 are sent by tasks; a user without an e-mail address gets everything in the app only."""
@@ -14,17 +14,17 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from .. import queue
 from ..events import record_many
 from ..formatting import duration
 from ..ids import name_problem
 from ..models import (
-    Convoy,
     DeliveryPreference,
     Notification,
     Subscription,
     status_symbol,
 )
-from .errors import NotFound, ServiceError
+from .errors import ServiceError
 
 log = logging.getLogger("convoys.notify")
 ACTION_NEEDED = Notification.ACTION_NEEDED  # a kind: someone must act (not a receipt)
@@ -84,20 +84,11 @@ def address_recipients(addresses, seen_users=None):
     return result
 
 
-def notify_landing(convoy):
-    """Claim the completion stamp with one conditional update; only the winner notifies."""
-    from .convoys import tracked_details
-
-    with transaction.atomic():
-        now = timezone.now()
-        won = Convoy.objects.filter(pk=convoy.pk, completion_notified_at__isnull=True).update(
-            completion_notified_at=now
-        )
-        if won != 1:
-            return []
-        convoy.refresh_from_db()
-        subject, body = landing_message(convoy, tracked_details([convoy])[convoy.pk])
-        return _deliver(convoy, Notification.LANDED, subject, body, recipients(convoy), now)
+def notify_landed(convoy, pairs, now):
+    """A landing (its tracked beads: [(id, Bead or None)]), in the caller's transaction,
+    once the caller won the completion stamp (`convoys.notify_landing`)."""
+    subject, body = landing_message(convoy, pairs)
+    return _deliver(convoy, Notification.LANDED, subject, body, recipients(convoy), now)
 
 
 def notify_action_needed(convoy, subject, body):
@@ -187,16 +178,8 @@ def _deliver(convoy, kind, subject, body, to, now):
             if n.user_id
         ]
     )
-    emails = [n.pk for n in notifications if n.email_wanted]
-    if emails:
-        transaction.on_commit(lambda: _enqueue_emails(emails), robust=True)
+    queue.send_emails_on_commit([n.pk for n in notifications if n.email_wanted])
     return notifications
-
-
-def _enqueue_emails(ids):
-    from ..tasks import enqueue
-
-    enqueue("convoys.tasks.send_notification_emails", ids, group="email")
 
 
 def send_emails(notification_ids):
@@ -228,37 +211,6 @@ def mark_read(user, ids=None):
     if ids is not None:
         queryset = queryset.filter(pk__in=ids)
     return queryset.update(read_at=timezone.now())
-
-
-def watch(username, convoy_id, email=False):
-    """`convoy watch`: subscribe a user who may view convoys (as the web does). Returns
-    "subscribed", "updated" (the e-mail choice changed) or "already_watching"."""
-    from .convoys import get_convoy
-
-    convoy = get_convoy(convoy_id)
-    user = _user(username)
-    if not (user.is_active and user.has_perm("convoys.view_convoy")):
-        raise ServiceError(f"user '{username}' may not view convoys: nothing to watch")
-    existing = Subscription.objects.filter(user=user, convoy=convoy).first()
-    if existing and existing.email == email:
-        return "already_watching"
-    subscribe(user, convoy, email=email)
-    return "updated" if existing else "subscribed"
-
-
-def unwatch(username, convoy_id):
-    """`convoy unwatch`: True if the user was watching the convoy."""
-    from .convoys import get_convoy
-
-    convoy = get_convoy(convoy_id)
-    return bool(unsubscribe(_user(username), convoy))
-
-
-def _user(username):
-    user = get_user_model().objects.filter(username=username).first()
-    if user is None:
-        raise NotFound(f"user '{username}' not found")
-    return user
 
 
 @transaction.atomic
@@ -403,19 +355,3 @@ def digest_message(notes, cutoff):
         "Subscriptions page.",
     ]
     return subject, "\n".join(lines)
-
-
-# --- the inbox ----------------------------------------------------------------------------------
-def inbox(user, limit=200):
-    """(action needed, receipts): the user's latest notifications of each kind, newest
-    first; each escalation carries `escalation_state` (services/escalation.State or None)."""
-    from .escalation import states
-
-    base = Notification.objects.filter(user=user).select_related("convoy")
-    action = list(base.filter(kind__in=Notification.ACTION_KINDS)[:limit])
-    receipts = list(base.exclude(kind__in=Notification.ACTION_KINDS)[:limit])
-    escalated = {n.convoy_id: n.convoy for n in action if n.kind == Notification.ESCALATION}
-    found = states([c for c in escalated.values() if c is not None])
-    for note in action:
-        note.escalation_state = found.get(note.convoy_id)
-    return action, receipts

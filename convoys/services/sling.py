@@ -20,7 +20,7 @@ from ..models import (
     bead_prefix,
 )
 from ..readiness import blocked_by, ready_beads
-from . import capacity, dispatch
+from . import breaker, capacity, dispatch
 from .convoys import get_convoy, new_convoy_id, tracking_open_convoy
 from .errors import ServiceError
 from .launch import why_not_ready
@@ -124,7 +124,7 @@ def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=F
     for bead_id in bead_ids:
         refuse_paused(dispatch.paused_convoys(bead_id), f"cannot sling {bead_id}: it is in")
         failures = beads[bead_id].dispatch_failures
-        if failures >= dispatch.max_failures():
+        if failures >= breaker.max_failures():
             raise ServiceError(
                 f"cannot sling {bead_id}: parked after {failures} failed dispatches in a row; "
                 f"fix the cause, then `beads retry {bead_id}`"
@@ -199,7 +199,7 @@ def sling_convoy(convoy_id, *, force=False, actor="cli"):
         beads = tracked.in_bulk()
         ready = {b.pk: b for b in ready_beads(tracked, blockers=not force)}
         blockers = blocked_by(ids)
-        cooling = dispatch.cooling_down(ids)
+        cooling = breaker.cooling_down(ids)
         room = None
         if convoy.max_in_flight:
             busy = tracked.filter(status__in=ACTIVE_WORK_STATUSES).count()

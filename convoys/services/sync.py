@@ -539,7 +539,7 @@ def _mark(name, ids, since, actor):
                     "changes": ["missing_from_source"],
                 }
                 events.append(dict(kind=kind, actor=actor, data=data, **{key: row.id}))
-    return record_many(events, instances=False)
+    return len(record_many(events, instances=False))  # marks only: no close among them
 
 
 def _failed(name, failure):

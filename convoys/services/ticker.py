@@ -11,6 +11,7 @@ import time
 from django.conf import settings
 from django.db import close_old_connections
 
+from .. import queue
 from . import leases
 
 log = logging.getLogger("convoys.ticker")
@@ -30,10 +31,9 @@ def jobs():
 def run(stop, holder, enqueue=None):
     """Enqueue each job on its interval until `stop` (a threading.Event) is set."""
     if enqueue is None:
-        from ..tasks import enqueue as enqueue_task
 
         def enqueue(func, name):
-            enqueue_task(func, task_name=name, group="ticker")
+            queue.enqueue(func, task_name=name, group="ticker")
 
     due = dict.fromkeys((name for name, _, _ in jobs()), time.monotonic())
     while not stop.is_set():

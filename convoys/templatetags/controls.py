@@ -3,8 +3,7 @@ what it shows from the services (the pause proof counts dispatch rows)."""
 
 from django import template
 
-from ..services import controls
-from ..services.dispatch import max_failures
+from ..services import breaker, controls
 
 register = template.Library()
 
@@ -25,9 +24,9 @@ def breaker_panel(context, bead):
     user = context["request"].user
     return {
         "bead": bead,
-        "parked": controls.is_parked(bead),
-        "limit": max_failures(),
-        "last_error": controls.last_error(bead) if controls.is_parked(bead) else "",
+        "parked": breaker.is_parked(bead),
+        "limit": breaker.max_failures(),
+        "last_error": breaker.last_error(bead) if breaker.is_parked(bead) else "",
         "can_retry": user.has_perm("convoys.change_bead"),
         "csrf_token": context.get("csrf_token"),
     }

@@ -5,6 +5,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .. import formatting
+from ..selectors import status_class
 
 register = template.Library()
 
@@ -20,8 +21,6 @@ def qs(context, **changes):
 @register.filter
 def symbol(state):
     """The icon of a bead state, the same as on its DAG node."""
-    from ..selectors import status_class
-
     return status_class(state)[1]
 
 

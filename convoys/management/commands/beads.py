@@ -5,7 +5,7 @@ import orjson
 from ...models import Bead, Dependency, TrackedBead
 from ...readiness import blocked_by, ready_beads
 from ...services import beads as bead_service
-from ...services import controls, jsonl, sync
+from ...services import breaker, controls, jsonl, sync
 from ..base import ServiceCommand, error
 
 
@@ -149,7 +149,7 @@ class Command(ServiceCommand):
                 source=origin.source if origin else None,
                 missing_from_source=bool(origin and origin.missing_since),
                 dispatch_failures=bead.dispatch_failures,
-                parked=controls.is_parked(bead),
+                parked=breaker.is_parked(bead),
                 rig=bead.rig_id,
                 ready=ready,
                 blocked_by=blockers,
@@ -177,10 +177,10 @@ class Command(ServiceCommand):
             self.stdout.write(f"  source: {origin.source} (missing from its source since {since})")
         elif origin:
             self.stdout.write(f"  source: {origin.source} (change it in bd)")
-        if controls.is_parked(bead):
+        if breaker.is_parked(bead):
             self.stdout.write(
                 f"  ⚠ parked: {bead.dispatch_failures} failed dispatches in a row (last: "
-                f"{controls.last_error(bead)}); `beads retry {bead.id}` clears it"
+                f"{breaker.last_error(bead)}); `beads retry {bead.id}` clears it"
             )
         if blockers:
             self.stdout.write(f"  blocked by: {', '.join(blockers)}")

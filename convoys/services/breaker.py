@@ -1,0 +1,87 @@
+"""The dispatch circuit breaker and the retry cooldown: which beads no path tries now.
+
+A bead whose dispatch failed CONVOY_MAX_DISPATCH_FAILURES times in a row is parked (its
+breaker is open) until an operator retries it (`controls.retry`); one whose dispatch failed
+within CONVOY_RETRY_COOLDOWN seconds cools down. `dispatch.claim` refuses a parked bead, the
+feeders and the capacity queue skip both, and the read models (stranding, causes, the bead
+page) say so. The failure that reaches the limit trips the breaker (`tripped`): the people of
+each open convoy tracking the bead are asked to act.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from ..events import record
+from ..models import CONVOY_CLOSED, Bead, Convoy, Dispatch, TrackedBead
+from .notify import notify_action_needed
+
+
+def max_failures():
+    return settings.CONVOY_MAX_DISPATCH_FAILURES
+
+
+def parked_beads():
+    """Beads whose breaker is open (failed dispatches in a row at the limit)."""
+    return Bead.objects.filter(dispatch_failures__gte=max_failures())
+
+
+def cooling_down(bead_ids, now=None):
+    """The beads among `bead_ids` not to try now: a dispatch failed within the cooldown, or
+    the breaker parked them."""
+    now = now or timezone.now()
+    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
+    failed = Dispatch.objects.filter(bead_id__in=bead_ids, ok=False, created_at__gte=since)
+    parked = parked_beads().filter(pk__in=bead_ids)
+    return set(failed.values_list("bead_id", flat=True)) | set(parked.values_list("pk", flat=True))
+
+
+def recent_failures(now=None):
+    """Every bead whose dispatch failed within the cooldown, or that the breaker parked: one
+    range scan of the (few) recent attempts, cheaper than a long IN list when many beads are
+    ready."""
+    now = now or timezone.now()
+    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
+    failed = Dispatch.objects.filter(created_at__gte=since, ok=False)
+    return set(failed.values_list("bead_id", flat=True)) | set(
+        parked_beads().values_list("pk", flat=True)
+    )
+
+
+def parked_among(bead_ids):
+    """{bead id: failed dispatches in a row} of the parked beads among `bead_ids`."""
+    return dict(parked_beads().filter(pk__in=bead_ids).values_list("pk", "dispatch_failures"))
+
+
+def is_parked(bead):
+    return bead.dispatch_failures >= max_failures()
+
+
+def last_error(bead):
+    failed = Dispatch.objects.filter(bead_id=bead.pk, ok=False).order_by("-created_at").first()
+    return failed.error if failed else ""
+
+
+def tripped(bead_id, title, convoy_id, error):
+    """Record that the breaker parked a bead and tell the people of each open convoy tracking
+    it that someone must act. Runs in the failing dispatch's transaction."""
+    failures = Bead.objects.filter(pk=bead_id).values_list("dispatch_failures", flat=True)[0]
+    record(
+        "bead.parked",
+        bead_id=bead_id,
+        convoy_id=convoy_id,
+        data={"title": title, "failures": failures, "error": error},
+    )
+    convoys = Convoy.objects.filter(
+        pk__in=TrackedBead.objects.filter(bead_id=bead_id).values("convoy_id")
+    ).exclude(status=CONVOY_CLOSED)
+    for convoy in convoys:
+        notify_action_needed(
+            convoy,
+            f"⚠ Dispatch failing: {bead_id} parked",
+            f"Dispatching {bead_id} ({' '.join(title.split())}) failed {failures} times in a "
+            f"row; it is parked and convoy {convoy.pk} cannot land until it moves.\n\n"
+            f"Last error: {error}\n\nFix the cause, then retry it: `beads retry {bead_id}` "
+            "or the Retry button on the bead page.",
+        )
