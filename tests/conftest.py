@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,37 @@ def _fresh_channel_layer():
     from channels.layers import channel_layers
 
     channel_layers.backends.clear()
+
+
+def _children():
+    """Our live direct children: pid -> is it the leader of its own session?"""
+    me, found = os.getpid(), {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry.name}/stat").read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == me and fields[0] != "Z":
+            found[int(entry.name)] = int(fields[4]) == int(entry.name)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test():
+    """A test that fails before stopping what it started (a cluster that did not tick in
+    time) must not leave it running: a stray cluster takes later tests' tasks."""
+    before = set(_children())
+    yield
+    for pid, leader in _children().items():
+        if pid in before:
+            continue
+        try:
+            os.killpg(pid, signal.SIGKILL) if leader else os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 @pytest.fixture
