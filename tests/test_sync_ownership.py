@@ -120,6 +120,23 @@ def test_a_bead_missing_from_its_source_is_editable_and_says_so(editor, synced):
     assert LogEntry.objects.filter(object_id="gt-s2").exists()
 
 
+def test_a_bead_back_in_its_source_takes_the_source_record_again(editor, synced):
+    """Missing, edited here, then back byte for byte: the source's record wins again (the
+    line's hash was unchanged, so the pass used to skip it and keep the local edit)."""
+    original = synced.read_bytes()
+    drop(synced, "gt-s2")
+    run_sync(synced)
+    beads.update_bead("gt-s2", title="Edited while missing", actor="test")
+    synced.write_bytes(original)
+    (report,) = run_sync(synced)
+    assert (report["returned"], report["updated"]) == (1, 1), report
+    assert Bead.objects.get(pk="gt-s2").title == "Sell the tickets"
+    with pytest.raises(beads.ServiceError, match="change it in bd"):
+        beads.update_bead("gt-s2", title="Edited again", actor="test")
+    (again,) = run_sync(synced)
+    assert again["events"] == 0, again
+
+
 def test_a_bead_becoming_sourced_between_page_and_save_is_a_form_error(editor, routes, town):
     beads.create_bead("Soon from bd", bead_id="gt-s0", actor="test")
     data = page_data(editor, bead_url("gt-s0"))

@@ -275,7 +275,7 @@ def _scan(lines):
 
 
 def _nothing_to_write(lines, pending, memories):
-    if pending or lines.coming_back:
+    if pending:
         return False
     stored = dict(
         Memory.objects.filter(key__in=[m.key for m in memories]).values_list("key", "line")
@@ -306,7 +306,6 @@ def _write(report, source, stream, lines, found, routes_path, actor):
             _compare(lines, importer, pending[start : start + jsonl.BATCH])
         if memories:
             importer.memories(memories)
-    lines.back(lines.coming_back)
     report.records = lines.count
     discovered.join(importer.discovered_edges, actor=actor)
     report.created = imported.beads_created + imported.convoys_created
@@ -353,7 +352,6 @@ class _Lines:
         self.hashes = {}  # line number -> hash, of the lines handed on to be read
         self.count = self.sum = 0
         self.returned = self.events = 0
-        self.coming_back = []  # known lines whose records are marked missing
 
     def readline(self, size=-1):
         if not self.ahead:
@@ -387,15 +385,14 @@ class _Lines:
             m[1].decode(errors="replace"): key for m, key in zip(leading, keys, strict=True) if m
         }
         by_line = {key for m, key in zip(leading, keys, strict=True) if not m}
-        known, back = {}, []
+        known = {}
         for key, item_id, source, missing in _stored(by_id, by_line):
             if source != self.name or not (by_id.get(item_id) == key or key in by_line):
                 continue
+            if missing:  # read in full: it may have been edited here while it was missing
+                continue
             known[key] = item_id
-            if missing:
-                back.append(item_id)
         self.note([known[key] for key in keys if key in known])
-        self.coming_back += back
         self.ahead = [
             (raw, None if key in known else key) for raw, key in zip(raws, keys, strict=True)
         ]
@@ -481,7 +478,7 @@ def _compare(lines, importer, pending):
         source, stored_digest, missing = stored.get(item_id, (None, None, None))
         if missing:
             back.append(item_id)
-        if source == lines.name and stored_digest == content:
+        if source == lines.name and stored_digest == content and not missing:
             continue
         if beadfile.is_convoy_record(record):
             batch.append((number, record, None))
