@@ -121,6 +121,16 @@ def test_a_close_in_the_source_closes_the_bead_and_feeds_the_convoy(
     assert Dispatch.objects.filter(bead_id="gt-s2").count() == 1
 
 
+def test_an_empty_source_is_refused_not_a_town_gone_missing(routes, town):
+    run_sync(town)
+    before = Event.objects.count()
+    town.write_bytes(b"")
+    with pytest.raises(CommandError, match=r"no records, where 3 were: nothing changed"):
+        run_sync(town)
+    assert Event.objects.count() == before
+    assert not SourcedRecord.objects.filter(missing_since__isnull=False).exists()
+
+
 def test_a_record_the_source_drops_is_marked_missing_not_deleted(routes, town, client):
     run_sync(town)
     drop(town, "gt-s2")

@@ -312,6 +312,9 @@ def _write(report, source, stream, lines, found, routes_path, actor):
     report.updated = imported.beads_updated + imported.convoys_updated
     report.unchanged = report.records - report.created - report.updated
     gone = _gone(lines, stream)
+    if gone and not report.records:  # an empty export (bd run in the wrong place, a file
+        # being rewritten) is a bad source, not a town whose every record went away
+        raise SyncFailed(f"{source.name}: no records, where {len(gone)} were: nothing changed")
     report.missing, report.returned = len(gone), lines.returned
     gone_events = _mark(source.name, gone, timezone.now(), actor)
     report.events = imported.events + lines.events + gone_events
