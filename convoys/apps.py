@@ -16,6 +16,7 @@ class ConvoysConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        # Django: the services import the models, which load only once the registry is ready.
         from .services import guard
 
         guard.connect()
