@@ -155,3 +155,36 @@ def test_a_slider_step_of_an_overview_lists_the_same_window_of_waves(routes, adm
     html = response.json()["fragments"]["wave-card"]
     assert len(re.findall(r'<tr data-wave="', html)) == selectors.BAND_PAGE
     assert 'class="chip' not in html and 'id="wave-pager"' in html
+
+
+def test_a_reload_from_the_kept_snapshot_equals_one_read_afresh(routes, admin_user, settings):
+    """CONVOY_RELOAD_FROM_KEPT: a full render carries forward the snapshot the process keeps
+    (over the events since), and draws what a render that reads everything draws."""
+    from convoys import snapshots
+
+    from .test_web import same_markup
+
+    convoy_id, ids = big_convoy()
+    client = logged_in(admin_user)
+    settings.CONVOY_RELOAD_FROM_KEPT = True
+    client.get(f"/convoys/{convoy_id}/")
+    beads.update_bead(ids[150], status="in_progress", assignee="ann", actor="test")
+    beads.close_bead(ids[151], actor="test")
+    loads = []
+    real_load = snapshots.load
+
+    def counting(*args):
+        loads.append(args)
+        return real_load(*args)
+
+    snapshots.load = counting
+    try:
+        carried = client.get(f"/convoys/{convoy_id}/").content.decode()
+        assert loads == []  # carried forward, not read afresh
+        settings.CONVOY_RELOAD_FROM_KEPT = False
+        fresh = client.get(f"/convoys/{convoy_id}/").content.decode()
+        assert len(loads) == 1
+    finally:
+        snapshots.load = real_load
+    strip = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00")  # the moment drawn
+    assert strip.sub("", same_markup(carried)) == strip.sub("", same_markup(fresh))
