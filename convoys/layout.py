@@ -125,10 +125,10 @@ def _layers(
         if drawn is not None:
             if number not in drawn:
                 continue
-            ids: list[Key] = list(drawn[number])
-            if len(wave) > len(ids):
-                ids.append(("more", number, len(wave) - len(ids)))
-            layers.append((f"Wave {number}", ids))
+            shown: list[Key] = list(drawn[number])
+            if len(wave) > len(shown):
+                shown.append(("more", number, len(wave) - len(shown)))
+            layers.append((f"Wave {number}", shown))
         elif number in collapsed:
             layers.append((f"Wave {number}", [("summary", number, len(wave))]))
         else:
