@@ -6,6 +6,7 @@ than DRF for an API of this size. Workers and tools use `Authorization: Bearer <
 (`manage.py tokens create`); browsers use their session (with CSRF).
 """
 
+import json
 from datetime import datetime
 from functools import wraps
 from typing import Annotated
@@ -461,26 +462,67 @@ def pause_convoy(request, convoy_id: Text, payload: PauseIn):
     return {"id": convoy.pk, "changed": changed, "paused": controls.pause_json(convoy)}
 
 
-@api.post("/convoys/{convoy_id}/resume", response=responses(dict, 404), tags=["convoys"])
+# The body of an operation that takes none: nothing, or an empty object.
+NO_BODY = {
+    "requestBody": {
+        "required": False,
+        "content": {"application/json": {"schema": {"type": "object", "maxProperties": 0}}},
+    }
+}
+
+
+def no_body(request):
+    """422, nothing done, for a body an operation does not take ({"actor": 7} was accepted and
+    the convoy acknowledged: a client that thinks it sent something must hear it was not read)."""
+    if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        body = {} if not (request.POST or request.FILES) else None
+    elif raw := request.body.strip():
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+    else:
+        body = {}
+    if body != {}:
+        msg = "this operation takes no body (send nothing or {})"
+        raise ValidationError([{"loc": ["body"], "msg": msg, "type": "extra_forbidden"}])
+
+
+@api.post(
+    "/convoys/{convoy_id}/resume",
+    response=responses(dict, 404),
+    tags=["convoys"],
+    openapi_extra=NO_BODY,
+)
 def resume_convoy(request, convoy_id: Text):
     """Resume a paused convoy and feed it at once; answers what that feed dispatched."""
     need(request, "change_convoy")
+    no_body(request)
     convoy, changed, fed = controls.resume(convoy_id, actor=f"api:{request.user}")
     return {"id": convoy.pk, "changed": changed, "dispatched": fed}
 
 
-@api.post("/convoys/{convoy_id}/ack", response=responses(dict, 404), tags=["convoys"])
+@api.post(
+    "/convoys/{convoy_id}/ack",
+    response=responses(dict, 404),
+    tags=["convoys"],
+    openapi_extra=NO_BODY,
+)
 def acknowledge_convoy(request, convoy_id: Text):
     """Acknowledge a stuck convoy's escalation: no more reminders until it moves and stalls
     again. 400 when it is not escalated now."""
     need(request, "view_convoy")
+    no_body(request)
     found, changed = escalation.acknowledge(convoy_id, actor=f"api:{request.user}")
     return {"id": convoy_id, "changed": changed, "escalation": found.as_json()}
 
 
-@api.post("/beads/{bead_id}/retry", response=responses(dict, 404), tags=["beads"])
+@api.post(
+    "/beads/{bead_id}/retry", response=responses(dict, 404), tags=["beads"], openapi_extra=NO_BODY
+)
 def retry_bead(request, bead_id: Text):
     """Clear a bead the dispatch breaker parked: every path may dispatch it again."""
     need(request, "change_bead")
+    no_body(request)
     bead, changed = controls.retry(bead_id, actor=f"api:{request.user}")
     return {"id": bead.pk, "changed": changed, "dispatch_failures": bead.dispatch_failures}

@@ -11,7 +11,7 @@ from django.core.management import CommandError
 
 from convoys import stranding
 from convoys.models import Bead, Convoy, Dispatch, Event, Notification
-from convoys.services import convoys, feeding, notify
+from convoys.services import controls, convoys, feeding, notify
 from convoys.services.notify import ACTION_NEEDED
 
 from .factories import bead, command, signed_in
@@ -158,3 +158,25 @@ def test_api_retry(convoy):
     assert editor.post("/api/beads/gt-a/retry").json()["changed"] is False
     assert Event.objects.get(kind="bead.retried").actor == "api:editor"
     assert editor.post("/api/beads/gt-nope/retry").json() == {"detail": "bead 'gt-nope' not found"}
+
+
+@pytest.mark.parametrize("body", ['{"actor": 7}', "[1]", '{"zzz": 1}', "garbage", '"x"', "null"])
+def test_api_controls_refuse_a_body_they_do_not_take(convoy, body):
+    """ack, resume and retry take no body: one that is sent is a 422 and nothing is done."""
+    for _ in range(3):
+        feeding.feed_convoy(convoy, "event")
+    controls.pause(convoy.pk, actor="test")
+    editor = signed_in("editor", "view_bead", "change_bead", "view_convoy", "change_convoy")
+    before = Event.objects.count()
+    for path in (
+        "/api/beads/gt-a/retry",
+        f"/api/convoys/{convoy.pk}/resume",
+        f"/api/convoys/{convoy.pk}/ack",
+    ):
+        answer = editor.post(path, body, content_type="application/json")
+        assert answer.status_code == 422, (path, answer.content)
+        assert "takes no body" in answer.json()["detail"][0]["msg"]
+    assert Event.objects.count() == before
+    assert editor.post("/api/beads/gt-a/retry", "{}", content_type="application/json").json()[
+        "changed"
+    ]
