@@ -23,14 +23,27 @@ def env_bool(name, default):
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def env_int(name, default):
+def _env_number(name, default, kind, minimum):
     value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = kind(value)
+    except ValueError:
+        number = None
+    if number is None or (minimum is not None and number < minimum):
+        what = "a whole number" if kind is int else "a number"
+        least = f" of at least {minimum}" if minimum is not None else ""
+        raise ImproperlyConfigured(f"{name} must be {what}{least}, not {value!r}")
+    return number
 
 
-def env_float(name, default):
-    value = os.environ.get(name)
-    return float(value) if value not in (None, "") else default
+def env_int(name, default, minimum=None):
+    return _env_number(name, default, int, minimum)
+
+
+def env_float(name, default, minimum=None):
+    return _env_number(name, default, float, minimum)
 
 
 def env_choice(name, default, choices):
@@ -264,7 +277,7 @@ CONVOY_RETRY_COOLDOWN = env_float("CONVOY_RETRY_COOLDOWN", 60.0)
 CONVOY_MAX_DISPATCH_FAILURES = env_int("CONVOY_MAX_DISPATCH_FAILURES", 3)  # then the bead is parked
 # Beads in flight across all convoys, 0 = unlimited (convoys/services/capacity.py);
 # `convoy capacity --set N` overrides it at run time.
-CONVOY_MAX_IN_FLIGHT = env_int("CONVOY_MAX_IN_FLIGHT", 0)
+CONVOY_MAX_IN_FLIGHT = env_int("CONVOY_MAX_IN_FLIGHT", 0, minimum=0)
 CONVOY_WORKER_TIMEOUT = env_float("CONVOY_WORKER_TIMEOUT", 600.0)
 # A convoy page's full render carries forward the newest snapshot its process keeps (as a live
 # update does) instead of reading every bead afresh (convoys/snapshots.py).
