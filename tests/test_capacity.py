@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from convoys.models import Bead, Convoy, Dispatch, Event, Worker
@@ -148,8 +149,10 @@ def test_every_path_keeps_to_the_cap_and_every_freed_slot_is_refilled(
     slung = json.loads(cli("sling", cid, "--json"))
     assert slung["dispatched"] == [] and {s["reason"] for s in slung["skipped"]} >= {full}
     bead("gt-loose")
-    alone = json.loads(cli("sling", "gt-loose", "--no-convoy", "--json"))
-    assert alone["dispatched"][0]["error"] == full
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="nothing dispatched: 1 of 1 refused"):
+        call_command("sling", "gt-loose", "--no-convoy", "--json", stdout=out)
+    assert json.loads(out.getvalue())["dispatched"][0]["error"] == full  # and exit status 1
     assert capacity.in_flight() == 1
     # a close frees the slot for the queue's head
     closing("gt-c0")

@@ -48,17 +48,19 @@ class Command(ServiceCommand):
         convoy, rig, results = sling.sling(
             ids, rig, no_convoy=no_convoy, owned=owned, merge=merge, force=force
         )
+        ok = sum(1 for r in results if r["ok"])
         if json:
             self.write_json(
                 {"convoy_id": convoy.pk if convoy else "", "rig": rig, "dispatched": results}
             )
-            return
-        if convoy:
-            self.stdout.write(f"→ Convoy 🚚 {convoy.pk}: {convoy.title}")
-        self.write_results(results)
-        ok = sum(1 for r in results if r["ok"])
-        if len(results) > 1:
-            self.stdout.write(f"📊 Batch sling complete: {ok}/{len(results)} succeeded")
+        else:
+            if convoy:
+                self.stdout.write(f"→ Convoy 🚚 {convoy.pk}: {convoy.title}")
+            self.write_results(results)
+            if len(results) > 1:
+                self.stdout.write(f"📊 Batch sling complete: {ok}/{len(results)} succeeded")
+        if results and not ok:  # a script must tell that nothing went out
+            raise error(f"nothing dispatched: {len(results)} of {len(results)} refused")
 
     def sling_convoy(self, convoy_id, force, json):
         convoy, results, skipped = sling.sling_convoy(convoy_id, force=force)
