@@ -15,7 +15,8 @@ holds, in this order, is the cause:
   waiting-for-capacity  ready, but its convoy is at its max in flight (position in its queue)
                         or the town is at CONVOY_MAX_IN_FLIGHT (position in the town queue)
   working               a live worker holds it (worker, last seen)
-  dead-worker           its worker is silent: the next stranded scan rescues it (by when)
+  dead-worker           its worker is silent: a stranded scan rescues it, one bead per convoy
+                        per scan (the next scan: by when)
   ready                 the next feed takes it (the open convoys that feed it)
 
 The rules are not derived again here: readiness (`readiness.ready_beads`, `blocked_by`,
@@ -211,7 +212,7 @@ def decide(facts):
             "last_seen": facts.worker_seen,
             "dead_since": facts.dead_since,
             "rescue_by": facts.rescue_by,
-            "text": f"{row.assignee} went silent: the next stranded scan rescues it",
+            "text": f"{row.assignee} went silent: a stranded scan rescues it (one bead per convoy per scan)",
         }
     if facts.feeders:
         text = "the next feed takes it"

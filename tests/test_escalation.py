@@ -146,7 +146,7 @@ def test_progress_resets_the_escalation(stuck):
     # (its worker went silent meanwhile, and nothing took gt-w2: named per bead)
     assert sent[0]["causes"] == [
         "1 dead worker, 1 ready",
-        "gt-w (dead worker): gastown/polecats/nux went silent: the next stranded scan rescues it",
+        "gt-w (dead worker): gastown/polecats/nux went silent: a stranded scan rescues it (one bead per convoy per scan)",
         "gt-w2 (ready): the next feed takes it",
     ]
     row = Escalation.objects.get(pk=stuck.pk)
