@@ -104,10 +104,10 @@ def test_a_stuck_convoy_escalates_once_then_twice_more_at_most(stuck):
     subjects = [n.subject for n in escalations(stuck).filter(user__username="alice").order_by("id")]
     assert subjects == [
         "⚠ Convoy stuck: Stuck work",
-        "⚠ Convoy still stuck (2 of 3): Stuck work",
-        "⚠ Convoy still stuck (3 of 3): Stuck work",
+        "⚠ Convoy still stuck (notice 2 of 3): Stuck work",
+        "⚠ Convoy still stuck (notice 3 of 3): Stuck work",
     ]
-    assert "This is the last reminder (3 of 3)." in escalations(stuck).order_by("id").last().body
+    assert "This is the last notice (3 of 3)." in escalations(stuck).order_by("id").last().body
     assert not Notification.objects.filter(user__username="outsider").exists()
 
 

@@ -56,8 +56,8 @@ def test_two_clusters_escalate_each_step_once(routes):
     notes = Notification.objects.filter(user=owner, kind="escalation")
     assert told() == 3
     assert sorted(n.subject for n in notes) == [
-        "⚠ Convoy still stuck (2 of 3): Stuck",
-        "⚠ Convoy still stuck (3 of 3): Stuck",
+        "⚠ Convoy still stuck (notice 2 of 3): Stuck",
+        "⚠ Convoy still stuck (notice 3 of 3): Stuck",
         "⚠ Convoy stuck: Stuck",
     ]
     assert not notes.values("subject").annotate(n=Count("id")).filter(n__gt=1).exists()

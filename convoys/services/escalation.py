@@ -277,7 +277,7 @@ def _notify(convoy, since, count, causes, now):
     if count == 1:
         subject = f"⚠ Convoy stuck: {title}"
     else:
-        subject = f"⚠ Convoy still stuck ({count} of {MAX_NOTIFICATIONS}): {title}"
+        subject = f"⚠ Convoy still stuck (notice {count} of {MAX_NOTIFICATIONS}): {title}"
     lines = [
         f"Convoy {convoy.pk} has made no progress for {stalled} "
         f"(no bead closed or dispatched since {since:%Y-%m-%d %H:%M} UTC).",
@@ -291,9 +291,13 @@ def _notify(convoy, since, count, causes, now):
     ]
     if count < MAX_NOTIFICATIONS:
         hours = duration(reescalate_after().total_seconds())
-        lines.append(f"Unacknowledged, it is raised again in {hours} (reminder {count} of 3).")
+        lines.append(
+            f"Unacknowledged, it is raised again in {hours} "
+            f"(this is notice {count} of {MAX_NOTIFICATIONS}: the first and at most "
+            f"{MAX_NOTIFICATIONS - 1} reminders)."
+        )
     else:
-        lines.append(f"This is the last reminder ({count} of {MAX_NOTIFICATIONS}).")
+        lines.append(f"This is the last notice ({count} of {MAX_NOTIFICATIONS}).")
     record(
         "convoy.escalated",
         convoy_id=convoy.pk,
