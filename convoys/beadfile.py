@@ -99,6 +99,14 @@ TIMESTAMP_FIELDS = (
 )
 
 
+def json_problem(exc: ValueError) -> str:
+    """The JSON parser's complaint placed in the line ("line 2 column 1" of one line read
+    as a second line of the file)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at character {exc.pos + 1}"
+    return str(exc)
+
+
 class BadLine(ValueError):
     """A line that is not a valid record; the message names the file, the line and why."""
 
@@ -503,8 +511,8 @@ def _parse_slowly(raw, name, number):
         raise BadLine(f"{name}:{number}: JSON nested too deeply")
     except ValueError as exc:
         if not raw.endswith(b"\n"):
-            raise BadLine(f"{name}:{number}: truncated last line ({exc})")
-        raise BadLine(f"{name}:{number}: invalid JSON ({exc})")
+            raise BadLine(f"{name}:{number}: truncated last line ({json_problem(exc)})")
+        raise BadLine(f"{name}:{number}: invalid JSON ({json_problem(exc)})")
 
 
 def is_convoy_record(record):
@@ -600,7 +608,7 @@ def read_routes(stream, name):
         try:
             record = json.loads(text, parse_constant=_reject_constant)
         except ValueError as exc:
-            raise BadLine(f"{name}:{number}: invalid JSON ({exc})")
+            raise BadLine(f"{name}:{number}: invalid JSON ({json_problem(exc)})")
         if not isinstance(record, dict):
             raise BadLine(f"{name}:{number}: expected a JSON object")
         for key in ("prefix", "path"):

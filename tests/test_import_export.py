@@ -184,7 +184,11 @@ def test_export_round_trip(db, tmp_path, both_paths):
 
 
 BAD_LINES = [
-    ("invalid JSON", b'{"id": "gt-x1", "title": oops}\n', "invalid JSON"),
+    (
+        "invalid JSON",
+        b'{"id": "gt-x1", "title": oops}\n',
+        "invalid JSON (Expecting value at character 26)",
+    ),
     ("not an object", b'["gt-x1"]\n', "expected a JSON object"),
     ("missing id", b'{"title": "no id"}\n', "missing required field 'id'"),
     (
