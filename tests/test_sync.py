@@ -4,6 +4,8 @@ only what changed written, through the import service, each change with its even
 import io
 import json
 import shlex
+import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -16,6 +18,8 @@ from django.core.management.base import CommandError
 from convoys.models import Bead, Convoy, Dispatch, Event, SourcedRecord, SyncSource
 from convoys.services import leases, staging, sync, ticker
 from convoys.services.launch import launch_staged
+
+from .conftest import ROOT, child_env, manage
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "sync_town.jsonl"
 
@@ -408,3 +412,25 @@ def test_the_whole_loop_a_launched_convoy_lands_by_the_towns_closes_alone(
     assert {status(b) for b in ("gt-s0", "gt-s1", "gt-s2")} == {"closed"}
     dispatched = sorted(Dispatch.objects.filter(ok=True).values_list("bead_id", flat=True))
     assert dispatched == ["gt-s0", "gt-s1", "gt-s2"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_continuous_sync_with_one_line(tmp_path):
+    town = tmp_path / "town.jsonl"
+    town.write_bytes(FIXTURE.read_bytes())
+    env = child_env(DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    manage("migrate", "-v0", env=env, check=True)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "beads", "sync", str(town), "--every", "0.2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    line = proc.stdout.readline()  # the first pass is done
+    assert line.startswith(f"Synced {town}: 3 records"), line
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and err.strip() == "sync stopped", err

@@ -99,6 +99,12 @@ class Command(ServiceCommand):
     def do_sync(self, source, once, every, routes, json, **_):
         if every is not None and (once or every <= 0):
             raise error("--every needs a positive number of seconds, without --once")
+        try:
+            self._sync_passes(source, every, routes, json)
+        except KeyboardInterrupt:  # Ctrl-C between or during passes: a pass is one transaction
+            self.stderr.write("sync stopped")
+
+    def _sync_passes(self, source, every, routes, json):
         failing = False
         for _, result in sync.passes([sync.source_for(source)], routes, every):
             if isinstance(result, sync.SyncFailed):
