@@ -6,7 +6,7 @@ import io
 import json
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from convoys.models import Bead, Convoy, Dispatch, Event
 from convoys.services import convoys, dispatch, feeding, staging
@@ -126,7 +126,10 @@ def test_launch_and_every_feeder_keep_to_max_in_flight(routes):
         "convoy at max in flight (2)"
     }
     assert dispatch.claim(Bead.objects.get(pk="gt-l2"), path="manual") is None
-    alone = json.loads(cli("sling", "gt-l2", "--no-convoy", "--json"))  # no convoy named
+    out = io.StringIO()  # no convoy named; refused, so exit status 1 after the JSON
+    with pytest.raises(CommandError, match="nothing dispatched: 1 of 1 refused"):
+        call_command("sling", "gt-l2", "--no-convoy", "--json", stdout=out)
+    alone = json.loads(out.getvalue())
     assert alone["dispatched"][0]["error"] == f"convoy {convoy.pk} at max in flight (2)"
     assert Bead.objects.filter(pk__in=ids, status="hooked").count() == LIMIT
     cli("beads", "close", "gt-l0")
