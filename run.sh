@@ -3,6 +3,20 @@
 # Arguments go to `manage.py demo`: `./run.sh --reset` wipes the demo data and loads it afresh.
 set -euo pipefail
 cd "$(dirname "$0")"
+case "${1:-}" in -h|--help)
+  cat <<'USAGE'
+usage: ./run.sh [--reset]
+  Installs into .venv, migrates the SQLite database, loads the demo and runs the web server,
+  the task cluster and the demo swarm. Log in as demo / convoy-demo.
+  --reset          wipe beads, convoys, events and notifications; load the demo afresh
+environment:
+  PORT=9000        another port (default 8000)
+  CONVOY_SWARM=0   no simulated workers
+  DATABASE_URL     another database (default: convoyweb.sqlite3 here)
+To follow a real town instead of the demo, see README.md ("Following a real town").
+USAGE
+  exit 0;;
+esac
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
