@@ -256,11 +256,9 @@ def _pass(source, routes_path, actor):
     return report
 
 
-def _scan(lines):
-    """Read and check the whole source, writing nothing: the records of the lines not known
-    and the memory lines, or None when more than SCAN_KEPT lines are not known (a first
-    pass, say: the pass then reads the source again as it writes)."""
-    pending, memories = [], []
+def _records(lines, memories):
+    """The source's bead and convoy records as (line number, record), checked as the import
+    checks them; memory lines are appended to `memories`, records the import skips dropped."""
     max_line = settings.CONVOY_IMPORT_MAX_LINE
     for number, record in beadfile.read_records(lines, lines.name, max_line):
         if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
@@ -268,6 +266,15 @@ def _scan(lines):
             if type(record) is beadfile.MemoryLine:
                 memories.append(record)
             continue
+        yield number, record
+
+
+def _scan(lines):
+    """Read and check the whole source, writing nothing: the records of the lines not known
+    and the memory lines, or None when more than SCAN_KEPT lines are not known (a first
+    pass, say: the pass then reads the source again as it writes)."""
+    pending, memories = [], []
+    for number, record in _records(lines, memories):
         pending.append((number, record))
         if len(pending) + len(memories) > SCAN_KEPT:
             return None
@@ -435,13 +442,7 @@ def _read(lines, importer):
     """Check every line not known from an earlier pass; hand the records whose digest
     changed to the importer, and keep each read record's digest and line, a batch at a time."""
     pending, memories = [], []
-    max_line = settings.CONVOY_IMPORT_MAX_LINE
-    for number, record in beadfile.read_records(lines, lines.name, max_line):
-        if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
-            lines.hashes.pop(number, None)
-            if type(record) is beadfile.MemoryLine:
-                memories.append(record)
-            continue
+    for number, record in _records(lines, memories):
         pending.append((number, record))
         if len(pending) >= jsonl.BATCH:
             _compare(lines, importer, pending)
