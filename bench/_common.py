@@ -51,3 +51,57 @@ def percentile(values, pct):
         return float("nan")
     index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
     return ordered[index]
+
+
+STATUSES = ["open", "closed", "closed", "hooked", "in_progress"]
+
+
+def generated_epic(prefix, count, rng, now, chain_back=3):
+    """Bulk-insert `count` beads <prefix>00000… of mixed statuses, each blocked by up to
+    `chain_back` earlier beads 7, 14, 21 back (about half of them): the pages' and the browser
+    bench's epics. Returns their ids."""
+    from convoys import bulk
+    from convoys.models import Bead, Dependency
+
+    beads, deps = [], []
+    for i in range(count):
+        bead_id = f"{prefix}{i:05d}"
+        status = rng.choice(STATUSES)
+        beads.append(
+            {
+                "id": bead_id,
+                "title": f"Bead {i}",
+                "status": status,
+                "issue_type": "task",
+                "priority": 2,
+                "created_at": now,
+                "updated_at": now,
+                "closed_at": now if status == "closed" else None,
+                "rig_id": "gastown",
+                "assignee": "gastown/polecats/nux" if status in ("hooked", "in_progress") else "",
+            }
+        )
+        for back in range(1, chain_back + 1):
+            if i - back * 7 >= 0 and rng.random() < 0.5:
+                deps.append(
+                    {
+                        "issue_id": bead_id,
+                        "depends_on_id": f"{prefix}{i - back * 7:05d}",
+                        "type": "blocks",
+                    }
+                )
+    bulk.insert(Bead, beads)
+    bulk.insert(Dependency, deps)
+    return [b["id"] for b in beads]
+
+
+def tracking_convoy(convoy_id, title, ids, now):
+    """An open convoy tracking `ids` in order (bulk-inserted)."""
+    from convoys import bulk
+    from convoys.models import Convoy, TrackedBead
+
+    Convoy.objects.create(id=convoy_id, title=title, status="open", created_at=now, updated_at=now)
+    bulk.insert(
+        TrackedBead,
+        [{"convoy_id": convoy_id, "bead_id": b, "position": i} for i, b in enumerate(ids)],
+    )

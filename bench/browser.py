@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, median, setup  # noqa: E402
+from _common import ROOT, generated_epic, median, setup, tracking_convoy  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -52,54 +52,14 @@ def build(sizes):
     from django.test import Client
     from django.utils import timezone
 
-    from convoys import bulk
-    from convoys.models import Bead, Convoy, Dependency, TrackedBead
     from convoys.services import rigs
 
     rigs.upsert_route("gt-", "gastown")
     rng = random.Random(5)
     now = timezone.now()
-    statuses = ["open", "closed", "closed", "hooked", "in_progress"]
     for size in sizes:
-        prefix = f"gt-b{size}x"
-        beads, deps = [], []
-        for i in range(size):
-            status = rng.choice(statuses)
-            beads.append(
-                {
-                    "id": f"{prefix}{i:05d}",
-                    "title": f"Bead {i}",
-                    "status": status,
-                    "issue_type": "task",
-                    "priority": 2,
-                    "created_at": now,
-                    "updated_at": now,
-                    "closed_at": now if status == "closed" else None,
-                    "rig_id": "gastown",
-                    "assignee": "gastown/polecats/nux"
-                    if status in ("hooked", "in_progress")
-                    else "",
-                }
-            )
-            for back in (1, 2, 3):
-                if i - back * 7 >= 0 and rng.random() < 0.5:
-                    deps.append(
-                        {
-                            "issue_id": f"{prefix}{i:05d}",
-                            "depends_on_id": f"{prefix}{i - back * 7:05d}",
-                            "type": "blocks",
-                        }
-                    )
-        bulk.insert(Bead, beads)
-        bulk.insert(Dependency, deps)
-        cid = f"hq-cv-b{size}"
-        Convoy.objects.create(
-            id=cid, title=f"{size} beads", status="open", created_at=now, updated_at=now
-        )
-        bulk.insert(
-            TrackedBead,
-            [{"convoy_id": cid, "bead_id": b["id"], "position": n} for n, b in enumerate(beads)],
-        )
+        ids = generated_epic(f"gt-b{size}x", size, rng, now)
+        tracking_convoy(f"hq-cv-b{size}", f"{size} beads", ids, now)
     user = User.objects.create_superuser("bench", "bench@localhost", "pw-pw-pw-123")
     client = Client()
     client.force_login(user)

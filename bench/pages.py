@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import median, setup, timed  # noqa: E402
+from _common import generated_epic, median, setup, timed, tracking_convoy  # noqa: E402
 
 
 def main():
@@ -94,56 +94,18 @@ def build():
     from django.utils import timezone
 
     from convoys import bulk
-    from convoys.models import Bead, Convoy, Dependency, TrackedBead
+    from convoys.models import Dependency
     from convoys.services import rigs
 
     rigs.upsert_route("gt-", "gastown")
     rng = random.Random(5)
     now = timezone.now()
-    statuses = ["open", "closed", "closed", "hooked", "in_progress"]
 
     def make(prefix, count, chain_back=3):
-        beads, deps = [], []
-        for i in range(count):
-            bead_id = f"{prefix}{i:05d}"
-            status = rng.choice(statuses)
-            beads.append(
-                {
-                    "id": bead_id,
-                    "title": f"Bead {i}",
-                    "status": status,
-                    "issue_type": "task",
-                    "priority": 2,
-                    "created_at": now,
-                    "updated_at": now,
-                    "closed_at": now if status == "closed" else None,
-                    "rig_id": "gastown",
-                    "assignee": "gastown/polecats/nux"
-                    if status in ("hooked", "in_progress")
-                    else "",
-                }
-            )
-            for back in range(1, chain_back + 1):
-                if i - back * 7 >= 0 and rng.random() < 0.5:
-                    deps.append(
-                        {
-                            "issue_id": bead_id,
-                            "depends_on_id": f"{prefix}{i - back * 7:05d}",
-                            "type": "blocks",
-                        }
-                    )
-        bulk.insert(Bead, beads)
-        bulk.insert(Dependency, deps)
-        return [b["id"] for b in beads]
+        return generated_epic(prefix, count, rng, now, chain_back)
 
     def convoy(cid, ids):
-        Convoy.objects.create(
-            id=cid, title=f"Convoy {cid}", status="open", created_at=now, updated_at=now
-        )
-        bulk.insert(
-            TrackedBead,
-            [{"convoy_id": cid, "bead_id": b, "position": i} for i, b in enumerate(ids)],
-        )
+        tracking_convoy(cid, f"Convoy {cid}", ids, now)
 
     for c in range(200):
         convoy(f"hq-cv-d{c:04d}", make(f"gt-d{c:03d}x", 100))
