@@ -79,9 +79,15 @@ def test_timeline_slider_and_since_last_visit(browser, server, convoy_id):  # no
     slider = page.locator("#history-slider")
     steps = int(slider.get_attribute("max"))
     assert steps > 10 and slider.evaluate("s => s.value") == str(steps)
-    slider.evaluate("s => { s.value = '1'; s.dispatchEvent(new Event('input')); }")
+    # A live update landing while the move waits to be shown leaves the slider where the
+    # user put it (it used to snap back to the end, and the step was never shown).
+    slider.evaluate(
+        "s => { s.value = '1'; s.dispatchEvent(new Event('input'));"
+        " document.dispatchEvent(new CustomEvent('convoy:fragments')); }"
+    )
     wait_js(page, "document.body.classList.contains('history-past')")
     wait_js(page, "window.convoyHistory.past && window.convoyHistory.past.step === 1")
+    assert slider.evaluate("s => s.value") == "1"
     assert "step 1 of" in page.inner_text("#history-state")
     assert "st-ready" in node_class(page, "gt-h1")
     assert "st-unknown" in node_class(page, "gt-h3")

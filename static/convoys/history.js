@@ -17,7 +17,8 @@
   const nowButton = document.getElementById("history-now");
   const stateEl = document.getElementById("history-state");
   const sinceEl = document.getElementById("since-visit");
-  const history = { past: null, pending: 0, changed: [], requests: 0 };
+  // past: the step shown; target: the step asked for (the slider stays there meanwhile).
+  const history = { past: null, target: null, pending: 0, changed: [], requests: 0 };
   window.convoyHistory = history;
   const csrf = () => (document.querySelector("input[name=csrfmiddlewaretoken]") || {}).value || "";
   const ICONS = { "st-done": "✓", "st-active": "▶", "st-ready": "●", "st-blocked": "○", "st-unknown": "?" };
@@ -28,8 +29,10 @@
     return parseInt((gantt && gantt.dataset.steps) || slider.max || "1", 10) || 1;
   }
 
+  let timer = null;  // a slider move waiting to be shown (the slider is the user's until then)
+
   function setMax() {
-    const atEnd = history.past === null;
+    const atEnd = history.target === null && timer === null;
     const max = steps();
     if (String(max) !== slider.max) slider.max = String(max);
     if (max > 0) slider.disabled = false;
@@ -85,6 +88,7 @@
 
   async function show(step) {
     const ticket = ++history.pending;
+    history.target = step;
     history.requests += 1;
     const url = new URL(card.dataset.stepUrl, location.href);
     url.searchParams.set("step", String(step));
@@ -102,6 +106,7 @@
 
   async function backToNow() {
     history.past = null;
+    history.target = null;
     history.pending += 1;
     const url = new URL(location.href);
     url.searchParams.set("fragments", "convoy-head,dag-card,wave-card,gantt-card");
@@ -116,12 +121,12 @@
     document.dispatchEvent(new CustomEvent("convoy:fragments"));
   }
 
-  let timer = null;
   slider.addEventListener("input", () => {
     clearTimeout(timer);
+    const value = parseInt(slider.value, 10);
     timer = setTimeout(() => {
-      const value = parseInt(slider.value, 10);
-      if (value >= steps() && history.past !== null) backToNow();
+      timer = null;
+      if (value >= steps() && history.target !== null) backToNow();
       else if (value < steps()) show(value);
     }, 120);
   });
