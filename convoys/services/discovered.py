@@ -9,6 +9,8 @@ convoys closed by hand (force-closed, cancelled) are left alone. `CONVOY_DISCOVE
 turns this off. Callers: `beads.add_dependency` and the JSONL import (new edges only).
 """
 
+from collections.abc import Collection
+
 from django.conf import settings
 
 from .. import bulk
@@ -19,21 +21,23 @@ DISCOVERED_FROM = "discovered-from"
 LANDED_REASONS = (convoys.COMPLETED_REASON, convoys.LANDED_REASON)
 
 
-def join(edges, actor=""):
+def join(edges: Collection[tuple[str, str]], actor: str = "") -> dict[str, list[str]]:
     """`edges`: (discovered bead id, parent bead id) pairs. Each discovered bead joins the
     convoys that track its parent. Returns {convoy id: [bead ids added]}."""
     if not settings.CONVOY_DISCOVERED_JOINS or not edges:
         return {}
-    by_parent = {}
+    by_parent: dict[str, list[str]] = {}
     for bead_id, parent in edges:
         by_parent.setdefault(parent, []).append(bead_id)
-    trackers = {}  # convoy id -> {discovered bead id: its parent tracked by that convoy}
+    trackers: dict[
+        str, dict[str, str]
+    ] = {}  # convoy id -> {discovered bead id: its parent tracked by that convoy}
     for parent, convoy_id in bulk.select_in(TrackedBead, "bead_id", by_parent, also="convoy_id"):
         trackers.setdefault(convoy_id, {}).update(dict.fromkeys(by_parent[parent], parent))
     if not trackers:
         return {}
     candidates = {c.pk: c for c in Convoy.objects.filter(pk__in=trackers)}
-    joining = set().union(*trackers.values())
+    joining: set[str] = set().union(*trackers.values())
     unfinished = set(
         Bead.objects.filter(pk__in=joining)
         .exclude(status__in=DONE_STATUSES)
@@ -44,7 +48,7 @@ def join(edges, actor=""):
             "convoy_id", "bead_id"
         )
     )
-    joined = {}
+    joined: dict[str, list[str]] = {}
     for convoy_id in sorted(candidates):
         convoy = candidates[convoy_id]
         landed = convoy.status == CONVOY_CLOSED and convoy.close_reason in LANDED_REASONS

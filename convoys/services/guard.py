@@ -7,13 +7,16 @@ what services, admin and API writes use), so no service can forget a field; bulk
 import) are checked by convoys/beadfile.py as the lines are read.
 """
 
+from typing import Any
+
+from django.db.models import Model
 from django.db.models.signals import pre_save
 
 from ..ids import text_problem
 from .errors import ServiceError
 
 
-def _problem(value):
+def _problem(value: object) -> str | None:
     if isinstance(value, str):
         return text_problem(value)
     if isinstance(value, dict):
@@ -26,7 +29,9 @@ def _problem(value):
     return None
 
 
-def refuse_unstorable_text(sender, instance, raw=False, **_):
+def refuse_unstorable_text(
+    sender: type[Model], instance: Model, raw: bool = False, **_: Any
+) -> None:
     if raw or sender._meta.app_label != "convoys":
         return
     for field in sender._meta.concrete_fields:
@@ -35,5 +40,5 @@ def refuse_unstorable_text(sender, instance, raw=False, **_):
             raise ServiceError(f"{field.name}: {problem}")
 
 
-def connect():
+def connect() -> None:
     pre_save.connect(refuse_unstorable_text, dispatch_uid="convoys.refuse_unstorable_text")

@@ -10,7 +10,7 @@ from django.utils import timezone
 from ..models import Lease
 
 
-def acquire(name, holder, ttl):
+def acquire(name: str, holder: str, ttl: float) -> bool:
     """Take `name` for `ttl` seconds if it is free, expired or already ours."""
     now = timezone.now()
     expires = now + timedelta(seconds=ttl)
@@ -29,11 +29,11 @@ def acquire(name, holder, ttl):
         return False
 
 
-def release(name, holder):
+def release(name: str, holder: str) -> None:
     Lease.objects.filter(name=name, holder=holder).update(expires_at=timezone.now())
 
 
-def acquire_waiting(name, holder, ttl, wait, step=0.05):
+def acquire_waiting(name: str, holder: str, ttl: float, wait: float, step: float = 0.05) -> bool:
     deadline = time.monotonic() + wait
     while True:
         if acquire(name, holder, ttl):

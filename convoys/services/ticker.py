@@ -6,7 +6,9 @@ CONVOY_SYNC_INTERVAL seconds. A lease per job keeps several clusters from enqueu
 tick twice (and a lease per sync source keeps two passes over one source apart)."""
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -16,23 +18,27 @@ from . import leases
 
 log = logging.getLogger("convoys.ticker")
 
-JOBS = (
+Job = tuple[str, str, str]  # (name, task path, setting holding its interval in seconds)
+
+JOBS: tuple[Job, ...] = (
     ("catch-up", "convoys.tasks.catch_up", "CONVOY_FEED_INTERVAL"),
     ("stranded-scan", "convoys.tasks.stranded_scan", "CONVOY_STRANDED_INTERVAL"),
     ("digest", "convoys.tasks.send_digests", "CONVOY_DIGEST_INTERVAL"),
 )
-SYNC_JOB = ("sync", "convoys.services.sync.sync_configured", "CONVOY_SYNC_INTERVAL")
+SYNC_JOB: Job = ("sync", "convoys.services.sync.sync_configured", "CONVOY_SYNC_INTERVAL")
 
 
-def jobs():
+def jobs() -> tuple[Job, ...]:
     return (*JOBS, SYNC_JOB) if settings.CONVOY_SYNC_SOURCES else JOBS
 
 
-def run(stop, holder, enqueue=None):
+def run(
+    stop: threading.Event, holder: str, enqueue: Callable[[str, str], object] | None = None
+) -> None:
     """Enqueue each job on its interval until `stop` (a threading.Event) is set."""
     if enqueue is None:
 
-        def enqueue(func, name):
+        def enqueue(func: str, name: str) -> None:
             queue.enqueue(func, task_name=name, group="ticker")
 
     due = dict.fromkeys((name for name, _, _ in jobs()), time.monotonic())

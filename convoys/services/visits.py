@@ -2,13 +2,19 @@
 convoy, written when the convoy page's script reports the page was shown. Not an event: a
 visit changes nothing anyone else sees."""
 
+from datetime import datetime
+from typing import TYPE_CHECKING
+
 from django.db import transaction
 
-from ..models import ConvoyVisit
+from ..models import Convoy, ConvoyVisit
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @transaction.atomic
-def visit(user, convoy, seq, now):
+def visit(user: "User", convoy: Convoy, seq: int, now: datetime) -> ConvoyVisit | None:
     """Record that `user` saw `convoy` as of event `seq`; return the previous visit (a
     ConvoyVisit, unsaved copy) or None on a first visit. A report older than the stored
     visit (a stale tab) keeps the newer one."""
