@@ -8,14 +8,18 @@ a form error. Services know nothing about forms; the admin never writes model ro
 """
 
 import json
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
@@ -78,11 +82,13 @@ PRIORITIES = ((0, "0 (most urgent)"), (1, "1"), (2, "2"), (3, "3"), (4, "4 (leas
 DEPENDENTS_SHOWN = 100
 
 
-def actor_of(request):
+def actor_of(request: HttpRequest) -> str:
     return f"admin:{request.user.username}"
 
 
-def choices_keeping(known, current, blank_label=None):
+def choices_keeping(
+    known: Iterable[Any], current: Any, blank_label: str | None = None
+) -> list[tuple[Any, Any]]:
     """Choices for a free-string field: the known values, plus the current one when an import
     brought a value we do not know (kept and shown, never silently replaced)."""
     values = list(known)
@@ -93,7 +99,13 @@ def choices_keeping(known, current, blank_label=None):
     return [(v, blank_label if v == "" else v if v in known else f"{v} (imported)") for v in values]
 
 
-def each(model_admin, request, queryset, action, verb):
+def each(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    action: Callable[..., object],
+    verb: str,
+) -> None:
     """A list action: the service for each selected row, each in its own transaction (outside
     the changelist's); refusals are listed, the others still done."""
     done, failed = 0, []
@@ -111,18 +123,20 @@ def each(model_admin, request, queryset, action, verb):
 class SearchAdmin(admin.ModelAdmin):
     """Search text as the pages take it (NUL dropped, length capped)."""
 
-    def get_search_results(self, request, queryset, search_term):
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
         return super().get_search_results(request, queryset, filter_text(search_term))
 
 
 class ReadOnlyAdmin(SearchAdmin):
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
         return False
 
 
@@ -138,10 +152,10 @@ class StoredTextField(forms.CharField):
     """Text as stored: browsers send a textarea's line breaks as CRLF and the default field
     strips the ends, so an unchanged multi-line description would come back "changed"."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**{**kwargs, "strip": False})
 
-    def to_python(self, value):
+    def to_python(self, value: Any) -> Any:
         value = super().to_python(value)
         return value.replace("\r\n", "\n") if isinstance(value, str) else value
 
@@ -151,7 +165,7 @@ class ServiceForm(forms.ModelForm):
 
     refusal = None
 
-    def clean(self):
+    def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
         if self.refusal:
             raise ValidationError(self.refusal)
@@ -163,17 +177,31 @@ class ServiceAdmin(SearchAdmin):
 
     form = ServiceForm
 
-    def formfield_for_dbfield(self, db_field, request, **kwargs):
+    def formfield_for_dbfield(
+        self, db_field: models.Field, request: HttpRequest, **kwargs: Any
+    ) -> forms.Field | None:
         if isinstance(db_field, models.TextField):
             kwargs["form_class"] = StoredTextField
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
-    def get_form(self, request, obj=None, change=False, **kwargs):
+    def get_form(
+        self,
+        request: HttpRequest,
+        obj: models.Model | None = None,
+        change: bool = False,
+        **kwargs: Any,
+    ) -> type[forms.ModelForm]:
         form = super().get_form(request, obj, change, **kwargs)
         form.refusal = getattr(request, "service_refusal", None)
         return form
 
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
         except ServiceError as exc:
@@ -181,11 +209,13 @@ class ServiceAdmin(SearchAdmin):
             request.service_refusal = str(exc)
             return super().changeform_view(request, object_id, form_url, extra_context)
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
         return False
 
 
-def inline_changes(formset):
+def inline_changes(
+    formset: BaseInlineFormSet,
+) -> tuple[list[forms.ModelForm], list[forms.ModelForm], list[forms.ModelForm]]:
     """A valid inline formset as (deleted, changed, added) forms; unchanged rows are left out.
 
     The formset's new/changed/deleted_objects (read by the admin's change message) start empty
@@ -204,13 +234,13 @@ def inline_changes(formset):
 
 
 class FirstRowsFormSet(BaseInlineFormSet):
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Any]:
         if not hasattr(self, "_queryset"):
             self._queryset = super().get_queryset()[:INLINE_ROWS]
         return self._queryset
 
 
-def rows_note(total, nouns, where):
+def rows_note(total: int, nouns: tuple[str, str], where: str) -> str:
     noun = nouns[0] if total == 1 else nouns[1]
     if total <= INLINE_ROWS:
         return f"{total} {noun}"
@@ -223,25 +253,25 @@ class ServiceInline(admin.TabularInline):
 
     formset = FirstRowsFormSet
 
-    def _parent_may(self, request, action):
+    def _parent_may(self, request: HttpRequest, action: str) -> bool:
         opts = self.parent_model._meta
         return request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
 
-    def _may_edit(self, request, obj):
+    def _may_edit(self, request: HttpRequest, obj: models.Model | None) -> bool:
         return self._parent_may(request, "change") or (
             obj is None and self._parent_may(request, "add")
         )
 
-    def has_add_permission(self, request, obj):
+    def has_add_permission(self, request: HttpRequest, obj: models.Model | None) -> bool:
         return self._may_edit(request, obj)
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
         return self._may_edit(request, obj)
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
         return self._may_edit(request, obj)
 
-    def has_view_permission(self, request, obj=None):
+    def has_view_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
         return self._may_edit(request, obj) or self._parent_may(request, "view")
 
 
@@ -254,7 +284,7 @@ class DependencyInline(ServiceInline):
     verbose_name = "depends on"
     verbose_name_plural = "depends on (outgoing)"
 
-    def _may_edit(self, request, obj):
+    def _may_edit(self, request: HttpRequest, obj: Bead | None) -> bool:
         # A sync source's bead: its dependencies are the source's too (shown, not editable).
         return super()._may_edit(request, obj) and not (obj and owning_source(obj))
 
@@ -264,12 +294,12 @@ class LabelsField(forms.Field):
 
     widget = forms.Textarea(attrs={"rows": 3})
 
-    def prepare_value(self, value):
+    def prepare_value(self, value: Any) -> Any:
         if isinstance(value, list):
             return "\n".join(str(label) for label in value)
         return value
 
-    def to_python(self, value):
+    def to_python(self, value: str | None) -> list[str]:
         labels = []
         for line in (value or "").splitlines():
             label = line.strip()
@@ -278,7 +308,7 @@ class LabelsField(forms.Field):
         return labels
 
 
-def owning_source(bead):
+def owning_source(bead: Bead) -> str | None:
     """The sync source a bead comes from while that source still has it (then the fields bd
     owns are read-only here: change it in bd), else None. Kept on the instance."""
     if not hasattr(bead, "_owning_source"):
@@ -312,7 +342,7 @@ class BeadAdminForm(ServiceForm):
         fields = BEAD_FORM_FIELDS
         widgets = TEXT_WIDGETS
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         bead = self.instance  # a new one has the model's defaults
         if "status" not in self.fields:
@@ -327,7 +357,7 @@ class BeadAdminForm(ServiceForm):
         priorities.setdefault(bead.priority, f"{bead.priority} (imported)")
         self.fields["priority"].choices = sorted(priorities.items())
 
-    def clean_id(self):
+    def clean_id(self) -> str:
         """The one id rule (convoys/ids.py) as a field error, before any service runs."""
         bead_id = self.cleaned_data["id"]
         problem = id_problem(bead_id)
@@ -336,7 +366,7 @@ class BeadAdminForm(ServiceForm):
         return bead_id
 
 
-def save_bead(bead_id, form, actor):
+def save_bead(bead_id: str, form: forms.ModelForm, actor: str) -> None:
     """A changed bead through the services: a close is close_bead (its event feeds the next
     bead), leaving closed is reopen_bead, anything else update_bead."""
     fields = {
@@ -401,7 +431,7 @@ class BeadAdmin(ServiceAdmin):
     actions = ["close_selected", "reopen_selected"]
     list_per_page = 100
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: Bead | None = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
         if obj is None:
             return fields
@@ -409,12 +439,12 @@ class BeadAdmin(ServiceAdmin):
             return fields + [f for f in BEAD_FORM_FIELDS if f not in fields]
         return fields + ["id"]
 
-    def get_fields(self, request, obj=None):
+    def get_fields(self, request: HttpRequest, obj: Bead | None = None) -> Sequence[Any]:
         fields = super().get_fields(request, obj)
         return fields if obj is not None else [f for f in fields if f != "source"]
 
     @admin.display(description="source")
-    def source(self, obj):
+    def source(self, obj: Bead) -> str:
         record = obj.sourced if obj.pk else None
         if record is None:
             return "— (created in convoyweb: editable here)"
@@ -432,12 +462,12 @@ class BeadAdmin(ServiceAdmin):
         )
 
     @admin.display(description="depends on")
-    def dependency_count(self, obj):
+    def dependency_count(self, obj: Bead) -> str:
         total = Dependency.objects.filter(issue_id=obj.pk).count() if obj.pk else 0
         return rows_note(total, ("dependency", "dependencies"), "the bead's page")
 
     @admin.display(description="dependents (incoming)")
-    def dependents(self, obj):
+    def dependents(self, obj: Bead) -> str:
         rows = Dependency.objects.filter(depends_on_id=obj.pk).order_by("issue_id")
         total = rows.count()
         if not total:
@@ -455,13 +485,15 @@ class BeadAdmin(ServiceAdmin):
         return format_html("{}<p>… and {} more</p>", shown, total - DEPENDENTS_SHOWN)
 
     @admin.display(description="extra (imported fields, read-only)")
-    def imported_fields(self, obj):
+    def imported_fields(self, obj: Bead) -> str:
         if not obj.extra:
             return "—"
         text = json.dumps(obj.extra, indent=2, sort_keys=True, ensure_ascii=False)
         return format_html("<pre>{}</pre>", text)
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self, request: HttpRequest, obj: Bead, form: BeadAdminForm, change: bool
+    ) -> None:
         actor = actor_of(request)
         if change and owning_source(obj):
             # Its fields are read-only here, so the page sends none: a POST that does (a page
@@ -489,7 +521,9 @@ class BeadAdmin(ServiceAdmin):
         if rest:
             bead_service.update_bead(created.id, actor=actor, **rest)
 
-    def save_formset(self, request, form, formset, change):
+    def save_formset(
+        self, request: HttpRequest, form: BeadAdminForm, formset: BaseInlineFormSet, change: bool
+    ) -> None:
         actor, bead_id = actor_of(request), form.instance.pk
         deleted, changed, added = inline_changes(formset)
         for row in deleted:
@@ -508,11 +542,11 @@ class BeadAdmin(ServiceAdmin):
             formset.new_objects.append(dep)
 
     @admin.action(description="Close selected beads", permissions=["change"])
-    def close_selected(self, request, queryset):
+    def close_selected(self, request: HttpRequest, queryset: QuerySet[Bead]) -> None:
         each(self, request, queryset.exclude(status="closed"), bead_service.close_bead, "Closed")
 
     @admin.action(description="Reopen selected beads", permissions=["change"])
-    def reopen_selected(self, request, queryset):
+    def reopen_selected(self, request: HttpRequest, queryset: QuerySet[Bead]) -> None:
         each(
             self,
             request,
@@ -547,7 +581,7 @@ class ConvoyAdminForm(ServiceForm):
         fields = CONVOY_FORM_FIELDS
         widgets = TEXT_WIDGETS
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         convoy = self.instance
         # Only the moves the transition table allows from here, in words; launch and re-stage
@@ -564,7 +598,7 @@ class ConvoyAdminForm(ServiceForm):
             Convoy.MERGE_STRATEGIES, convoy.merge_strategy, blank_label="(none)"
         )
 
-    def transition_error(self, current):
+    def transition_error(self, current: str) -> str:
         """A refused status change, for people: what the convoy is and may become here."""
         others = [s for s in admin_statuses(current) if s != current]
         now = formatting.status_words(current)
@@ -578,7 +612,7 @@ class ConvoyAdminForm(ServiceForm):
             return f"A convoy whose status is “{current}” cannot change status here."
         return f"A convoy that is {now} can only become {formatting.status_words(others[0])} here."
 
-    def clean_status(self):
+    def clean_status(self) -> str:
         """The one transition table (services), as offered by the choices; a forged value
         is refused with the same words."""
         target, current = self.cleaned_data["status"], self.instance.status
@@ -593,7 +627,7 @@ class ConvoyAdminForm(ServiceForm):
         return target
 
 
-def admin_statuses(current):
+def admin_statuses(current: str) -> list[str]:
     """The statuses the admin offers a convoy in `current`: itself and the moves of the one
     transition table, except launch and re-stage (a staged convoy may only be closed here)."""
     legal = convoy_service.TRANSITIONS.get(current)
@@ -619,26 +653,28 @@ class ConvoyAdmin(ServiceAdmin):
 
     actions = ["launch_selected", "launch_selected_forced"]
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # convoys are created by staging, sling or `convoy create`
 
     @admin.action(description="Launch selected staged convoys", permissions=["change"])
-    def launch_selected(self, request, queryset):
+    def launch_selected(self, request: HttpRequest, queryset: QuerySet[Convoy]) -> None:
         each(self, request, queryset, launch.launch_staged, "Launched")
 
     @admin.action(
         description="Launch selected staged convoys, even with warnings or parked rigs",
         permissions=["change"],
     )
-    def launch_selected_forced(self, request, queryset):
+    def launch_selected_forced(self, request: HttpRequest, queryset: QuerySet[Convoy]) -> None:
         forced = partial(launch.launch_staged, force=True)
         each(self, request, queryset, forced, "Launched")
 
     @admin.display(description="tracks")
-    def tracked_count(self, obj):
+    def tracked_count(self, obj: Convoy) -> str:
         return rows_note(obj.tracked.count(), ("bead", "beads"), "the convoy's page")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self, request: HttpRequest, obj: Convoy, form: ConvoyAdminForm, change: bool
+    ) -> None:
         actor, data = actor_of(request), form.cleaned_data
         fields = {name: data[name] for name in form.changed_data if name != "status"}
         target = data["status"] if "status" in form.changed_data else None
@@ -652,7 +688,9 @@ class ConvoyAdmin(ServiceAdmin):
         elif target == CONVOY_OPEN:
             convoy_service.reopen(obj.pk, actor=actor)
 
-    def save_formset(self, request, form, formset, change):
+    def save_formset(
+        self, request: HttpRequest, form: ConvoyAdminForm, formset: BaseInlineFormSet, change: bool
+    ) -> None:
         actor, convoy_id = actor_of(request), form.instance.pk
         deleted, changed, added = inline_changes(formset)
         gone = [row.initial["bead_id"] for row in deleted + changed]
@@ -678,10 +716,10 @@ class RigAdmin(ServiceAdmin):
     list_display = ("name", "state")
     list_filter = ("state",)
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: Rig | None = None) -> tuple[str, ...]:
         return ("name",) if obj else ()
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Rig, form: RigAdminForm, change: bool) -> None:
         if not change:
             rig_service.create_rig(obj.name, obj.state, actor=actor_of(request))
         elif "state" in form.changed_data:
@@ -701,10 +739,14 @@ class RouteAdmin(ServiceAdmin):
     fields = ("prefix", "path", "rig")
     readonly_fields = ("rig",)
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Route | None = None
+    ) -> tuple[str, ...]:
         return ("prefix", "rig") if obj else ("rig",)
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self, request: HttpRequest, obj: Route, form: RouteAdminForm, change: bool
+    ) -> None:
         obj.rig_id = rig_service.upsert_route(obj.prefix, obj.path, actor=actor_of(request))
 
 
@@ -741,7 +783,7 @@ class SubscriptionAdminForm(forms.ModelForm):
         model = Subscription
         fields = ("user", "convoy", "email")
 
-    def clean(self):
+    def clean(self) -> dict[str, Any] | None:
         """Landing reports reach only users who may view convoys: say so instead of saving a
         subscription that would never deliver."""
         cleaned = super().clean()
@@ -758,7 +800,9 @@ class SubscriptionAdmin(admin.ModelAdmin):
     form = SubscriptionAdminForm
     list_display = ("user", "convoy", "email")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self, request: HttpRequest, obj: Subscription, form: SubscriptionAdminForm, change: bool
+    ) -> None:
         if change and {"user", "convoy"} & set(form.changed_data):
             before = Subscription.objects.get(pk=obj.pk)
             notify.unsubscribe(before.user, before.convoy)
@@ -779,16 +823,22 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ("name", "user", "created_at")
     fields = ("user", "name", "created_at")
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: ApiToken | None = None
+    ) -> tuple[str, ...]:
         return ("user", "created_at") if obj else ("created_at",)
 
-    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+    def formfield_for_foreignkey(
+        self, db_field: models.ForeignKey, request: HttpRequest, **kwargs: Any
+    ) -> forms.ModelChoiceField | None:
         if db_field.name == "user" and not request.user.is_superuser:
             kwargs["queryset"] = get_user_model().objects.filter(pk=request.user.pk)
             kwargs["initial"] = request.user.pk
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool
+    ) -> None:
         if change:
             obj.save(update_fields=["name"])
             return
@@ -797,7 +847,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
         obj.pk, obj.digest, obj.created_at = saved.pk, saved.digest, saved.created_at
         request.new_api_token = token
 
-    def response_add(self, request, obj, post_url_continue=None):
+    def response_add(
+        self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
+    ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

@@ -7,15 +7,17 @@ than DRF for an API of this size. Workers and tools use `Authorization: Bearer <
 """
 
 import json
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import wraps
-from typing import Annotated
+from typing import Annotated, Any
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from django.db.models import Q
-from django.http import JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Query, Schema, Swagger
 from ninja.errors import HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
@@ -39,7 +41,7 @@ from .services.tokens import create_token, digest  # noqa: F401 (create_token: t
 
 
 class BearerToken(HttpBearer):
-    def authenticate(self, request, token):
+    def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser | None:
         row = ApiToken.objects.filter(digest=digest(token)).select_related("user").first()
         if row is None or not row.user.is_active:
             return None
@@ -47,12 +49,12 @@ class BearerToken(HttpBearer):
         return row.user
 
 
-def docs_need_login(view):
+def docs_need_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """The docs page and the OpenAPI document are for signed-in people and token holders:
     anonymous browsers go to the login page, anonymous tools get 401."""
 
     @wraps(view)
-    def guarded(request, *args, **kwargs):
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if request.user.is_authenticated or BearerToken()(request) is not None:
             return view(request, *args, **kwargs)
         if request.path.endswith(".json"):
@@ -75,36 +77,36 @@ api = NinjaAPI(
 )
 
 
-def api_not_found(request):
+def api_not_found(request: HttpRequest) -> JsonResponse:
     """A path under /api/ that names no operation (an empty id, a '/' in one)."""
     return JsonResponse({"detail": f"no API operation at {request.path[:200]}"}, status=404)
 
 
 @api.exception_handler(NotFound)
-def not_found(request, exc):
+def not_found(request: HttpRequest, exc: NotFound) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=404)
 
 
 @api.exception_handler(DataError)
-def refused_by_database(request, exc):
+def refused_by_database(request: HttpRequest, exc: DataError) -> HttpResponse:
     # A value the database cannot store (a NUL byte on PostgreSQL, say): the statement failed
     # inside its transaction, so nothing was written.
     return api.create_response(request, {"detail": f"invalid input: {exc}".strip()}, status=400)
 
 
 @api.exception_handler(RequestDataTooBig)
-def too_big(request, exc):
+def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     # Django's DATA_UPLOAD_MAX_MEMORY_SIZE: refused before the body is parsed.
     return api.create_response(request, {"detail": f"request body too large: {exc}"}, status=413)
 
 
 @api.exception_handler(ValidationError)
-def malformed(request, exc):
+def malformed(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors = [{**error, "loc": client_loc(error["loc"])} for error in exc.errors]
     return api.create_response(request, {"detail": errors}, status=422)
 
 
-def client_loc(loc):
+def client_loc(loc: Sequence[str | int]) -> list[str | int]:
     """A body field's place as the client wrote it, ["body", "reason"], without the view's
     parameter name in between (ninja says ["body", "payload", "reason"])."""
     loc = list(loc)
@@ -112,11 +114,11 @@ def client_loc(loc):
 
 
 @api.exception_handler(ServiceError)
-def refused(request, exc):
+def refused(request: HttpRequest, exc: ServiceError) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=400)
 
 
-def need(request, perm):
+def need(request: HttpRequest, perm: str) -> None:
     if not request.user.has_perm(f"convoys.{perm}"):
         raise HttpError(403, f"permission required: convoys.{perm}")
 
@@ -186,7 +188,7 @@ class BeadOut(Schema):
     cause: dict | None = None  # why it is not moving: {"kind": …, …} (detail; None when done)
 
 
-def plain_text(value):
+def plain_text(value: str) -> str:
     """Text any database stores as sent: no NUL character, no lone surrogate (a JSON
     escape such as \\ud800 is not a character and cannot be encoded)."""
     if "\x00" in value:
@@ -201,7 +203,7 @@ def plain_text(value):
 Text = Annotated[str, AfterValidator(plain_text)]
 
 
-def text(min_length=None, max_length=None):
+def text(min_length: int | None = None, max_length: int | None = None) -> Any:
     """Text of a bounded length (checked as a string: "at most 50 characters")."""
     bounds = StringConstraints(min_length=min_length, max_length=max_length)
     return Annotated[str, bounds, AfterValidator(plain_text)]
@@ -217,7 +219,7 @@ class Body(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def json_object(cls, data):
+    def json_object(cls, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ValueError("the body must be a JSON object")
         return data
@@ -257,7 +259,7 @@ class ValidationErrors(Schema):
     detail: list[dict]
 
 
-def responses(ok, *errors):
+def responses(ok: Any, *errors: int) -> dict[int, Any]:
     """An operation's documented answers: its success, the errors it raises, and what any
     operation may answer (400 a value the database refuses, 401 no credentials, 403 no
     permission, 422 malformed input)."""
@@ -271,7 +273,7 @@ def responses(ok, *errors):
     }
 
 
-def _convoy_out(convoy, summary):
+def _convoy_out(convoy: Convoy, summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": convoy.id,
         "title": convoy.title,
@@ -298,7 +300,9 @@ def _convoy_out(convoy, summary):
     }
 
 
-def _bead_out(bead, detail=False, origins=None):
+def _bead_out(
+    bead: Bead, detail: bool = False, origins: dict[str, SourcedRecord] | None = None
+) -> dict[str, Any]:
     if origins is None:
         origins = SourcedRecord.of([bead.pk])
     origin = origins.get(bead.pk)
@@ -324,8 +328,10 @@ def _bead_out(bead, detail=False, origins=None):
 
 @api.get("/convoys", response=responses(list[ConvoyOut]), tags=["convoys"])
 def list_convoys(
-    request, status: text(max_length=50) = "active", limit: int = Query(200, ge=1, le=1000)
-):
+    request: HttpRequest,
+    status: text(max_length=50) = "active",
+    limit: int = Query(200, ge=1, le=1000),
+) -> list[dict[str, Any]]:
     need(request, "view_convoy")
     queryset = Convoy.objects.order_by("-created_at", "id")
     if status == "active":
@@ -338,7 +344,7 @@ def list_convoys(
 
 
 @api.get("/convoys/{convoy_id}", response=responses(ConvoyDetailOut, 404), tags=["convoys"])
-def get_convoy(request, convoy_id: Text):
+def get_convoy(request: HttpRequest, convoy_id: Text) -> dict[str, Any]:
     need(request, "view_convoy")
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
@@ -376,14 +382,14 @@ def get_convoy(request, convoy_id: Text):
 
 @api.get("/beads", response=responses(list[BeadOut]), tags=["beads"])
 def list_beads(
-    request,
+    request: HttpRequest,
     status: text(max_length=50) | None = None,
     rig: text(max_length=100) | None = None,
     assignee: text(max_length=255) | None = None,
     q: text(max_length=500) | None = None,  # SQLite refuses LIKE patterns over 50 kB
     ready: bool = False,
     limit: int = Query(200, ge=1, le=2000),
-):
+) -> list[dict[str, Any]]:
     need(request, "view_bead")
     queryset = Bead.objects.all()
     if status:
@@ -401,13 +407,13 @@ def list_beads(
 
 
 @api.get("/beads/{bead_id}", response=responses(BeadOut, 404), tags=["beads"])
-def get_bead(request, bead_id: Text):
+def get_bead(request: HttpRequest, bead_id: Text) -> dict[str, Any]:
     need(request, "view_bead")
     return _bead_out(bead_service.get_bead(bead_id), detail=True)
 
 
 @api.patch("/beads/{bead_id}", response=responses(BeadOut, 404, 413), tags=["beads"])
-def update_bead(request, bead_id: Text, payload: BeadUpdateIn):
+def update_bead(request: HttpRequest, bead_id: Text, payload: BeadUpdateIn) -> dict[str, Any]:
     need(request, "change_bead")
     fields = {k: v for k, v in payload.model_dump().items() if v is not None}
     if not fields:
@@ -416,7 +422,7 @@ def update_bead(request, bead_id: Text, payload: BeadUpdateIn):
 
 
 @api.post("/beads/{bead_id}/close", response=responses(BeadOut, 404, 413), tags=["beads"])
-def close_bead(request, bead_id: Text, payload: CloseIn):
+def close_bead(request: HttpRequest, bead_id: Text, payload: CloseIn) -> dict[str, Any]:
     need(request, "change_bead")
     return _bead_out(
         bead_service.close_bead(bead_id, reason=payload.reason, actor=f"api:{request.user}")
@@ -424,26 +430,26 @@ def close_bead(request, bead_id: Text, payload: CloseIn):
 
 
 @api.post("/heartbeat", response=responses(dict, 413), tags=["workers"])
-def heartbeat(request, payload: HeartbeatIn):
+def heartbeat(request: HttpRequest, payload: HeartbeatIn) -> dict[str, str]:
     need(request, "change_bead")
     return {"worker": payload.worker, "at": bead_service.heartbeat(payload.worker).isoformat()}
 
 
 @api.get("/stranded", response=responses(list[dict]), tags=["convoys"])
-def stranded(request):
+def stranded(request: HttpRequest) -> list[dict[str, Any]]:
     need(request, "view_convoy")
     return [{k: v for k, v in row.items()} for row in feeding.stranded()]
 
 
 @api.post("/stage", response=responses(dict, 404, 413), tags=["convoys"])
-def stage(request, payload: StageIn):
+def stage(request: HttpRequest, payload: StageIn) -> dict[str, Any]:
     need(request, "add_convoy")
     plan = staging.stage(payload.ids, payload.title, actor=f"api:{request.user}")
     return plan.as_json()
 
 
 @api.post("/launch", response=responses(dict, 404, 413), tags=["convoys"])
-def launch_convoy(request, payload: LaunchIn):
+def launch_convoy(request: HttpRequest, payload: LaunchIn) -> dict[str, Any]:
     need(request, "change_convoy")
     return launch.launch(
         payload.ids, force=payload.force, title=payload.title, actor=f"api:{request.user}"
@@ -455,7 +461,7 @@ class PauseIn(Body):
 
 
 @api.post("/convoys/{convoy_id}/pause", response=responses(dict, 404, 413), tags=["convoys"])
-def pause_convoy(request, convoy_id: Text, payload: PauseIn):
+def pause_convoy(request: HttpRequest, convoy_id: Text, payload: PauseIn) -> dict[str, Any]:
     """Stop every path from dispatching the convoy's beads (issue 16); answers the proof."""
     need(request, "change_convoy")
     convoy, changed = controls.pause(convoy_id, actor=f"api:{request.user}", reason=payload.reason)
@@ -471,7 +477,7 @@ NO_BODY = {
 }
 
 
-def no_body(request):
+def no_body(request: HttpRequest) -> None:
     """422, nothing done, for a body an operation does not take ({"actor": 7} was accepted and
     the convoy acknowledged: a client that thinks it sent something must hear it was not read)."""
     if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
@@ -494,7 +500,7 @@ def no_body(request):
     tags=["convoys"],
     openapi_extra=NO_BODY,
 )
-def resume_convoy(request, convoy_id: Text):
+def resume_convoy(request: HttpRequest, convoy_id: Text) -> dict[str, Any]:
     """Resume a paused convoy and feed it at once; answers what that feed dispatched."""
     need(request, "change_convoy")
     no_body(request)
@@ -508,7 +514,7 @@ def resume_convoy(request, convoy_id: Text):
     tags=["convoys"],
     openapi_extra=NO_BODY,
 )
-def acknowledge_convoy(request, convoy_id: Text):
+def acknowledge_convoy(request: HttpRequest, convoy_id: Text) -> dict[str, Any]:
     """Acknowledge a stuck convoy's escalation: no more reminders until it moves and stalls
     again. 400 when it is not escalated now."""
     need(request, "view_convoy")
@@ -520,7 +526,7 @@ def acknowledge_convoy(request, convoy_id: Text):
 @api.post(
     "/beads/{bead_id}/retry", response=responses(dict, 404), tags=["beads"], openapi_extra=NO_BODY
 )
-def retry_bead(request, bead_id: Text):
+def retry_bead(request: HttpRequest, bead_id: Text) -> dict[str, Any]:
     """Clear a bead the dispatch breaker parked: every path may dispatch it again."""
     need(request, "change_bead")
     no_body(request)
