@@ -3,8 +3,10 @@ breaker parked, acknowledge a stuck convoy's escalation. POST only, with the cha
 permission (acknowledging: the view permission, as whoever was told may say they are on
 it); every rule is the service's."""
 
+from collections.abc import Callable
+
 from django.contrib import messages
-from django.http import Http404, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -14,7 +16,7 @@ from .services import controls, escalation
 from .services.errors import NotFound, ServiceError
 
 
-def _run(request, call, target):
+def _run(request: HttpRequest, call: Callable[[], str], target: tuple[str, str]) -> HttpResponse:
     """Run a control; a missing row is a 404, a refusal a 400 naming what is wrong."""
     try:
         line = call()
@@ -28,8 +30,8 @@ def _run(request, call, target):
 
 @require_POST
 @needs("convoys.change_convoy")
-def pause(request, convoy_id):
-    def call():
+def pause(request: HttpRequest, convoy_id: str) -> HttpResponse:
+    def call() -> str:
         convoy, changed = controls.pause(
             convoy_id, actor=actor(request), reason=request.POST.get("reason", "")
         )
@@ -44,8 +46,8 @@ def pause(request, convoy_id):
 
 @require_POST
 @needs("convoys.change_convoy")
-def resume(request, convoy_id):
-    def call():
+def resume(request: HttpRequest, convoy_id: str) -> HttpResponse:
+    def call() -> str:
         convoy, changed, fed = controls.resume(convoy_id, actor=actor(request))
         if not changed:
             return f"{convoy.pk} was not paused."
@@ -57,8 +59,8 @@ def resume(request, convoy_id):
 
 @require_POST
 @needs("convoys.change_bead")
-def retry(request, bead_id):
-    def call():
+def retry(request: HttpRequest, bead_id: str) -> HttpResponse:
+    def call() -> str:
         bead, changed = controls.retry(bead_id, actor=actor(request))
         if not changed:
             return f"{bead.pk} has no failed dispatches in a row."
@@ -69,7 +71,7 @@ def retry(request, bead_id):
 
 @require_POST
 @needs("convoys.view_convoy")
-def acknowledge(request, convoy_id):
+def acknowledge(request: HttpRequest, convoy_id: str) -> HttpResponse:
     """Stop a stuck convoy's escalation; back to the page it came from (the inbox or the
     convoy page)."""
     try:

@@ -5,13 +5,15 @@ Forms validate shapes; every rule is the services' and a refusal is shown as a f
 (HTTP 400), with nothing written.
 """
 
+from collections.abc import Callable
 from functools import wraps
+from typing import Any
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -34,12 +36,12 @@ DEPENDENCY_TYPES = (
 )
 
 
-def needs(perm):
+def needs(perm: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """Login, then the model permission (403 without it)."""
 
-    def wrap(view):
+    def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @wraps(view)
-        def checked(request, *args, **kwargs):
+        def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not request.user.has_perm(perm):
                 raise PermissionDenied(f"You need the {perm.split('.')[1]} permission.")
             return view(request, *args, **kwargs)
@@ -49,11 +51,11 @@ def needs(perm):
     return wrap
 
 
-def actor(request):
+def actor(request: HttpRequest) -> str:
     return f"web:{request.user.username}"
 
 
-def back(request, fallback):
+def back(request: HttpRequest, fallback: str) -> HttpResponse:
     target = request.POST.get("next", "")
     if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         return redirect(target)
@@ -83,7 +85,7 @@ class CreateForm(forms.Form):
         "(or for existing beads by id). Children are created as tasks.",
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["prefix"].choices = [
             (prefix, f"{rig} ({prefix}…)") for prefix, rig in authoring.rig_prefixes()
@@ -91,7 +93,7 @@ class CreateForm(forms.Form):
 
 
 @needs("convoys.add_bead")
-def create(request):
+def create(request: HttpRequest) -> HttpResponse:
     """Create a bead, or an epic with children and dependencies; ids come from the prefix."""
     form = CreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -139,7 +141,7 @@ class DependencyForm(forms.Form):
 
 
 @needs("convoys.change_bead")
-def add_dependency(request, bead_id):
+def add_dependency(request: HttpRequest, bead_id: str) -> HttpResponse:
     """`bead_id` depends on a target (blocks by default); GET shows the form alone."""
     bead = Bead.objects.filter(pk=bead_id).first()
     if bead is None:
@@ -163,7 +165,7 @@ def add_dependency(request, bead_id):
 
 @require_POST
 @needs("convoys.change_convoy")
-def recheck(request, convoy_id):
+def recheck(request: HttpRequest, convoy_id: str) -> HttpResponse:
     """Re-stage a staged convoy in place and say what changed (an open one is checked: it
     lands if complete, else the page says what it waits for)."""
     convoy = Convoy.objects.filter(pk=convoy_id).first()
@@ -180,7 +182,7 @@ def recheck(request, convoy_id):
 
 @require_POST
 @needs("convoys.change_rig")
-def restore_rig(request, name):
+def restore_rig(request: HttpRequest, name: str) -> HttpResponse:
     """Un-park (or undock) a rig; the staged convoys waiting on it are re-checked."""
     try:
         before = set(Convoy.objects.filter(status="staged_ready").values_list("pk", flat=True))

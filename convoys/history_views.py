@@ -4,7 +4,7 @@ convoys/history.py, the visit write in services/visits.py."""
 
 from types import SimpleNamespace
 
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -16,14 +16,14 @@ from .services import visits
 from .views import viewer
 
 
-def _convoy(convoy_id):
+def _convoy(convoy_id: str) -> Convoy:
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
         raise Http404(f"convoy '{convoy_id}' not found")
     return convoy
 
 
-def _number(value, name):
+def _number(value: str | None, name: str) -> tuple[int | None, JsonResponse | None]:
     value = (value or "").strip()
     if not (value.isascii() and value.isdigit() and len(value) < 19):
         return None, JsonResponse({"detail": f"{name} must be a whole number ≥ 0"}, status=400)
@@ -32,7 +32,7 @@ def _number(value, name):
 
 @require_GET
 @viewer
-def step(request, convoy_id):
+def step(request: HttpRequest, convoy_id: str) -> JsonResponse:
     """`?step=N[&drawn=SEQ]`: the page's progress after the N-th event of the convoy's
     stream (`drawn`: the seq the asking page shows)."""
     number, error = _number(request.GET.get("step"), "step")
@@ -94,7 +94,7 @@ def step(request, convoy_id):
 
 @require_POST
 @viewer
-def visit(request, convoy_id):
+def visit(request: HttpRequest, convoy_id: str) -> JsonResponse:
     """The page reports it was shown as of `seq`: answers the beads changed since this user's
     previous visit (and records this one)."""
     seq, error = _number(request.POST.get("seq"), "seq")

@@ -3,10 +3,13 @@
 Every page is made of named fragments (`convoys.fragments`): the same templates render the
 full page and answer its live requests."""
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -52,7 +55,7 @@ DASHBOARD_STATUSES = [
 ]
 
 
-def unread_count(request):
+def unread_count(request: HttpRequest) -> dict[str, Any]:
     """Context processor: the inbox badge and what the live script may toast about."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
@@ -64,20 +67,20 @@ def unread_count(request):
     }
 
 
-def viewer(view):
+def viewer(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     return login_required(permission_required(VIEW, raise_exception=True)(view))
 
 
-def _actor(request):
+def _actor(request: HttpRequest) -> str:
     return f"web:{request.user.username}"
 
 
-def _back(request, fallback):
+def _back(request: HttpRequest, fallback: str) -> HttpResponse:
     target = request.POST.get("next") or fallback
     return redirect(target if target.startswith("/") else fallback)
 
 
-def _base(request):
+def _base(request: HttpRequest) -> dict[str, Any]:
     """What every page's context starts with: the event sequence number it is drawn at (read
     before anything else, so that the events it does not show come after it) and `now`."""
     return {"as_of": last_seq(), "now": timezone.now()}
@@ -85,7 +88,7 @@ def _base(request):
 
 # --- dashboard --------------------------------------------------------------------------------
 @viewer
-def dashboard(request):
+def dashboard(request: HttpRequest) -> HttpResponse:
     context = _base(request)
     params = request.GET
     changes = selectors.changes_since(since(request)) if since(request) is not None else None
@@ -122,13 +125,13 @@ CAPACITY = Fragment("capacity-panel", "convoys/_capacity_panel.html")
 QUIET_KINDS = frozenset({"notification", "spin"})  # events that never move the town's capacity
 
 
-def _row_fragment(row):
+def _row_fragment(row: selectors.DashboardRow) -> Fragment:
     return Fragment("convoy-" + row.convoy.pk, "convoys/_convoy_row.html", {"row": row})
 
 
 # --- convoy page ------------------------------------------------------------------------------
 @viewer
-def convoy_detail(request, convoy_id):
+def convoy_detail(request: HttpRequest, convoy_id: str) -> HttpResponse:
     context = _base(request)
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
@@ -159,7 +162,9 @@ def convoy_detail(request, convoy_id):
 CAUSE_KINDS = frozenset({"convoy.paused", "convoy.resumed", "convoy.updated"})
 
 
-def _convoy_fragments(request, page, changes):
+def _convoy_fragments(
+    request: HttpRequest, page: selectors.ConvoyPage, changes: selectors.Changes | None
+) -> list[Fragment]:
     fragments = [
         Fragment("convoy-head", "convoys/_convoy_head.html"),
         Fragment("convoy-actions", "convoys/_convoy_actions.html"),
@@ -203,7 +208,7 @@ def _convoy_fragments(request, page, changes):
     return fragments
 
 
-def _wave_fragments(page, affected):
+def _wave_fragments(page: selectors.ConvoyPage, affected: Iterable[str]) -> list[Fragment]:
     numbers = {page.wave_of[i] for i in affected if i in page.wave_of}
     rows = [w for w in page.waves if w["number"] in numbers]
     if any(w["counts"]["done"] == w["total"] for w in rows):
@@ -212,7 +217,9 @@ def _wave_fragments(page, affected):
     return [Fragment(f"wave-{w['number']}", "convoys/_wave_row.html", {"w": w}) for w in rows]
 
 
-def _bead_row_fragments(page, affected, changes):
+def _bead_row_fragments(
+    page: selectors.ConvoyPage, affected: Iterable[str], changes: selectors.Changes
+) -> list[Fragment]:
     if page.capped and changes.done_changed & set(page.graph.nodes):
         # A bead closing leaves the capped list of unfinished beads and lets another in.
         return [Fragment("bead-table", "convoys/_bead_table.html")]
@@ -232,7 +239,7 @@ def _bead_row_fragments(page, affected, changes):
 
 @require_POST
 @viewer
-def convoy_action(request, convoy_id, action):
+def convoy_action(request: HttpRequest, convoy_id: str, action: str) -> HttpResponse:
     needed = {"subscribe": VIEW, "unsubscribe": VIEW}.get(action, "convoys.change_convoy")
     if not request.user.has_perm(needed):
         raise PermissionDenied("You may not change convoys.")
@@ -284,7 +291,7 @@ def convoy_action(request, convoy_id, action):
 
 # --- stage ------------------------------------------------------------------------------------
 @viewer
-def stage(request):
+def stage(request: HttpRequest) -> HttpResponse:
     context = _base(request)
     ids_text = request.POST.get("ids") or request.GET.get("ids", "")
     epic = request.POST.get("epic") or request.GET.get("epic", "")
@@ -353,7 +360,7 @@ def stage(request):
 
 # --- stranded, beads, inbox, subscriptions ------------------------------------------------------
 @viewer
-def stranded(request):
+def stranded(request: HttpRequest) -> HttpResponse:
     context = _base(request) | {"rows": feeding.stranded()}
     fragments = [Fragment("stranded-table", "convoys/_stranded_table.html"), unread()]
     return respond(request, "convoys/stranded.html", context, fragments)
@@ -362,13 +369,13 @@ def stranded(request):
 DEPS_PER_PAGE = 200
 
 
-def _deps_page(request):
+def _deps_page(request: HttpRequest) -> int:
     raw = request.GET.get("deps", "")
     return int(raw) if raw.isascii() and raw.isdigit() and 0 < len(raw) < 7 and int(raw) else 1
 
 
 @viewer
-def bead_detail(request, bead_id):
+def bead_detail(request: HttpRequest, bead_id: str) -> HttpResponse:
     context = _base(request)
     bead = Bead.objects.filter(pk=bead_id).select_related("rig").first()
     if bead is None:
@@ -422,7 +429,7 @@ def bead_detail(request, bead_id):
 
 @require_POST
 @viewer
-def bead_action(request, bead_id, action):
+def bead_action(request: HttpRequest, bead_id: str, action: str) -> HttpResponse:
     if not request.user.has_perm("convoys.change_bead"):
         raise PermissionDenied("You may not change beads.")
     try:
@@ -442,7 +449,7 @@ def bead_action(request, bead_id, action):
 
 
 @login_required
-def inbox(request):
+def inbox(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         ids = request.POST.getlist("id")  # none: all; ids that are not row numbers are ignored
         wanted = [int(i) for i in ids if i.isascii() and i.isdigit() and len(i) < 19]
@@ -456,7 +463,7 @@ def inbox(request):
 
 
 @viewer
-def subscriptions(request):
+def subscriptions(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         convoy = None
         if request.POST.get("convoy"):
@@ -496,5 +503,5 @@ def subscriptions(request):
     return respond(request, "convoys/subscriptions.html", context, fragments)
 
 
-def forbidden(request, exception=None):
+def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     return render(request, "403.html", {"reason": str(exception or "")}, status=403)
