@@ -7,6 +7,7 @@ children can never form a cycle among themselves.
 """
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from django.db import transaction
 
@@ -21,26 +22,31 @@ MAX_CHILDREN = 200
 class Child:
     line: int
     title: str
-    after_lines: list = field(default_factory=list)  # 1-based numbers of earlier children
-    after_beads: list = field(default_factory=list)  # ids of existing beads
+    after_lines: list[int] = field(default_factory=list)  # 1-based numbers of earlier children
+    after_beads: list[str] = field(default_factory=list)  # ids of existing beads
 
 
-def rig_prefixes():
+class CreatedEpic(NamedTuple):
+    epic: Bead
+    children: list[Bead]  # in the order of their lines
+
+
+def rig_prefixes() -> list[tuple[str, str]]:
     """[(prefix, rig)] of the routes that lead to a rig: where new work can be dispatched."""
     return list(
         Route.objects.filter(rig__isnull=False).order_by("prefix").values_list("prefix", "rig_id")
     )
 
 
-def check_prefix(prefix):
+def check_prefix(prefix: str) -> str:
     if prefix not in dict(rig_prefixes()):
         raise ServiceError(f'prefix "{prefix}" is not routed to a rig')
     return prefix
 
 
-def parse_children(text):
+def parse_children(text: str | None) -> list[Child]:
     """Children from text, one per line; refusals name the line ("line 3: …")."""
-    children = []
+    children: list[Child] = []
     for raw in (text or "").splitlines():
         if not raw.strip():
             continue
@@ -80,8 +86,15 @@ def parse_children(text):
 
 @transaction.atomic
 def create_epic(
-    title, *, prefix, children_text="", description="", priority=2, child_type="task", actor=""
-):
+    title: str,
+    *,
+    prefix: str,
+    children_text: str = "",
+    description: str = "",
+    priority: int = 2,
+    child_type: str = "task",
+    actor: str = "",
+) -> CreatedEpic:
     """The epic, its children (parent-child) and their blocking dependencies; all or nothing."""
     check_prefix(prefix)
     if child_type not in SLINGABLE_TYPES or not child_type:
@@ -95,7 +108,7 @@ def create_epic(
         description=description,
         actor=actor,
     )
-    created = []
+    created: list[Bead] = []
     for child in children:
         bead = beads.create_bead(
             child.title, prefix=prefix, issue_type=child_type, priority=priority, actor=actor
@@ -106,4 +119,4 @@ def create_epic(
         for target in child.after_beads:
             beads.add_dependency(bead.id, target, "blocks", actor=actor)
         created.append(bead)
-    return epic, created
+    return CreatedEpic(epic, created)

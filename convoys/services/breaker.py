@@ -8,9 +8,11 @@ page) say so. The failure that reaches the limit trips the breaker (`tripped`): 
 each open convoy tracking the bead are asked to act.
 """
 
-from datetime import timedelta
+from collections.abc import Collection, Iterable
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..events import record
@@ -18,16 +20,17 @@ from ..models import CONVOY_CLOSED, Bead, Convoy, Dispatch, TrackedBead
 from .notify import notify_action_needed
 
 
-def max_failures():
-    return settings.CONVOY_MAX_DISPATCH_FAILURES
+def max_failures() -> int:
+    limit: int = settings.CONVOY_MAX_DISPATCH_FAILURES
+    return limit
 
 
-def parked_beads():
+def parked_beads() -> QuerySet[Bead]:
     """Beads whose breaker is open (failed dispatches in a row at the limit)."""
     return Bead.objects.filter(dispatch_failures__gte=max_failures())
 
 
-def cooling_down(bead_ids, now=None):
+def cooling_down(bead_ids: Collection[str], now: datetime | None = None) -> set[str]:
     """The beads among `bead_ids` not to try now: a dispatch failed within the cooldown, or
     the breaker parked them."""
     now = now or timezone.now()
@@ -37,7 +40,7 @@ def cooling_down(bead_ids, now=None):
     return set(failed.values_list("bead_id", flat=True)) | set(parked.values_list("pk", flat=True))
 
 
-def recent_failures(now=None):
+def recent_failures(now: datetime | None = None) -> set[str]:
     """Every bead whose dispatch failed within the cooldown, or that the breaker parked: one
     range scan of the (few) recent attempts, cheaper than a long IN list when many beads are
     ready."""
@@ -49,21 +52,21 @@ def recent_failures(now=None):
     )
 
 
-def parked_among(bead_ids):
+def parked_among(bead_ids: Iterable[str]) -> dict[str, int]:
     """{bead id: failed dispatches in a row} of the parked beads among `bead_ids`."""
     return dict(parked_beads().filter(pk__in=bead_ids).values_list("pk", "dispatch_failures"))
 
 
-def is_parked(bead):
+def is_parked(bead: Bead) -> bool:
     return bead.dispatch_failures >= max_failures()
 
 
-def last_error(bead):
+def last_error(bead: Bead) -> str:
     failed = Dispatch.objects.filter(bead_id=bead.pk, ok=False).order_by("-created_at").first()
     return failed.error if failed else ""
 
 
-def tripped(bead_id, title, convoy_id, error):
+def tripped(bead_id: str, title: str, convoy_id: str, error: str) -> None:
     """Record that the breaker parked a bead and tell the people of each open convoy tracking
     it that someone must act. Runs in the failing dispatch's transaction."""
     failures = Bead.objects.filter(pk=bead_id).values_list("dispatch_failures", flat=True)[0]

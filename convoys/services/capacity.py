@@ -26,10 +26,11 @@ SQLite runs write transactions one at a time (IMMEDIATE), which gives the same o
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Exists, Max, OuterRef
+from django.db.models import Count, Exists, Max, OuterRef, QuerySet
 from django.utils import timezone
 
 from ..events import record
@@ -53,21 +54,42 @@ SETTING = "max-in-flight"
 CAP_LIMIT = 1_000_000
 
 
-def cap():
+@dataclass(frozen=True)
+class CapOrigin:
+    """Where the cap comes from: "override" (a row an operator set: who, when) or
+    "CONVOY_MAX_IN_FLIGHT" (the environment)."""
+
+    source: str
+    set_by: str = ""
+    set_at: datetime | None = None
+
+
+class CapChange(NamedTuple):
+    """What `override` did: the cap before and after, and the convoys whose beads waited for a
+    slot under the old cap."""
+
+    old: int
+    new: int
+    waiting: list[str]
+
+
+def cap() -> int:
     """The town's cap on beads in flight; 0 means unlimited."""
     override = TownSetting.objects.filter(pk=SETTING).values_list("value", flat=True).first()
-    return max(settings.CONVOY_MAX_IN_FLIGHT if override is None else override, 0)
+    limit: int = settings.CONVOY_MAX_IN_FLIGHT if override is None else override
+    return max(limit, 0)
 
 
-def cap_source():
+def cap_source() -> tuple[int, CapOrigin]:
     """(cap, where it comes from): the override's row, or the environment."""
     row = TownSetting.objects.filter(pk=SETTING).first()
     if row is None:
-        return max(settings.CONVOY_MAX_IN_FLIGHT, 0), {"source": "CONVOY_MAX_IN_FLIGHT"}
-    return row.value, {"source": "override", "set_by": row.set_by, "set_at": row.set_at}
+        limit: int = settings.CONVOY_MAX_IN_FLIGHT
+        return max(limit, 0), CapOrigin("CONVOY_MAX_IN_FLIGHT")
+    return row.value, CapOrigin("override", set_by=row.set_by, set_at=row.set_at)
 
 
-def parse_cap(text):
+def parse_cap(text: object) -> int:
     """A cap typed by an operator: a whole number from 0 (unlimited) to CAP_LIMIT."""
     text = str(text).strip()
     if not (text.isascii() and text.isdigit()) or int(text) > CAP_LIMIT:
@@ -77,29 +99,28 @@ def parse_cap(text):
     return int(text)
 
 
-def override(value, *, actor):
+def override(value: object, *, actor: str) -> CapChange:
     """Override the cap at run time (None: back to CONVOY_MAX_IN_FLIGHT), recorded as a
     `capacity.changed` event. Returns (old cap, new cap, ids of the convoys whose beads waited
     for a slot under the old cap). `controls.set_cap` feeds the town when it leaves more room."""
-    if value is not None:
-        value = parse_cap(value)
+    wanted = None if value is None else parse_cap(value)
     with transaction.atomic():
         lock_town()  # claims in flight finish counting under the old cap first
         old = cap()
         waiting = sorted({q.convoy_id for q in queue()}) if old else []
-        if value is None:
+        if wanted is None:
             TownSetting.objects.filter(pk=SETTING).delete()
         else:
             TownSetting.objects.update_or_create(
-                pk=SETTING, defaults={"value": value, "set_by": actor, "set_at": timezone.now()}
+                pk=SETTING, defaults={"value": wanted, "set_by": actor, "set_at": timezone.now()}
             )
         new = cap()
         if new != old:
             record("capacity.changed", actor=actor, data={"old": old, "new": new})
-    return old, new, waiting
+    return CapChange(old, new, waiting)
 
 
-def lock_town():
+def lock_town() -> None:
     """Serialise claims town-wide until the current transaction ends (PostgreSQL advisory
     lock; a no-op on SQLite, whose IMMEDIATE transactions already run one at a time). Taken
     before any row lock a claim takes, so it never waits inside a lock cycle."""
@@ -108,7 +129,7 @@ def lock_town():
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
 
 
-def in_flight_beads(now=None):
+def in_flight_beads(now: datetime | None = None) -> QuerySet[Bead]:
     """The beads in flight: hooked or in progress, held by the worker our dispatch named,
     and that worker not dead."""
     ours = Dispatch.objects.filter(bead_id=OuterRef("pk"), worker=OuterRef("assignee")).exclude(
@@ -122,11 +143,13 @@ def in_flight_beads(now=None):
     )
 
 
-def in_flight(now=None):
+def in_flight(now: datetime | None = None) -> int:
     return in_flight_beads(now).count()
 
 
-def town_full(bead_id, now=None, limit=None):
+def town_full(
+    bead_id: str, now: datetime | None = None, limit: int | None = None
+) -> tuple[int, int] | None:
     """(in flight, cap) when the town has no slot for `bead_id`, else None. Inside a claim,
     after `lock_town()`. The bead itself is not counted (a dead worker's bead taken over)."""
     limit = cap() if limit is None else limit
@@ -136,7 +159,7 @@ def town_full(bead_id, now=None, limit=None):
     return (busy, limit) if busy >= limit else None
 
 
-def refusal_text(full):
+def refusal_text(full: tuple[int, int]) -> str:
     busy, limit = full
     return f"town at capacity ({busy} in flight, cap {limit}): waiting for a free slot"
 
@@ -148,7 +171,7 @@ class Queued:
     position: int = 0  # 1-based among the waiting; 0 while a free slot is there for it
 
     @property
-    def bead_id(self):
+    def bead_id(self) -> str:
         return self.bead.pk
 
 
@@ -156,18 +179,18 @@ class Queued:
 class Snapshot:
     cap: int
     in_flight: int
-    queue: list  # every queued bead, in dispatch order
+    queue: list[Queued]  # every queued bead, in dispatch order
 
     @property
-    def free(self):
+    def free(self) -> int:
         return max(self.cap - self.in_flight, 0) if self.cap else len(self.queue)
 
     @property
-    def waiting(self):
+    def waiting(self) -> list[Queued]:
         """The queued beads no free slot is there for (all of them at capacity)."""
         return self.queue[self.free :] if self.cap else []
 
-    def as_json(self):
+    def as_json(self) -> dict[str, Any]:
         return {
             "cap": self.cap,
             "in_flight": self.in_flight,
@@ -186,7 +209,7 @@ class Snapshot:
         }
 
 
-def queue(now=None):
+def queue(now: datetime | None = None) -> list[Queued]:
     """Every bead that would be dispatched if the town had room, in dispatch order (module
     docstring). At most seven queries, whatever the number of convoys and beads."""
     now = now or timezone.now()
@@ -208,7 +231,7 @@ def queue(now=None):
     if not beads:
         return []
     skip = recent_failures(now)
-    room = {}
+    room: dict[str, int] = {}
     capped = [pk for pk, limit in convoys.items() if limit]
     if capped:
         busy = dict(
@@ -218,30 +241,31 @@ def queue(now=None):
             .annotate(n=Count("id"))
             .values_list("convoy_id", "n")
         )
-        room = {pk: max(convoys[pk] - busy.get(pk, 0), 0) for pk in capped}
+        room = {pk: max((convoys[pk] or 0) - busy.get(pk, 0), 0) for pk in capped}
     last = dict(
         Dispatch.objects.filter(convoy_id__in=convoys)
         .values("convoy_id")
         .annotate(at=Max("created_at"))
         .values_list("convoy_id", "at")
     )
-    per_convoy = {}
+    per_convoy: dict[str, list[Bead]] = {}
     for convoy_id, bead_id in tracked.values_list("convoy_id", "bead_id"):  # no long IN list
         if bead_id in beads and bead_id not in skip:
             per_convoy.setdefault(convoy_id, []).append(beads[bead_id])
-    keyed = []
+    keyed: list[tuple[tuple[int, int, datetime, str, str], Bead]] = []
     for convoy_id, members in per_convoy.items():
         members.sort(key=lambda b: (b.priority, b.pk))
         if convoy_id in room:
             members = members[: room[convoy_id]]
-        rank = {}
+        rank: dict[int, int] = {}
         for bead in members:
             k = rank[bead.priority] = rank.get(bead.priority, -1) + 1
             keyed.append(
                 ((bead.priority, k, last.get(convoy_id) or NEVER, convoy_id, bead.pk), bead)
             )
     keyed.sort(key=lambda item: item[0])
-    seen, result = set(), []
+    seen: set[str] = set()
+    result: list[Queued] = []
     for key, bead in keyed:
         if bead.pk not in seen:  # a bead tracked by two convoys queues once, at its best
             seen.add(bead.pk)
@@ -249,7 +273,7 @@ def queue(now=None):
     return result
 
 
-def snapshot(now=None, *, heads=False):
+def snapshot(now: datetime | None = None, *, heads: bool = False) -> Snapshot:
     """In flight, cap and the queue, with each waiting bead's position. `heads`: only what a
     feeder needs, so no queue is read while the town is full."""
     now = now or timezone.now()
@@ -262,15 +286,15 @@ def snapshot(now=None, *, heads=False):
     return snap
 
 
-def report(now=None):
+def report(now: datetime | None = None) -> dict[str, Any]:
     """What `convoy capacity --json` prints: the snapshot with where the cap comes from."""
     snap = snapshot(now)
     _, origin = cap_source()
     return {
         **snap.as_json(),
-        "source": origin["source"],
-        "set_by": origin.get("set_by", ""),
-        "set_at": origin.get("set_at"),
+        "source": origin.source,
+        "set_by": origin.set_by,
+        "set_at": origin.set_at,
     }
 
 
@@ -283,12 +307,12 @@ class Panel:
     PANEL_ROWS waiting beads (`convoy capacity` lists them all)."""
 
     snap: Snapshot
-    origin: dict
-    rows: list
+    origin: CapOrigin
+    rows: list[Queued]
     more: int
 
 
-def panel(now=None):
+def panel(now: datetime | None = None) -> Panel:
     """Without a cap only the count of beads in flight is read (one query)."""
     limit, origin = cap_source()
     if not limit:
@@ -298,7 +322,7 @@ def panel(now=None):
     return Panel(snap, origin, waiting[:PANEL_ROWS], max(len(waiting) - PANEL_ROWS, 0))
 
 
-def queue_positions(now=None):
+def queue_positions(now: datetime | None = None) -> dict[str, int]:
     """{bead id: 1-based position} of every bead waiting for town capacity (1 = the next to
     be dispatched when a slot frees). Empty when there is no cap or a free slot is there for
     every queued bead."""

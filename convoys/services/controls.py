@@ -7,6 +7,9 @@ bead or passes the cap. The proof of a pause is read from the dispatch records, 
 flag. Resuming a convoy or raising the cap feeds at once (services/feeding.py).
 """
 
+from datetime import datetime
+from typing import Any, NamedTuple, TypedDict
+
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -15,13 +18,43 @@ from ..events import record
 from ..models import CONVOY_CLOSED, CONVOY_OPEN, Bead, Convoy, Dispatch, TrackedBead
 from . import capacity
 from .convoys import get_convoy
+from .dispatch import DispatchResult
 from .errors import NotFound, ServiceError
 from .feeding import feed_convoy, feed_town
 
 REASON_LIMIT = 500
 
 
-def pause(convoy_id, *, actor, reason=""):
+class Paused(NamedTuple):
+    convoy: Convoy
+    changed: bool  # False: it was paused already
+
+
+class Resumed(NamedTuple):
+    convoy: Convoy
+    changed: bool  # False: it was not paused
+    fed: list[DispatchResult]  # the feed pass right after the commit
+
+
+class Retried(NamedTuple):
+    bead: Bead
+    changed: bool  # False: its breaker was closed
+
+
+class CapSet(NamedTuple):
+    old: int
+    new: int
+    fed: list[DispatchResult]  # dispatched at once when the change left more room
+
+
+class PauseSummary(TypedDict):
+    by: str
+    at: datetime
+    reason: str
+    dispatches_since: int  # the proof: dispatches of its beads since the pause, by any path
+
+
+def pause(convoy_id: str, *, actor: str, reason: str = "") -> Paused:
     """Pause a convoy: from this commit on, no path dispatches its beads. Returns
     (convoy, changed): pausing a paused convoy changes nothing."""
     reason = " ".join((reason or "").split())
@@ -34,7 +67,7 @@ def pause(convoy_id, *, actor, reason=""):
         if convoy.status == CONVOY_CLOSED:
             raise ServiceError(f"convoy {convoy.pk} is closed: nothing to pause")
         if convoy.paused_at:
-            return convoy, False
+            return Paused(convoy, False)
         now = timezone.now()
         convoy.paused_at, convoy.paused_by, convoy.pause_reason = now, actor, reason
         convoy.updated_at = now
@@ -45,17 +78,18 @@ def pause(convoy_id, *, actor, reason=""):
             actor=actor,
             data={"title": convoy.title, "reason": reason, "status": convoy.status},
         )
-    return convoy, True
+    return Paused(convoy, True)
 
 
-def resume(convoy_id, *, actor):
+def resume(convoy_id: str, *, actor: str) -> Resumed:
     """Resume a paused convoy and feed it once right after the commit. Returns
     (convoy, changed, results of that feed pass)."""
     with transaction.atomic():
         convoy = get_convoy(convoy_id, lock=True)
         if not convoy.paused_at:
-            return convoy, False, []
+            return Resumed(convoy, False, [])
         paused = pause_summary(convoy)
+        assert paused is not None  # paused_at is set
         convoy.paused_at, convoy.paused_by, convoy.pause_reason = None, "", ""
         convoy.updated_at = timezone.now()
         convoy.save(update_fields=["paused_at", "paused_by", "pause_reason", "updated_at"])
@@ -71,10 +105,12 @@ def resume(convoy_id, *, actor):
                 "dispatches_since_pause": paused["dispatches_since"],
             },
         )
-    return convoy, True, feed_convoy(convoy, "event") if convoy.status == CONVOY_OPEN else []
+    return Resumed(
+        convoy, True, feed_convoy(convoy, "event") if convoy.status == CONVOY_OPEN else []
+    )
 
 
-def pause_summary(convoy):
+def pause_summary(convoy: Convoy) -> PauseSummary | None:
     """Who paused the convoy, when, why, and the proof: how many of its beads were
     dispatched since (from the dispatch records, by any path). None when not paused."""
     if not convoy.paused_at:
@@ -91,14 +127,14 @@ def pause_summary(convoy):
     }
 
 
-def pause_json(convoy):
+def pause_json(convoy: Convoy) -> dict[str, Any] | None:
     summary = pause_summary(convoy)
     if summary is None:
         return None
     return {**summary, "at": summary["at"].isoformat()}
 
 
-def retry(bead_id, *, actor):
+def retry(bead_id: str, *, actor: str) -> Retried:
     """Close the breaker of a parked bead: every path may dispatch it again (the cooldown
     still applies). Returns (bead, changed)."""
     with transaction.atomic():
@@ -106,7 +142,7 @@ def retry(bead_id, *, actor):
         if bead is None:
             raise NotFound(f"bead '{bead_id}' not found")
         if not bead.dispatch_failures:
-            return bead, False
+            return Retried(bead, False)
         failures = bead.dispatch_failures
         Bead.objects.filter(pk=bead_id).update(dispatch_failures=0)
         bead.dispatch_failures = 0
@@ -116,19 +152,19 @@ def retry(bead_id, *, actor):
             actor=actor,
             data={"title": bead.title, "failures": failures, "status": bead.status},
         )
-    return bead, True
+    return Retried(bead, True)
 
 
-def set_cap(value, *, actor):
+def set_cap(value: object, *, actor: str) -> CapSet:
     """Override the town's cap at run time (None: back to CONVOY_MAX_IN_FLIGHT); a value that
     is no cap is refused (`capacity.parse_cap`). When it leaves more room the town is fed at
     once. Returns (old cap, new cap, dispatch results)."""
     old, new, waiting = capacity.override(value, actor=actor)
-    results = []
+    results: list[DispatchResult] = []
     if old and (not new or new > old):  # more room: the queue moves now
         if new:
             results = feed_town("event")
         else:  # no cap any more: each convoy that waited is fed as a close would feed it
             for convoy in Convoy.objects.filter(pk__in=waiting):
                 results += feed_convoy(convoy, "event")
-    return old, new, results
+    return CapSet(old, new, results)

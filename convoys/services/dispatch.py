@@ -16,13 +16,14 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypedDict
 
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from .. import queue
-from ..dispatchers import Outcome, get_dispatcher
+from ..dispatchers import Dispatcher, Outcome, get_dispatcher
 from ..events import record
 from ..models import (
     ACTIVE_WORK_STATUSES,
@@ -62,7 +63,7 @@ SPIN_LIMIT = 3
 class Claim:
     bead_id: str
     title: str
-    rig: str
+    rig: str | None  # None: a bead of no rig (town level)
     convoy_id: str
     worker: str
     path: str
@@ -70,7 +71,18 @@ class Claim:
     previous_status: str
 
 
-def paused_convoys(bead_id, convoy_id=""):
+class DispatchResult(TypedDict):
+    """One dispatch attempt as the feeders, `sling` and the API report it."""
+
+    id: str
+    title: str
+    rig: str | None
+    worker: str  # "" when the dispatch failed
+    ok: bool
+    error: str
+
+
+def paused_convoys(bead_id: str, convoy_id: str = "") -> list[str]:
     """Ids of the paused convoys that track `bead_id` or that the dispatch is for.
 
     Called inside the claim's transaction. On PostgreSQL the convoy rows are read FOR KEY
@@ -90,7 +102,7 @@ def paused_convoys(bead_id, convoy_id=""):
         return [pk for pk, paused_at in cursor.fetchall() if paused_at]
 
 
-def full_convoys(bead, convoy_id=""):
+def full_convoys(bead: Bead, convoy_id: str = "") -> list[tuple[str, int]]:
     """(id, limit) of the open convoys tracking `bead` (or that the dispatch is for) whose
     `max_in_flight` its claim would exceed: every path claims, so the limit holds on all.
 
@@ -107,6 +119,8 @@ def full_convoys(bead, convoy_id=""):
     )
     full = []
     for pk, limit in capped.values_list("pk", "max_in_flight"):
+        if limit is None:  # excluded by the filter; the type of the column allows it
+            continue
         tracked = TrackedBead.objects.filter(convoy_id=pk).values("bead_id")
         busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES)
         if busy.exclude(pk=bead.pk).count() >= limit:
@@ -115,7 +129,7 @@ def full_convoys(bead, convoy_id=""):
 
 
 @transaction.atomic
-def refusal(bead, convoy_id=""):
+def refusal(bead: Bead, convoy_id: str = "") -> str:
     """Why a claim of `bead` came back empty, in words for the caller's report."""
     full = full_convoys(bead, convoy_id)
     if full:
@@ -126,7 +140,7 @@ def refusal(bead, convoy_id=""):
     return "claimed by another dispatcher"
 
 
-def pick_worker(rig):
+def pick_worker(rig: str | None) -> str:
     busy = set(
         Bead.objects.filter(
             status__in=ACTIVE_WORK_STATUSES, assignee__startswith=f"{rig}/"
@@ -142,7 +156,13 @@ def pick_worker(rig):
 
 
 @transaction.atomic
-def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
+def claim(
+    bead: Bead,
+    convoy_id: str = "",
+    path: str = "manual",
+    actor: str = "feeder",
+    forced: bool = False,
+) -> Claim | None:
     """Claim `bead` as read by the caller; return a Claim, or None if someone else won.
     `forced`: sent past open blockers by `sling --force` (recorded on the attempt).
     Nobody wins a bead held by a paused convoy, one at its max in flight, or parked by the
@@ -174,7 +194,8 @@ def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
     attempt = Dispatch.objects.create(
         bead_id=bead.pk,
         convoy_id=convoy_id,
-        rig=bead.rig_id,
+        # A bead of no rig is never ready (readiness.ready_q); one sent anyway fails NOT NULL
+        rig=bead.rig_id,  # type: ignore[misc]
         worker=worker,
         path=path,
         forced=forced,
@@ -199,12 +220,14 @@ def claim(bead, convoy_id="", path="manual", actor="feeder", forced=False):
     return Claim(bead.pk, bead.title, bead.rig_id, convoy_id, worker, path, attempt.pk, bead.status)
 
 
-def run(claim_, dispatcher=None):
+def run(claim_: Claim, dispatcher: Dispatcher | None = None) -> DispatchResult:
     """Call the dispatcher for a claim; record the attempt; release the claim on failure."""
     dispatcher = dispatcher or get_dispatcher()
     started = time.monotonic()
     try:
-        outcome = dispatcher.dispatch(claim_.bead_id, claim_.rig, claim_.convoy_id, claim_.worker)
+        # no rig: the dispatchers read None and "" alike (`CommandDispatcher.argv`)
+        rig = claim_.rig or ""
+        outcome = dispatcher.dispatch(claim_.bead_id, rig, claim_.convoy_id, claim_.worker)
     except Exception as exc:  # a broken dispatcher must not stop the others
         log.exception("dispatcher failed for %s", claim_.bead_id)
         outcome = Outcome(False, f"{type(exc).__name__}: {exc}")
@@ -214,7 +237,7 @@ def run(claim_, dispatcher=None):
     return _record(claim_, outcome, started)
 
 
-def _record(claim_, outcome, started):
+def _record(claim_: Claim, outcome: Outcome, started: float) -> DispatchResult:
     duration = (time.monotonic() - started) * 1000
     with transaction.atomic():
         Dispatch.objects.filter(pk=claim_.dispatch_id).update(
@@ -257,7 +280,7 @@ def _record(claim_, outcome, started):
     }
 
 
-def _check_breaker(claim_, outcome):
+def _check_breaker(claim_: Claim, outcome: Outcome) -> None:
     """Park the bead when this failure is the one that reaches the limit, and ask its
     convoys' people to act (once: only the failure that lands on the limit does)."""
     failures = Bead.objects.filter(pk=claim_.bead_id).values_list("dispatch_failures", flat=True)
@@ -266,7 +289,7 @@ def _check_breaker(claim_, outcome):
     breaker.tripped(claim_.bead_id, claim_.title, claim_.convoy_id, outcome.error)
 
 
-def _check_spin(claim_):
+def _check_spin(claim_: Claim) -> None:
     hour_ago = timezone.now() - timedelta(hours=1)
     count = Dispatch.objects.filter(bead_id=claim_.bead_id, created_at__gte=hour_ago).count()
     if count > SPIN_LIMIT:
@@ -278,7 +301,13 @@ def _check_spin(claim_):
         )
 
 
-def dispatch(bead, convoy_id="", path="manual", dispatcher=None, forced=False):
+def dispatch(
+    bead: Bead,
+    convoy_id: str = "",
+    path: str = "manual",
+    dispatcher: Dispatcher | None = None,
+    forced: bool = False,
+) -> DispatchResult | None:
     """Claim then run. Returns the result dict, or None when the claim was lost."""
     won = claim(bead, convoy_id=convoy_id, path=path, forced=forced)
     if won is None:

@@ -1,5 +1,7 @@
 """Rigs and routes: prefix -> rig resolution and rig state changes."""
 
+from collections.abc import Mapping
+
 from django.db import transaction
 
 from ..events import record, record_many
@@ -14,18 +16,18 @@ from .errors import NotFound, ServiceError
 from .staging import recheck_rig
 
 
-def route_map():
+def route_map() -> dict[str, str | None]:
     """{prefix: rig name or None (town level)}: one query, cached by the caller."""
     return dict(Route.objects.values_list("prefix", "rig_id"))
 
 
-def rig_for(bead_id, routes=None):
+def rig_for(bead_id: str, routes: Mapping[str, str | None] | None = None) -> str | None:
     routes = route_map() if routes is None else routes
     return routes.get(bead_prefix(bead_id))
 
 
 @transaction.atomic
-def upsert_route(prefix, path, actor=""):
+def upsert_route(prefix: str, path: str, actor: str = "") -> str | None:
     """Create or update a route; its rig is created when new. The prefix's beads whose rig
     changes are re-routed, each with a bead.updated event; nothing is written when unchanged."""
     problem = route_prefix_problem(prefix)
@@ -75,7 +77,7 @@ def upsert_route(prefix, path, actor=""):
 
 
 @transaction.atomic
-def create_rig(name, state=Rig.ACTIVE, actor=""):
+def create_rig(name: str, state: str = Rig.ACTIVE, actor: str = "") -> Rig:
     """A new rig (routes create theirs; admins may add one ahead of its route)."""
     problem = rig_name_problem(name)
     if problem:
@@ -90,7 +92,7 @@ def create_rig(name, state=Rig.ACTIVE, actor=""):
 
 
 @transaction.atomic
-def set_rig_state(name, state, actor=""):
+def set_rig_state(name: str, state: str, actor: str = "") -> Rig:
     if state not in (Rig.ACTIVE, Rig.PARKED, Rig.DOCKED):
         raise ServiceError(f'unknown rig state "{state}"')
     updated = Rig.objects.filter(name=name).exclude(state=state).update(state=state)
