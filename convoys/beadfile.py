@@ -8,10 +8,13 @@ the store converts them once and keeps the text of those it could not write back
 `to_line` write a record as bd's Go encoder does.
 """
 
+from __future__ import annotations
+
 import json
 import sqlite3
-from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import IO, Any, NamedTuple, Never
 
 import orjson
 
@@ -107,11 +110,14 @@ def json_problem(exc: ValueError) -> str:
     return str(exc)
 
 
+Record = dict[str, Any]  # one line of a bd JSONL file, as parsed
+
+
 class BadLine(ValueError):
     """A line that is not a valid record; the message names the file, the line and why."""
 
 
-def parse_timestamp(value):
+def parse_timestamp(value: str) -> datetime:
     parsed = datetime.fromisoformat(value)  # RFC 3339, "Z", up to 9 fractional digits
     if parsed.tzinfo is None:
         raise ValueError("timestamp has no time zone")
@@ -123,7 +129,7 @@ def parse_timestamp(value):
     return parsed
 
 
-def format_timestamp(value, zone=UTC):
+def format_timestamp(value: datetime | None, zone: tzinfo = UTC) -> str | None:
     """RFC 3339 as Go writes a time (time.RFC3339Nano): no trailing zeros in the fraction,
     "Z" for a zero offset. In UTC, or in `zone` (the offset of the text it replaces)."""
     if value is None:
@@ -143,7 +149,7 @@ def format_timestamp(value, zone=UTC):
     return f"{text}{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-def export_timestamp(value, kept=None):
+def export_timestamp(value: datetime | None, kept: str | None = None) -> str | None:
     """A stored timestamp as an export writes it, from what the import kept of its text
     (`kept_text`): that text while it still says the stored time (to the microsecond; its
     nanoseconds and offset as they came); else Go's RFC 3339 in that text's offset, or in UTC
@@ -156,7 +162,7 @@ def export_timestamp(value, kept=None):
     return format_timestamp(value, zone)
 
 
-def _text_of(value, kept):
+def _text_of(value: datetime, kept: str) -> tuple[str | None, tzinfo | None]:
     """(the imported text, were it of `value`; its zone) from a whole text or a tail."""
     if kept[0].isdigit():
         parsed = _parsed(kept)
@@ -171,14 +177,14 @@ def _text_of(value, kept):
     return local.replace(tzinfo=None).isoformat()[:19] + kept, parsed.tzinfo
 
 
-def _parsed(text):
+def _parsed(text: str) -> datetime | None:
     try:
         return parse_timestamp(text)
     except ValueError:
         return None
 
 
-def kept_text(text):
+def kept_text(text: str) -> str | None:
     """What the import keeps of a (checked) timestamp's text beside its stored value, for the
     export to write it back: nothing when the value gives it back (Go's UTC form: "Z", 0 to 6
     fractional digits, no trailing zero); the tail after the seconds (fraction and offset as
@@ -192,7 +198,7 @@ def kept_text(text):
     return tail
 
 
-def keep_texts(values, extra):
+def keep_texts(values: Mapping[str, Any], extra: dict[str, Any]) -> None:
     """Note in `extra` (as `_created_at`, ...) what the export needs of each timestamp text
     in `values` to write it back as it came (`kept_text`)."""
     text = values["created_at"]
@@ -206,11 +212,11 @@ def keep_texts(values, extra):
         extra["_closed_at"] = kept
 
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> Never:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _kind(value):
+def _kind(value: object) -> str:
     return {
         str: "string",
         int: "integer",
@@ -228,7 +234,7 @@ KNOWN_DEP_KEYS = frozenset(
 )
 
 
-def _check(record):
+def _check(record: Record) -> None:
     """Validate one record's shape; raise ValueError naming the field.
 
     Timestamps stay text (checked here, converted once where they are stored). The loop runs
@@ -250,7 +256,7 @@ def _check(record):
         _check_convoy(record)
 
 
-def _check_convoy(record):
+def _check_convoy(record: Record) -> None:
     """What only a convoy needs: a status the lifecycle can move, and readable field lines."""
     status = record.get("status") or "open"
     if status not in CONVOY_STATUSES:
@@ -269,23 +275,23 @@ def _check_convoy(record):
             )
 
 
-def _string(record, name, value):
+def _string(record: Record, name: str, value: Any) -> None:
     if not isinstance(value, str):
         raise ValueError(f"field '{name}': expected string, got {_kind(value)}")
 
 
-def _integer(record, name, value):
+def _integer(record: Record, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"field '{name}': expected integer, got {_kind(value)}")
 
 
-def _priority(record, name, value):
+def _priority(record: Record, name: str, value: Any) -> None:
     _integer(record, name, value)
     if not 0 <= value <= 4:
         raise ValueError(f"field 'priority': expected 0..4, got {value}")
 
 
-def _assignee(record, name, value):
+def _assignee(record: Record, name: str, value: Any) -> None:
     if value is not None:
         _string(record, name, value)
         problem = ids.name_problem(value)
@@ -293,7 +299,7 @@ def _assignee(record, name, value):
             raise ValueError(f"field 'assignee': {problem}")
 
 
-def _timestamp(record, name, value):
+def _timestamp(record: Record, name: str, value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, str):
@@ -304,29 +310,29 @@ def _timestamp(record, name, value):
         raise ValueError(f"field '{name}': invalid timestamp {value[:40]!r}")
 
 
-def _count(record, name, value):
+def _count(record: Record, name: str, value: Any) -> None:
     _integer(record, name, value)
     if value < 0:
         raise ValueError(f"field '{name}': expected 0 or more, got {value}")
 
 
-def _array(record, name, value):
+def _array(record: Record, name: str, value: Any) -> None:
     if value is not None and not isinstance(value, list):
         raise ValueError(f"field '{name}': expected array, got {_kind(value)}")
 
 
-def _reserved(record, name, value):
+def _reserved(record: Record, name: str, value: Any) -> Never:
     raise ValueError(f"field '{name}': reserved for convoyweb's own bookkeeping")
 
 
-def _labels(record, name, value):
+def _labels(record: Record, name: str, value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise ValueError("field 'labels': expected an array of strings")
 
 
-def _dependencies(record, name, deps):
+def _dependencies(record: Record, name: str, deps: Any) -> None:
     if deps is None:
         return
     if not isinstance(deps, list):
@@ -377,7 +383,9 @@ FIELD_CHECKS = {
 }
 
 
-def read_records(stream, name, max_line):
+def read_records(
+    stream: IO[bytes], name: str, max_line: int
+) -> Iterator[tuple[int, Record | MemoryLine]]:
     """Yield (line number, record) for every non-blank line of a binary stream; raise BadLine
     on the first bad one."""
     number = 0
@@ -433,7 +441,7 @@ class MemoryLine(NamedTuple):
 MEMORY_KEY_MAX = 255
 
 
-def _memory(record, raw):
+def _memory(record: Record, raw: bytes) -> Record | MemoryLine:
     """A memory line as bd import reads it (key and value strings; one without either is
     skipped, so the record itself is returned for `skipped` to name)."""
     for field in ("key", "value"):
@@ -452,7 +460,11 @@ DEPENDENCY_POSITION = {name: index for index, name in enumerate(DEPENDENCY_ORDER
 COMMENT_POSITION = {name: index for index, name in enumerate(COMMENT_ORDER)}
 
 
-def in_bd_order(fields, position=KEY_POSITION, unknown=UNKNOWN_POSITION):
+def in_bd_order(
+    fields: Mapping[str, Any],
+    position: Mapping[str, float] = KEY_POSITION,
+    unknown: float = UNKNOWN_POSITION,
+) -> dict[str, Any]:
     """`fields` with its keys in the order bd writes them (others keep theirs, after them)."""
     return {name: fields[name] for name in sorted(fields, key=lambda k: position.get(k, unknown))}
 
@@ -466,7 +478,7 @@ _GO_ESCAPES = (
 )
 
 
-def to_line(record):
+def to_line(record: Mapping[str, Any]) -> str:
     """A record as one line of JSON the way Go's json.Marshal writes it (bd's encoder):
     compact, keys in the record's order, non-ASCII as it is, and <, >, &, U+2028 and U+2029
     escaped (its HTML-safe default)."""
@@ -480,7 +492,7 @@ def to_line(record):
     return text
 
 
-def _refuse_unstorable(value, path=""):
+def _refuse_unstorable(value: object, path: str = "") -> None:
     """PostgreSQL stores no NUL character in text or JSON, so no database takes one (a file
     that imports on one must import on the other); a lone surrogate is not UTF-8 at all."""
     if isinstance(value, str):
@@ -496,7 +508,7 @@ def _refuse_unstorable(value, path=""):
             _refuse_unstorable(item, f"{path}[{index}]")
 
 
-def _parse_slowly(raw, name, number):
+def _parse_slowly(raw: bytes, name: str, number: int) -> Any:
     """The standard library's parser: accepts what orjson refuses (integers beyond 64 bits,
     deep nesting) and names the problem precisely when the line really is bad."""
     try:
@@ -515,11 +527,11 @@ def _parse_slowly(raw, name, number):
         raise BadLine(f"{name}:{number}: invalid JSON ({json_problem(exc)})")
 
 
-def is_convoy_record(record):
+def is_convoy_record(record: Record) -> bool:
     return record.get("issue_type") == "convoy" or "gt:convoy" in (record.get("labels") or [])
 
 
-def bead_values(record, now):
+def bead_values(record: Record, now: datetime) -> dict[str, Any]:
     """Column values. Timestamps may be (checked) RFC 3339 text, which bulk.Table converts."""
     created = record.get("created_at") or now
     updated = record.get("updated_at") or created
@@ -544,7 +556,7 @@ def bead_values(record, now):
     }
 
 
-def unknown_keys(record, known=BEAD_KEYS):
+def unknown_keys(record: Record, known: frozenset[str] = BEAD_KEYS) -> dict[str, Any]:
     """The keys the product has no column for, kept to be written back on export; with the
     shape of record bd wrote when it added computed keys, and the comment_count when the
     comments themselves are not in the record (nothing here could count them then)."""
@@ -559,7 +571,7 @@ def unknown_keys(record, known=BEAD_KEYS):
     return extra
 
 
-def dependency_values(record):
+def dependency_values(record: Record) -> list[dict[str, Any]]:
     """A bead's dependencies as column values (a repeated target keeps its first line)."""
     values, seen = [], set()
     issue_id = record["id"]
@@ -597,7 +609,7 @@ def dependency_values(record):
     return values
 
 
-def read_routes(stream, name):
+def read_routes(stream: Iterable[bytes | str], name: str) -> Iterator[tuple[int, Record]]:
     for number, raw in enumerate(stream, start=1):
         try:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -621,7 +633,7 @@ def read_routes(stream, name):
         yield number, record
 
 
-def skipped(record):
+def skipped(record: Record) -> str | None:
     """Why `bd import` skips a record ("memories" without a key or a value, "tombstones" or
     "wisps"), or None."""
     if record.get("_type") == "memory":
@@ -640,18 +652,18 @@ class SeenIds:
     deleted on close, with a small page cache) and checked a batch at a time, so memory stays
     flat however long the file; a dict would hold ~130 bytes per id."""
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name = name
         self.pending = {}
         self.db = sqlite3.connect("")
         self.db.execute("CREATE TABLE seen (id TEXT PRIMARY KEY, line INTEGER) WITHOUT ROWID")
 
-    def add(self, bead_id, number):
+    def add(self, bead_id: str, number: int) -> None:
         first = self.pending.setdefault(bead_id, number)
         if first != number:
             raise self._duplicate(bead_id, number, first)
 
-    def check(self):
+    def check(self) -> None:
         """Refuse the first pending id seen in an earlier batch; keep the rest as seen."""
         pending, self.pending = self.pending, {}
         if not pending:
@@ -668,8 +680,8 @@ class SeenIds:
             raise self._duplicate(bead_id, pending[bead_id], earlier[bead_id])
         self.db.executemany("INSERT INTO seen VALUES (?, ?)", pending.items())
 
-    def _duplicate(self, bead_id, number, first):
+    def _duplicate(self, bead_id: str, number: int, first: int) -> BadLine:
         return BadLine(f"{self.name}:{number}: duplicate id '{bead_id}' (first on line {first})")
 
-    def close(self):
+    def close(self) -> None:
         self.db.close()

@@ -9,15 +9,17 @@ with what is stored. Only plain columns (no auto fields set).
 """
 
 import json
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from operator import itemgetter
+from typing import Any
 
 import orjson
 from django.db import connection, models
 
 
-def _sqlite_datetime(value):
+def _sqlite_datetime(value: datetime | str) -> str:
     """What Django's SQLite backend stores: naive UTC in str(datetime) format. Takes a
     datetime, or RFC 3339 text with a time zone (as the importer has it, already checked)."""
     if type(value) is str:
@@ -32,7 +34,7 @@ def _sqlite_datetime(value):
 _OFFSETS = {}
 
 
-def _sqlite_text(text):
+def _sqlite_text(text: str) -> str:
     # Formatting an aware datetime costs four times what a naive one does, so the common
     # shapes ("...Z", "...+HH:MM") are read as naive local time and shifted by the offset.
     try:
@@ -50,22 +52,22 @@ def _sqlite_text(text):
     return _sqlite_datetime(datetime.fromisoformat(text))
 
 
-def _sqlite_datetime_value(text):
+def _sqlite_datetime_value(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
-def _json(value):
+def _json(value: object) -> str:
     try:
         return orjson.dumps(value).decode()
     except TypeError:  # integers beyond 64 bits, which the standard library writes
         return json.dumps(value, ensure_ascii=False)
 
 
-def _datetime_value(value):
+def _datetime_value(value: datetime | str) -> datetime:
     return datetime.fromisoformat(value) if type(value) is str else value
 
 
-def _converters(field):
+def _converters(field: models.Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
     """(to stored, from stored) for a column that needs converting, else None."""
     if isinstance(field, models.DateTimeField):
         if connection.vendor == "sqlite":
@@ -85,7 +87,7 @@ COPY_MIN_ROWS = 50  # fewer rows (a service's own events) go as plain INSERTs
 class Table:
     """One model's table as rows of stored values, in column order."""
 
-    def __init__(self, model):
+    def __init__(self, model: type[models.Model]) -> None:
         self.fields = [
             f
             for f in model._meta.concrete_fields
@@ -107,7 +109,7 @@ class Table:
         self._to_stored = [(i, c[0]) for i, c in enumerate(converters) if c is not None]
         self._from_stored = [(i, c[1]) for i, c in enumerate(converters) if c is not None]
 
-    def row(self, values):
+    def row(self, values: dict[str, Any]) -> tuple[Any, ...]:
         """A dict keyed by attname (missing keys take the field default) -> a stored row."""
         row = list(self._read(self.defaults | values))
         for index, convert in self._to_stored:
@@ -116,7 +118,7 @@ class Table:
                 row[index] = convert(value)
         return tuple(row)
 
-    def values(self, row):
+    def values(self, row: Sequence[Any]) -> dict[str, Any]:
         """The inverse of `row`: a stored row -> a dict of Python values keyed by attname."""
         row = list(row)
         for index, convert in self._from_stored:
@@ -124,7 +126,7 @@ class Table:
                 row[index] = convert(row[index])
         return dict(zip(self.names, row, strict=True))
 
-    def insert(self, rows, batch=20000):
+    def insert(self, rows: Sequence[Sequence[Any]], batch: int = 20000) -> int:
         """Insert stored rows (from `row`): COPY on PostgreSQL, executemany on SQLite."""
         if not rows:
             return 0
@@ -142,11 +144,11 @@ class Table:
 
 
 @cache
-def table(model):
+def table(model: type[models.Model]) -> Table:
     return Table(model)
 
 
-def insert(model, rows):
+def insert(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> int:
     """Insert dicts keyed by attname (e.g. `issue_id`); missing keys take the field default."""
     if not rows:
         return 0
@@ -154,7 +156,14 @@ def insert(model, rows):
     return this.insert([this.row(values) for values in rows])
 
 
-def select_in(model, column, keys, *, also=None, chunk=900):
+def select_in(
+    model: type[models.Model],
+    column: str,
+    keys: Iterable[Any],
+    *,
+    also: str | None = None,
+    chunk: int = 900,
+) -> list[tuple[Any, ...]]:
     """Rows of (`column`[, `also`]) from `model`'s table where `column` is one of `keys`
     (raw SQL: the ORM's `__in` costs microseconds per value, which adds up at 1,000 keys
     per batch)."""
@@ -171,6 +180,6 @@ def select_in(model, column, keys, *, also=None, chunk=900):
     return found
 
 
-def existing_keys(model, keys):
+def existing_keys(model: type[models.Model], keys: Iterable[Any]) -> list[Any]:
     """The subset of primary keys `keys` present in `model`'s table."""
     return [row[0] for row in select_in(model, model._meta.pk.column, keys)]

@@ -1,15 +1,19 @@
 """Text and JSON shapes shared by the CLI and the web pages (reference §2.5–§2.8, §3.1)."""
 
-from .dag import EPIC, max_parallelism
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .dag import DAG, EPIC, Finding, Gated, Node, max_parallelism
 
 RULE = "─" * 80
 
 
-def truncate(text, width=28):
+def truncate(text: str, width: int = 28) -> str:
     return text if len(text) <= width else text[:width] + ".."
 
 
-def node_line(node):
+def node_line(node: Node) -> str:
     line = f"{node.id} [{node.type or 'task'}] {node.title}"
     if node.rig:
         line += f" (rig: {node.rig})"
@@ -19,7 +23,7 @@ def node_line(node):
     return line
 
 
-def render_tree(dag, input_kind, root=None):
+def render_tree(dag: DAG, input_kind: str, root: str | None = None) -> str:
     if input_kind == EPIC and root in dag.nodes:
         lines = [node_line(dag.nodes[root])]
         stack = [
@@ -42,7 +46,7 @@ def render_tree(dag, input_kind, root=None):
     return "".join(f"  {node_line(dag.nodes[n])}\n" for n in sorted(dag.nodes))
 
 
-def render_wave_table(dag, waves):
+def render_wave_table(dag: DAG, waves: Sequence[Sequence[str]]) -> str:
     lines = [
         "  %-6s %-15s %-30s %-12s %s" % ("Wave", "ID", "Title", "Rig", "Blocked By"),
         "  " + RULE,
@@ -65,7 +69,7 @@ def render_wave_table(dag, waves):
     return "\n".join(lines) + "\n"
 
 
-def render_gated(dag, gated):
+def render_gated(dag: DAG, gated: Sequence[Gated]) -> str:
     if not gated:
         return ""
     lines = ["", "  Gated (blocked by open non-slingable nodes):", "  " + RULE]
@@ -81,7 +85,7 @@ def render_gated(dag, gated):
     return "\n".join(lines) + "\n"
 
 
-def render_findings(title, findings):
+def render_findings(title: str, findings: Sequence[Finding]) -> str:
     if not findings:
         return ""
     out = [f"{title}:"]
@@ -94,8 +98,8 @@ def render_findings(title, findings):
     return "\n".join(out) + "\n"
 
 
-def tree_json(dag, input_kind, root=None):
-    def entry(node_id, seen):
+def tree_json(dag: DAG, input_kind: str, root: str | None = None) -> list[dict[str, Any]]:
+    def entry(node_id: str, seen: set[str]) -> dict[str, Any]:
         node = dag.nodes[node_id]
         data = {"id": node.id, "title": node.title, "type": node.type, "status": node.status}
         if node.rig:
@@ -111,7 +115,7 @@ def tree_json(dag, input_kind, root=None):
     return [entry(n, set(dag.nodes)) for n in sorted(dag.nodes)]
 
 
-def waves_json(dag, waves):
+def waves_json(dag: DAG, waves: Iterable[Iterable[str]]) -> list[dict[str, Any]]:
     result = []
     for number, wave in enumerate(waves, start=1):
         tasks = []
@@ -125,7 +129,7 @@ def waves_json(dag, waves):
     return result
 
 
-def render_launch(result):
+def render_launch(result: Mapping[str, Any]) -> str:
     """The launch report (reference §3.1), adapted to this product's commands."""
     cid = result["convoy_id"]
     waves = result.get("waves", [])
@@ -195,17 +199,17 @@ ACTOR_CHANNELS = ("web:", "api:", "cli:")
 CONVOY_TITLE_PREFIX = "Convoy: "
 
 
-def status_words(status):
+def status_words(status: str | None) -> str:
     """`staged_warnings` -> "staged with warnings"; plain words pass through."""
     status = status or "unknown"
     return STATUS_WORDS.get(status, status.replace("_", " "))
 
 
-def event_words(kind):
+def event_words(kind: str) -> str:
     return EVENT_WORDS.get(kind, kind.replace(".", " ").replace("_", " "))
 
 
-def person(actor):
+def person(actor: str) -> str:
     """One name per person: `api:demo`, `web:demo` and `demo` are all "demo"."""
     for channel in ACTOR_CHANNELS:
         if actor.startswith(channel):
@@ -213,7 +217,7 @@ def person(actor):
     return actor
 
 
-def convoy_title(title):
+def convoy_title(title: str) -> str:
     """A convoy's title without the "Convoy: " that staging puts in front of an epic's title
     (pages already say "convoy"; "Convoy landed: Convoy: …" reads twice)."""
     if title.startswith(CONVOY_TITLE_PREFIX):
@@ -221,7 +225,7 @@ def convoy_title(title):
     return title
 
 
-def relative(moment, now):
+def relative(moment: datetime, now: datetime) -> str:
     """ "3m ago", "in 2h 5m", "just now", "in under a minute"."""
     seconds = (moment - now).total_seconds()
     if 0 < seconds < 60:
@@ -232,7 +236,7 @@ def relative(moment, now):
     return f"in {text}" if seconds > 0 else f"{text} ago"
 
 
-def duration(seconds):
+def duration(seconds: float) -> str:
     minutes = int(seconds // 60)
     if minutes < 1:
         return "<1m"

@@ -7,9 +7,11 @@ or `?fragments=a,b`) renders those same templates from the same read model and a
 <seq>` (the sequence number the page shows) lets a view answer only what changed after it.
 """
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from django.http import JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import RequestContext
 from django.template.loader import get_template
@@ -25,20 +27,20 @@ class Fragment:
 
     id: str
     template: str = ""
-    context: dict = field(default_factory=dict)
-    html: str = None
+    context: dict[str, Any] = field(default_factory=dict)
+    html: str | None = None
 
 
-def unread():
+def unread() -> Fragment:
     """The inbox badge in the navigation bar: part of every page."""
     return Fragment(UNREAD, "convoys/_unread.html")
 
 
-def is_live(request):
+def is_live(request: HttpRequest) -> bool:
     return request.headers.get("X-Live") == "1" or "fragments" in request.GET
 
 
-def since(request):
+def since(request: HttpRequest) -> int | None:
     """The sequence number a live request's page shows, or None (answer every fragment; and
     for a request that is not live, draw the whole page)."""
     if not is_live(request):
@@ -48,7 +50,12 @@ def since(request):
     return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
 
 
-def respond(request, template, context, fragments):
+def respond(
+    request: HttpRequest,
+    template: str,
+    context: dict[str, Any],
+    fragments: Sequence[Fragment] | Callable[[], Sequence[Fragment]],
+) -> HttpResponse:
     """The full page, or for a live request the fragments (a list, or a callable returning
     one, called only for live requests) rendered with the page's context."""
     if not is_live(request):
@@ -68,7 +75,9 @@ def respond(request, template, context, fragments):
     return response
 
 
-def render_fragments(request, context, fragments):
+def render_fragments(
+    request: HttpRequest, context: Mapping[str, Any], fragments: Sequence[Fragment]
+) -> dict[str, str]:
     """{id: html}; context processors run once for all of them."""
     if not fragments:
         return {}
