@@ -22,6 +22,8 @@ import json
 import logging
 import time
 import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Never, TypeVar
 from urllib.parse import parse_qs
 
 from autobahn.exception import Disconnected
@@ -29,6 +31,7 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth.models import AbstractUser
 
 from . import relay
 from .events import last_seq
@@ -36,6 +39,8 @@ from .models import Event
 from .wsgate import quick_read
 
 log = logging.getLogger("convoys.live")
+
+T = TypeVar("T")
 
 MAX_UNACKED = 1000
 MAX_TOPICS = 100
@@ -58,13 +63,13 @@ STALLED = 4008
 TOO_MANY_REPLAYS = 4429
 
 
-def read_db(func):
+def read_db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """Run a long read-only query (a replay) off the event loop, in the default thread pool
     rather than the one database thread (each thread has its own connection, closed after)."""
     return database_sync_to_async(func, thread_sensitive=False)
 
 
-def _topic_groups(user, topics):
+def _topic_groups(user: AbstractUser, topics: Sequence[str]) -> dict[str, str]:
     """{topic: channel group} for the topics this user may follow (names from
     relay.group_name): the inbox is the user's own; every other topic needs the `view_convoy`
     permission."""
@@ -83,7 +88,7 @@ def _topic_groups(user, topics):
     return groups
 
 
-def _replay(since, groups):
+def _replay(since: int, groups: Sequence[str]) -> tuple[list[dict[str, Any]] | None, int]:
     """(events after `since` for these groups, log rows read). The events are None when the
     client should reload instead: the log no longer reaches back, or the gap is longer than
     REPLAY_SCAN rows, or holds more than REPLAY_LIMIT events it shows."""
@@ -109,19 +114,19 @@ def _replay(since, groups):
     return None, read
 
 
-def _groups_and_head(user, topics):
+def _groups_and_head(user: AbstractUser, topics: Sequence[str]) -> tuple[dict[str, str], int]:
     return _topic_groups(user, topics), last_seq()
 
 
 class UserReplays:
     """One user's replays in this process: one at a time, within a budget of log rows."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.rows = USER_ROWS
         self.refilled = time.monotonic()
 
-    def may_read(self):
+    def may_read(self) -> bool:
         now = time.monotonic()
         self.rows = min(USER_ROWS, self.rows + (now - self.refilled) * USER_ROWS_PER_S)
         self.refilled = now
@@ -131,14 +136,14 @@ class UserReplays:
 _per_loop = weakref.WeakKeyDictionary()  # event loop -> this process's shared limits
 
 
-def _limits():
+def _limits() -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     if loop not in _per_loop:
         _per_loop[loop] = {"layer": asyncio.Semaphore(LAYER_CALLS), "users": {}}
     return _per_loop[loop]
 
 
-def user_replays(pk):
+def user_replays(pk: int) -> UserReplays:
     users = _limits()["users"]
     if pk not in users:
         users[pk] = UserReplays()
@@ -149,7 +154,7 @@ class BadFrame(ValueError):
     pass
 
 
-def parse_frame(text):
+def parse_frame(text: str | None) -> dict[str, Any]:
     """The message in a client frame, or BadFrame saying what is wrong with it."""
     if text is None:
         raise BadFrame("binary frame")
@@ -171,7 +176,7 @@ def parse_frame(text):
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
-    async def connect(self):
+    async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close()  # before accept: the handshake is refused with 403
@@ -204,7 +209,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if since.isascii() and since.isdigit() and len(since) < 19:
             await self.replay_from(int(since), head)
 
-    async def replay_from(self, since, head):
+    async def replay_from(self, since: int, head: int) -> None:
         if since > head:  # drawn from another log (the database was replaced): reload
             await self.send_json({"type": "resync"})
         elif since == head:
@@ -212,25 +217,25 @@ class LiveConsumer(AsyncWebsocketConsumer):
         else:
             await self.replay(since, requested=True)
 
-    async def websocket_disconnect(self, message):
+    async def websocket_disconnect(self, message: dict[str, Any]) -> Never:
         # channels' version also closes database connections on the shared database thread,
         # which this consumer never uses (its reads close their own).
         await self.disconnect(message["code"])
         raise StopConsumer()
 
-    async def join_groups(self):
+    async def join_groups(self) -> None:
         async with _limits()["layer"]:
             for group in self.groups_joined:
                 await self.channel_layer.group_add(group, self.channel_name)
 
-    async def disconnect(self, code):
+    async def disconnect(self, code: int) -> None:
         if getattr(self, "replay_timer", None):
             self.replay_timer.cancel()
         async with _limits()["layer"]:
             for group in getattr(self, "groups_joined", []):
                 await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def receive(self, text_data=None, bytes_data=None):
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.closing:
             return
         try:
@@ -247,7 +252,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         else:
             await self.request_replay(message["since"])
 
-    async def request_replay(self, since):
+    async def request_replay(self, since: int) -> None:
         """A client's replay request: at most one per REPLAY_INTERVAL (an earlier one waits,
         merged with any other waiting) and REPLAY_REQUESTS per socket."""
         self.replay_requests += 1
@@ -263,23 +268,23 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         await self.requested_replay(since)
 
-    async def requested_replay(self, since):
+    async def requested_replay(self, since: int) -> None:
         try:
             await self.replay(since, requested=True)
         finally:
             self.last_request = time.monotonic()  # the interval runs from the end of a replay
 
-    async def replay_due(self, wait):
+    async def replay_due(self, wait: float) -> None:
         await asyncio.sleep(wait)
         # Through this socket's own channel, so it runs in order with the live events.
         await self.channel_layer.send(self.channel_name, {"type": "convoy.replay_due"})
 
-    async def convoy_replay_due(self, message):
+    async def convoy_replay_due(self, message: dict[str, Any]) -> None:
         since, self.pending_since = self.pending_since, None
         if since is not None and not self.closing:
             await self.requested_replay(since)
 
-    async def replay(self, since, requested=False):
+    async def replay(self, since: int, requested: bool = False) -> None:
         """Send the events after `since` that this socket's topics show, then `replayed`; or
         `resync`. A replay the client chose (`requested`) spends the user's row budget; one
         filling a gap the layer left is bounded by what was sent."""
@@ -302,19 +307,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
             {"type": "replayed", "since": since, "seq": events[-1]["seq"] if events else since}
         )
 
-    async def resync_and_close(self, reason):
+    async def resync_and_close(self, reason: str) -> None:
         await self.send_json({"type": "resync"})
         await self.shut(TOO_MANY_REPLAYS, reason)
 
-    async def shut(self, code, reason):
+    async def shut(self, code: int, reason: str) -> None:
         log.info("live socket of %s closed %s: %s", self.user.get_username(), code, reason)
         await self.close(code=code)
 
-    async def close(self, code=None, reason=None):
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
         self.closing = True
         await super().close(code, reason)
 
-    async def dispatch(self, message):
+    async def dispatch(self, message: dict[str, Any]) -> None:
         # channels closes stale database connections on the one shared database thread before
         # every handler: a thread hop per message per socket (most of daphne's time at 1,000
         # sockets), and a queue a reconnect storm's handshakes would wait in. This consumer
@@ -324,7 +329,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             raise ValueError(f"no handler for message type {message['type']}")
         await handler(message)
 
-    async def convoy_event(self, message):
+    async def convoy_event(self, message: dict[str, Any]) -> None:
         event, group, prev = message["event"], message["group"], message.get("prev")
         seen = self.last_in_group.get(group)
         if prev is not None and seen is not None and prev > seen:
@@ -332,12 +337,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.last_in_group[group] = max(seen or 0, event["seq"])
         await self.deliver(event, message.get("text"))
 
-    async def convoy_tick(self, message):
+    async def convoy_tick(self, message: dict[str, Any]) -> None:
         seen = self.last_in_group.get(message["group"])
         if seen is not None and message["seq"] > seen:
             await self.replay(seen)
 
-    async def deliver(self, event, text=None, replayed=False):
+    async def deliver(
+        self, event: dict[str, Any], text: str | None = None, replayed: bool = False
+    ) -> None:
         """Send one event unless already sent. Live events count towards the stall limit; a
         replay is a bounded burst the client is waiting for."""
         seq = event["seq"]
@@ -359,7 +366,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
             text = json.dumps({"type": "event", **event}, ensure_ascii=False)
         await self.send(text_data=text)
 
-    async def send(self, text_data=None, bytes_data=None, close=False):
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
         try:
             await super().send(text_data, bytes_data, close)
         except Disconnected:
@@ -368,6 +377,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
             # error with a formatted traceback, a tenth of a reconnect storm's CPU time.
             self.closing = True
 
-    async def send_json(self, data):
+    async def send_json(self, data: dict[str, Any]) -> None:
         if not self.closing:
             await self.send(text_data=json.dumps(data, ensure_ascii=False))

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -38,7 +39,7 @@ UNREACHABLE = (OSError, TimeoutError, RedisConnectionError, RedisTimeoutError)
 _task = None
 
 
-def group_name(kind, key):
+def group_name(kind: str, key: object) -> str:
     """The channel-layer group of one topic, e.g. `bead.<hash of the bead id>`.
 
     Channel layers accept only ASCII letters, digits, `-`, `_` and `.` in names shorter than
@@ -49,7 +50,7 @@ def group_name(kind, key):
     return f"{kind}.{digest.hexdigest()}"
 
 
-def groups_for(event):
+def groups_for(event: dict[str, Any]) -> list[str]:
     """The groups an event belongs to."""
     if event["kind"] == "notification":
         user = event["data"].get("user_id")
@@ -64,7 +65,7 @@ def groups_for(event):
     return groups
 
 
-def serialize(event):
+def serialize(event: Event) -> dict[str, Any]:
     return {
         "seq": event.seq,
         "kind": event.kind,
@@ -76,35 +77,35 @@ def serialize(event):
     }
 
 
-def _fetch(after, limit=500):
+def _fetch(after: int, limit: int = 500) -> list[dict[str, Any]]:
     close_old_connections()
     rows = list(Event.objects.filter(seq__gt=after).order_by("seq")[:limit])
     return [serialize(e) for e in rows]
 
 
-def _last_seq():
+def _last_seq() -> int:
     close_old_connections()
     return last_seq()
 
 
-def _lead(holder):
+def _lead(holder: str) -> bool:
     close_old_connections()
     return leases.acquire("relay", holder, ttl=5)
 
 
-def _load_position():
+def _load_position() -> int:
     cursor = Cursor.objects.filter(name="relay").first()
     if cursor is None:
         return last_seq()
     return cursor.position
 
 
-def _save_position(position):
+def _save_position(position: int) -> None:
     Cursor.objects.update_or_create(name="relay", defaults={"position": position})
 
 
 class Relay:
-    def __init__(self, shared):
+    def __init__(self, shared: bool) -> None:
         self.shared = shared  # True with a shared (Redis) layer: lead by lease
         self.layer = get_channel_layer()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:relay"
@@ -112,7 +113,7 @@ class Relay:
         self.sent_at = {}  # group -> loop time of that send
         self.position = None
 
-    async def run(self):
+    async def run(self) -> None:
         interval = settings.CONVOY_RELAY_INTERVAL
         last_tick = 0.0
         failing = False
@@ -136,7 +137,7 @@ class Relay:
                 failing = False
             await asyncio.sleep(interval)
 
-    async def tick(self, now):
+    async def tick(self, now: float) -> None:
         """Tell each group that had events in the last TICK_WINDOW seconds the last seq sent
         to it, so a consumer whose final messages were dropped notices and replays them (a gap
         is otherwise seen only on the next event). Older groups are forgotten: after that many
@@ -147,7 +148,7 @@ class Relay:
         for group, seq in list(self.prev.items()):
             await self.send(group, {"type": "convoy.tick", "group": group, "seq": seq})
 
-    async def step(self):
+    async def step(self) -> None:
         if self.shared:
             if not await sync_to_async(_lead)(self.holder):
                 self.position = None
@@ -163,7 +164,7 @@ class Relay:
         if events and self.shared:
             await sync_to_async(_save_position)(self.position)
 
-    async def publish(self, event):
+    async def publish(self, event: dict[str, Any]) -> None:
         # Encoded once here, not once per subscriber.
         text = json.dumps({"type": "event", **event}, ensure_ascii=False)
         # The layer copies each message per subscriber: carry only what routing needs.
@@ -188,7 +189,7 @@ class Relay:
             self.sent_at[group] = now
             await self.send(group, message)
 
-    async def send(self, group, message):
+    async def send(self, group: str, message: dict[str, Any]) -> None:
         """One group_send. A message the layer refuses is logged and skipped: its subscribers
         see the gap through `prev` (or the next tick) and replay it from the log. A layer that
         cannot be reached raises, and the step is retried."""
@@ -201,7 +202,7 @@ class Relay:
             log.exception("relay: %s for seq %s refused by the layer; skipped", group, seq)
 
 
-def ensure_running():
+def ensure_running() -> asyncio.Task[None]:
     """Start this process's relay once per event loop (called on websocket connect)."""
     global _task
     loop = asyncio.get_running_loop()

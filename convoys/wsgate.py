@@ -15,8 +15,11 @@ import asyncio
 import functools
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
+from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 from channels.auth import AuthMiddleware, get_user
 from channels.security.websocket import WebsocketDenier
 from channels.sessions import CookieMiddleware, SessionMiddleware
@@ -30,10 +33,11 @@ from django.utils.http import is_same_domain
 QUICK_THREADS = 4
 SESSION_SECONDS = 5.0
 MAX_SESSIONS = 10000
+T = TypeVar("T")
 _quick = ThreadPoolExecutor(QUICK_THREADS, thread_name_prefix="ws-quick")
 
 
-def _read_keeping_connection(func, *args):
+def _read_keeping_connection(func: Callable[..., T], *args: Any) -> T:
     try:
         return func(*args)
     except Exception:
@@ -44,7 +48,7 @@ def _read_keeping_connection(func, *args):
             connection.close()  # back to the pool (PostgreSQL)
 
 
-async def quick_read(func, *args):
+async def quick_read(func: Callable[..., T], *args: Any) -> T:
     """Run a short read-only query (a few milliseconds: session, user, permissions, the last
     sequence number) in the websocket's own thread pool. On SQLite each of its few threads
     keeps its connection: opening one cost twice the reads of a handshake (6 -> 2 ms of CPU
@@ -59,18 +63,18 @@ class Handshake(HttpRequest):
     """The handshake's headers as Django sees a request's, for its Host and scheme rules
     (ALLOWED_HOSTS, USE_X_FORWARDED_HOST, SECURE_PROXY_SSL_HEADER)."""
 
-    def __init__(self, scope):
+    def __init__(self, scope: Scope) -> None:
         super().__init__()
         self.secure = scope.get("scheme") == "wss"
         for name, value in scope.get("headers", []):
             key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
             self.META[key] = value.decode("latin-1")
 
-    def _get_scheme(self):
+    def _get_scheme(self) -> str:
         return "https" if self.secure else "http"
 
 
-def origin_allowed(scope):
+def origin_allowed(scope: Scope) -> bool:
     request = Handshake(scope)
     origin = request.META.get("HTTP_ORIGIN")
     if not origin or "HTTP_HOST" not in request.META:
@@ -89,10 +93,12 @@ def origin_allowed(scope):
 
 
 class OriginGate:
-    def __init__(self, app):
+    def __init__(self, app: ASGI3Application) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
         if origin_allowed(scope):
             return await self.app(scope, receive, send)
         return await WebsocketDenier()(scope, receive, send)
@@ -107,7 +113,7 @@ class PooledAuthMiddleware(AuthMiddleware):
 
     lookups = weakref.WeakKeyDictionary()  # event loop -> {session key: (expiry, future)}
 
-    async def resolve_scope(self, scope):
+    async def resolve_scope(self, scope: Scope) -> None:
         key = scope["cookies"].get(settings.SESSION_COOKIE_NAME)
         recent = self.lookups.setdefault(asyncio.get_running_loop(), {})
         now = time.monotonic()
@@ -123,7 +129,11 @@ class PooledAuthMiddleware(AuthMiddleware):
         scope["user"]._wrapped = await asyncio.shield(lookup)
 
 
-def _forget_unless_user(recent, key, lookup):
+def _forget_unless_user(
+    recent: dict[str | None, tuple[float, asyncio.Future[Any]]],
+    key: str | None,
+    lookup: asyncio.Future[Any],
+) -> None:
     """Failed lookups and anonymous answers are not remembered."""
     failed = lookup.cancelled() or lookup.exception() is not None
     if failed or not lookup.result().is_authenticated:
@@ -131,5 +141,5 @@ def _forget_unless_user(recent, key, lookup):
             del recent[key]
 
 
-def gate(app):
+def gate(app: ASGI3Application) -> OriginGate:
     return OriginGate(CookieMiddleware(SessionMiddleware(PooledAuthMiddleware(app))))
