@@ -2,7 +2,6 @@
 
 import copy
 import statistics
-from collections import namedtuple
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
@@ -35,6 +34,15 @@ from .models import (
     Worker,
 )
 from .readiness import ready_beads
+from .rows import (  # noqa: F401  (Changes, changes_since, TrackedRow: read through selectors too)
+    GRAPH_KINDS,
+    LISTING_KINDS,
+    Changes,
+    TrackedRow,
+    changes_since,
+    failed_beads,
+    tracked_beads,
+)
 
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
 
@@ -59,20 +67,6 @@ def segment_for(bead_id, status, ready_ids, failed_ids=frozenset()):
     return "blocked"
 
 
-def failed_beads(beads):
-    """Ids among `beads` (a queryset) whose last dispatch failed and that are neither running
-    nor done (seed 003's `failed`): one query."""
-    last_ok = Dispatch.objects.filter(bead_id=OuterRef("pk")).order_by("-created_at", "-pk")
-    candidates = beads.exclude(status__in=(*ACTIVE_WORK_STATUSES, *DONE_STATUSES)).filter(
-        pk__in=Dispatch.objects.filter(ok=False).values("bead_id")
-    )
-    return set(
-        candidates.annotate(last_ok=Subquery(last_ok.values("ok")[:1]))
-        .filter(last_ok=False)
-        .values_list("pk", flat=True)
-    )
-
-
 def progress_json(summary):
     """Seed 003's progress shape, from a summary."""
     return {
@@ -85,29 +79,6 @@ def progress_json(summary):
         "unknown": summary["unknown"],
         "percentComplete": summary["percent_complete"],
     }
-
-
-# What a convoy's page and API show of each tracked bead: a light row, not a model instance.
-TrackedRow = namedtuple(
-    "TrackedRow", "pk title issue_type status rig_id assignee closed_at updated_at"
-)
-
-
-def tracked_beads(convoy):
-    """(tracked ids in position order, {id: TrackedRow}, dependencies of the tracked beads as
-    (issue, target, type)): three queries, each bead read once."""
-    tracking = TrackedBead.objects.filter(convoy=convoy)
-    ids = list(tracking.values_list("bead_id", flat=True))
-    subquery = tracking.values("bead_id")
-    rows = Bead.objects.filter(pk__in=subquery).values_list(*TrackedRow._fields)
-    beads = {row[0]: TrackedRow._make(row) for row in rows}
-    # In a fixed order: the graph lists blockers in it, and a page must read the same each time.
-    edges = (
-        Dependency.objects.filter(issue_id__in=subquery)
-        .order_by("issue_id", "depends_on_id")
-        .values_list("issue_id", "depends_on_id", "type")
-    )
-    return ids, beads, list(edges)
 
 
 def convoy_summary(convoy, tracked, beads, now=None, snapshot=None):
@@ -256,78 +227,6 @@ def last_activity(convoy_ids):
 
 
 # --- page read models: one per page, used for the full page and for its live fragments -------
-# Event kinds that change what a page lists or how its graph is drawn (not just states).
-LISTING_KINDS = frozenset(
-    {
-        "convoy.created",
-        "convoy.staged",
-        "convoy.restaged",
-        "convoy.launched",
-        "convoy.tracked",
-        "convoy.landed",
-        "convoy.closed",
-        "convoy.reopened",
-        "convoy.imported",
-        "rig.state",
-        "bead.created",
-    }
-)
-GRAPH_KINDS = LISTING_KINDS - {"convoy.launched", "convoy.landed", "convoy.closed"}
-CHANGES_LIMIT = 500
-
-
-@dataclass
-class Changes:
-    """What the events after a sequence number touched."""
-
-    beads: set = field(default_factory=set)
-    convoys: set = field(default_factory=set)  # named by the event or tracking its bead
-    kinds: set = field(default_factory=set)
-    done_changed: set = field(default_factory=set)  # beads closed or reopened
-    dependencies: bool = False  # a bead's dependency list changed
-
-    def touches_listing(self):
-        return bool(self.kinds & LISTING_KINDS)
-
-    def touches_graph(self):
-        return self.dependencies or bool(self.kinds & GRAPH_KINDS)
-
-
-def changes_since(seq):
-    """The `Changes` after `seq`, or None when there are too many to tell (answer everything)."""
-    rows = list(
-        Event.objects.filter(seq__gt=seq)
-        .order_by("seq")
-        .values_list("kind", "bead_id", "convoy_id", "data")[: CHANGES_LIMIT + 1]
-    )
-    if len(rows) > CHANGES_LIMIT:
-        return None
-    changes = Changes()
-    for kind, bead_id, convoy_id, data in rows:
-        data = data or {}
-        changes.kinds.add(kind)
-        if bead_id:
-            changes.beads.add(bead_id)
-            if kind in ("bead.closed", "bead.reopened"):
-                changes.done_changed.add(bead_id)
-        if convoy_id:
-            changes.convoys.add(convoy_id)
-        changes.convoys.update(data.get("convoys") or ())
-        if (
-            "dependencies" in (data.get("changes") or {})
-            or "dependency_added" in data
-            or "dependency_removed" in data
-        ):
-            changes.dependencies = True
-    if changes.beads:
-        # A close or reopen changes whether the beads it blocks are ready, and so their convoys.
-        dependents = Dependency.objects.filter(depends_on_id__in=changes.beads).values("issue_id")
-        changes.convoys.update(
-            TrackedBead.objects.filter(bead_id__in=dependents).values_list("convoy_id", flat=True)
-        )
-    return changes
-
-
 DASHBOARD_SORTS = {
     "age": ("-created_at", "id"),
     "-age": ("created_at", "id"),

@@ -27,6 +27,7 @@ from django.conf import settings
 from .dag import EXECUTION_TYPES
 from .models import ACTIVE_WORK_STATUSES, SLINGABLE_TYPES, Bead, TrackedBead, Worker
 from .readiness import blocked_by, ready_beads
+from .rows import changes_since, failed_beads, read_rows, tracked_beads
 
 # Event kinds that change at most the rows of the beads they name (and the convoy's own row,
 # which the page reads every time): a snapshot is carried forward across these only.
@@ -64,7 +65,7 @@ KEEP_PER_CONVOY = 4  # pages of one convoy catch up to the newest seq within a s
 class Snapshot:
     convoy_id: str
     tracked: list  # tracked bead ids in position order
-    beads: dict  # {id: selectors.TrackedRow}
+    beads: dict  # {id: rows.TrackedRow}
     edges: list  # (issue, target, type) of every dependency of a tracked bead
     gates: list  # (id, title, issue_type, status) of untracked gates that hold tracked beads
     ready: frozenset  # tracked beads ready by the one rule
@@ -79,8 +80,6 @@ class Snapshot:
 
 def load(convoy, now):
     """Everything, from the database."""
-    from .selectors import failed_beads, tracked_beads
-
     tracked, beads, edges = tracked_beads(convoy)
     subset = Bead.objects.filter(pk__in=_tracking(convoy))
     ready = frozenset(ready_beads(subset, now).values_list("pk", flat=True))
@@ -100,7 +99,7 @@ def load(convoy, now):
 
 
 def advance(snapshot, changes, now):
-    """`snapshot` carried forward over `changes` (selectors.Changes of the events after it),
+    """`snapshot` carried forward over `changes` (rows.Changes of the events after it),
     or None when only a fresh load is sure to be right."""
     if changes is None or changes.dependencies or not changes.kinds <= ROW_KINDS:
         return None
@@ -114,12 +113,8 @@ def advance(snapshot, changes, now):
     # The tracked beads whose readiness a change of `named` may alter: those beads, and those
     # that depend on them (in the convoy or not: a blocker outside it counts too).
     affected = touched | {issue for issue, target, _ in snapshot.edges if target in named}
-    from .selectors import TrackedRow, failed_beads
-
     beads = dict(beads)
-    fresh = Bead.objects.filter(pk__in=sorted(touched)).values_list(*TrackedRow._fields)
-    for row in fresh:
-        beads[row[0]] = TrackedRow._make(row)
+    beads.update(read_rows(Bead.objects.filter(pk__in=sorted(touched))))
     gates = snapshot.gates
     outside = {t for _, t, _ in snapshot.edges if t not in beads}
     if named & outside:
@@ -163,8 +158,6 @@ def obtain(convoy, seq, now, since=None, changes=None):
         with _lock:
             mine = [k[2] for k in _cache if k[:2] == (convoy.pk, convoy.created_at)]
         if mine and max(mine) <= seq:
-            from .selectors import changes_since
-
             since = max(mine)
             changes = changes_since(since)
     snapshot = None

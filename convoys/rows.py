@@ -1,0 +1,146 @@
+"""The rows the read models and their snapshots are made of: a tracked bead's light row, the
+beads whose last dispatch failed, and what the events after a sequence number touched.
+
+Below both `selectors` (the page read models) and `snapshots` (what a live page carries
+forward), so that neither imports the other's internals."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
+
+from django.db.models import OuterRef, QuerySet, Subquery
+
+from .models import (
+    ACTIVE_WORK_STATUSES,
+    DONE_STATUSES,
+    Bead,
+    Convoy,
+    Dependency,
+    Dispatch,
+    Event,
+    TrackedBead,
+)
+
+
+class TrackedRow(NamedTuple):
+    """What a convoy's page and API show of each tracked bead: a light row, not a model."""
+
+    pk: str
+    title: str
+    issue_type: str
+    status: str
+    rig_id: str | None
+    assignee: str
+    closed_at: datetime | None
+    updated_at: datetime
+
+
+FIELDS = TrackedRow._fields
+Edge = tuple[str, str, str]  # (issue, target, dependency type)
+
+
+def tracked_beads(convoy: Convoy) -> tuple[list[str], dict[str, TrackedRow], list[Edge]]:
+    """(tracked ids in position order, {id: TrackedRow}, dependencies of the tracked beads as
+    (issue, target, type)): three queries, each bead read once."""
+    tracking = TrackedBead.objects.filter(convoy=convoy)
+    ids = list(tracking.values_list("bead_id", flat=True))
+    subquery = tracking.values("bead_id")
+    beads = read_rows(Bead.objects.filter(pk__in=subquery))
+    # In a fixed order: the graph lists blockers in it, and a page must read the same each time.
+    edges = (
+        Dependency.objects.filter(issue_id__in=subquery)
+        .order_by("issue_id", "depends_on_id")
+        .values_list("issue_id", "depends_on_id", "type")
+    )
+    return ids, beads, list(edges)
+
+
+def read_rows(beads: QuerySet[Bead]) -> dict[str, TrackedRow]:
+    """{id: TrackedRow} of `beads`: one query."""
+    return {row[0]: TrackedRow._make(row) for row in beads.values_list(*FIELDS)}
+
+
+def failed_beads(beads: QuerySet[Bead]) -> set[str]:
+    """Ids among `beads` whose last dispatch failed and that are neither running nor done
+    (seed 003's `failed`): one query."""
+    last_ok = Dispatch.objects.filter(bead_id=OuterRef("pk")).order_by("-created_at", "-pk")
+    candidates = beads.exclude(status__in=(*ACTIVE_WORK_STATUSES, *DONE_STATUSES)).filter(
+        pk__in=Dispatch.objects.filter(ok=False).values("bead_id")
+    )
+    return set(
+        candidates.annotate(last_ok=Subquery(last_ok.values("ok")[:1]))
+        .filter(last_ok=False)
+        .values_list("pk", flat=True)
+    )
+
+
+# Event kinds that change what a page lists or how its graph is drawn (not just states).
+LISTING_KINDS = frozenset(
+    {
+        "convoy.created",
+        "convoy.staged",
+        "convoy.restaged",
+        "convoy.launched",
+        "convoy.tracked",
+        "convoy.landed",
+        "convoy.closed",
+        "convoy.reopened",
+        "convoy.imported",
+        "rig.state",
+        "bead.created",
+    }
+)
+GRAPH_KINDS = LISTING_KINDS - {"convoy.launched", "convoy.landed", "convoy.closed"}
+CHANGES_LIMIT = 500
+
+
+@dataclass
+class Changes:
+    """What the events after a sequence number touched."""
+
+    beads: set[str] = field(default_factory=set)
+    convoys: set[str] = field(default_factory=set)  # named by the event or tracking its bead
+    kinds: set[str] = field(default_factory=set)
+    done_changed: set[str] = field(default_factory=set)  # beads closed or reopened
+    dependencies: bool = False  # a bead's dependency list changed
+
+    def touches_listing(self) -> bool:
+        return bool(self.kinds & LISTING_KINDS)
+
+    def touches_graph(self) -> bool:
+        return self.dependencies or bool(self.kinds & GRAPH_KINDS)
+
+
+def changes_since(seq: int) -> Changes | None:
+    """The `Changes` after `seq`, or None when there are too many to tell (answer everything)."""
+    rows = list(
+        Event.objects.filter(seq__gt=seq)
+        .order_by("seq")
+        .values_list("kind", "bead_id", "convoy_id", "data")[: CHANGES_LIMIT + 1]
+    )
+    if len(rows) > CHANGES_LIMIT:
+        return None
+    changes = Changes()
+    for kind, bead_id, convoy_id, data in rows:
+        data = data or {}
+        changes.kinds.add(kind)
+        if bead_id:
+            changes.beads.add(bead_id)
+            if kind in ("bead.closed", "bead.reopened"):
+                changes.done_changed.add(bead_id)
+        if convoy_id:
+            changes.convoys.add(convoy_id)
+        changes.convoys.update(data.get("convoys") or ())
+        if (
+            "dependencies" in (data.get("changes") or {})
+            or "dependency_added" in data
+            or "dependency_removed" in data
+        ):
+            changes.dependencies = True
+    if changes.beads:
+        # A close or reopen changes whether the beads it blocks are ready, and so their convoys.
+        dependents = Dependency.objects.filter(depends_on_id__in=changes.beads).values("issue_id")
+        changes.convoys.update(
+            TrackedBead.objects.filter(bead_id__in=dependents).values_list("convoy_id", flat=True)
+        )
+    return changes
