@@ -17,7 +17,11 @@ dashboard badge, the convoy page, the API, the stranded page, `convoy stranded` 
 stranded scan all read `classify`; the convoy page's ETA asks `estimate_blocker`.
 """
 
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from django.utils import timezone
 
@@ -68,12 +72,19 @@ CAUSE_WORDS = {
 # Causes that leave a landing time unknowable even while other work moves.
 NO_ESTIMATE_CAUSES = ("parked_rig", "gated", "blocked", "no_rig", "not_dispatchable", "unknown")
 
+# What classify reads of the convoys' beads, when the caller has it: ((convoy id, bead id) rows
+# in tracking order, {bead id: (status, …)}, the ready bead ids).
+Loaded = tuple[list[tuple[str, str]], dict[str, tuple[Any, ...]], AbstractSet[str]]
+# A convoy page's snapshot of its beads: ({bead id: row with status, assignee, issue_type,
+# rig_id}, {bead id: unfinished blocker ids}, {blocker id: issue type}).
+Facts = tuple[Mapping[str, Any], Mapping[str, list[str]], Mapping[str, str]]
+
 
 @dataclass
 class Cause:
     code: str
     text: str
-    beads: list = field(default_factory=list)
+    beads: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -82,16 +93,16 @@ class Verdict:
     reason: str = ""  # one line for people
     code: str = ""  # the cause's code for stuck convoys; "in_progress" (or
     # "waiting_for_capacity") for moving ones
-    ready: list = field(default_factory=list)  # dispatchable ready beads, in tracking order
+    ready: list[str] = field(default_factory=list)  # dispatchable ready beads, in tracking order
     tracked_count: int = 0
-    causes: list = field(default_factory=list)  # every root cause found (Cause)
+    causes: list[Cause] = field(default_factory=list)  # every root cause found (Cause)
 
     @property
-    def stranded(self):
+    def stranded(self) -> bool:
         return self.kind in STRANDED_KINDS
 
     @property
-    def detail(self):
+    def detail(self) -> str:
         """The reason, and for a moving convoy what else holds its stalled beads (`explain`):
         "1 in progress; gt-roll gated by gt-go"."""
         if self.kind != MOVING or not self.causes:
@@ -99,7 +110,7 @@ class Verdict:
         return "; ".join([self.reason, *(cause.text for cause in self.causes)])
 
     @property
-    def label(self):
+    def label(self) -> str:
         """Words for a badge: "stranded", "stuck: gated", "empty", "in progress"."""
         if self.kind == STUCK:
             return CAUSE_WORDS.get(self.code, "stuck")
@@ -115,7 +126,13 @@ WAITING_FOR_CAPACITY = "waiting_for_capacity"
 COOLING_LOOKUP = 500
 
 
-def classify(convoys, now=None, explain=False, loaded=None, facts=None):
+def classify(
+    convoys: Sequence[Convoy],
+    now: datetime | None = None,
+    explain: bool = False,
+    loaded: Loaded | None = None,
+    facts: Facts | None = None,
+) -> dict[str, Verdict]:
     """{convoy id: Verdict} for the given convoys (only open ones get a kind).
 
     `loaded`, when the caller has read them already: (rows of (convoy id, bead id) in
@@ -158,7 +175,7 @@ def classify(convoys, now=None, explain=False, loaded=None, facts=None):
     return result
 
 
-def _load(convoys, now):
+def _load(convoys: Sequence[Convoy], now: datetime) -> Loaded:
     tracking = TrackedBead.objects.filter(convoy_id__in=[c.pk for c in convoys])
     rows = list(tracking.values_list("convoy_id", "bead_id"))
     tracked = Bead.objects.filter(pk__in=tracking.values("bead_id"))
@@ -166,18 +183,26 @@ def _load(convoys, now):
     return rows, status_of, set(ready_beads(tracked, now).values_list("pk", flat=True))
 
 
-def classify_one(convoy, now=None, explain=True):
+def classify_one(convoy: Convoy, now: datetime | None = None, explain: bool = True) -> Verdict:
     return classify([convoy], now, explain)[convoy.pk]
 
 
-def open_verdicts(now=None, explain=False):
+def open_verdicts(
+    now: datetime | None = None, explain: bool = False
+) -> list[tuple[Convoy, Verdict]]:
     """[(convoy, Verdict)] for every open convoy, by id."""
     convoys = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
     verdicts = classify(convoys, now, explain)
     return [(c, verdicts[c.pk]) for c in convoys]
 
 
-def _first_pass(convoy, ids, statuses, ready, cooling):
+def _first_pass(
+    convoy: Convoy,
+    ids: Sequence[str],
+    statuses: Mapping[str, str],
+    ready: AbstractSet[str],
+    cooling: AbstractSet[str],
+) -> Verdict:
     """The kind from statuses alone: ready work, work in progress, or neither."""
     if not ids:
         return Verdict(EMPTY, "tracks no beads", "empty")
@@ -199,19 +224,19 @@ def _first_pass(convoy, ids, statuses, ready, cooling):
     return Verdict(STUCK, "", "", [], len(ids))
 
 
-def _town_full(now):
+def _town_full(now: datetime) -> tuple[int, int] | None:
     """(in flight, cap) when the town is at its cap, else None."""
     limit = capacity.cap()
     busy = capacity.in_flight(now) if limit else 0
     return (busy, limit) if limit and busy >= limit else None
 
 
-def _waiting_for_capacity(verdict, busy, limit):
+def _waiting_for_capacity(verdict: Verdict, busy: int, limit: int) -> Verdict:
     text = f"{len(verdict.ready)} ready, waiting for town capacity ({busy} in flight, cap {limit})"
     return Verdict(MOVING, text, WAITING_FOR_CAPACITY, [], verdict.tracked_count)
 
 
-def _paused(convoy, verdict):
+def _paused(convoy: Convoy, verdict: Verdict) -> Verdict:
     """A paused convoy is stuck whatever its beads do: nothing feeds it until resumed."""
     text = f"paused by {person(convoy.paused_by) or 'someone'}" + (
         f": {convoy.pause_reason}" if convoy.pause_reason else ""
@@ -219,7 +244,9 @@ def _paused(convoy, verdict):
     return Verdict(STUCK, text, "paused", [], verdict.tracked_count, [Cause("paused", text)])
 
 
-def _stalled(bead_id, status, ready, cooling):
+def _stalled(
+    bead_id: str, status: str | None, ready: AbstractSet[str], cooling: AbstractSet[str]
+) -> bool:
     """An unfinished bead that is neither dispatchable nor worked on (or not in the database)."""
     if status in DONE_STATUSES:
         return False
@@ -228,7 +255,13 @@ def _stalled(bead_id, status, ready, cooling):
     return status not in ACTIVE_WORK_STATUSES
 
 
-def _explain(per_convoy, verdicts, ready, cooling, facts=None):
+def _explain(
+    per_convoy: dict[str, list[str]],
+    verdicts: dict[str, Verdict],
+    ready: AbstractSet[str],
+    cooling: AbstractSet[str],
+    facts: Facts | None = None,
+) -> None:
     """Find the root causes of the unfinished beads that are neither ready nor in progress."""
     if facts is not None:
         rows, blockers, target_types = facts
@@ -271,7 +304,15 @@ def _explain(per_convoy, verdicts, ready, cooling, facts=None):
                 verdict.reason = "its beads wait on each other (a dependency cycle)"
 
 
-def _cause(bead_id, info, blockers, target_types, members, rig_states, cooling):
+def _cause(
+    bead_id: str,
+    info: Sequence[Any] | None,
+    blockers: Mapping[str, list[str]],
+    target_types: Mapping[str, str],
+    members: AbstractSet[str],
+    rig_states: Mapping[str, str],
+    cooling: str,
+) -> tuple[str, str] | None:
     """(code, detail) for one bead that cannot move; None when it waits on convoy work.
     `cooling`: "parked" (the breaker), "cooling" (a recent failed dispatch) or ""."""
     if info is None:
@@ -301,7 +342,7 @@ def _cause(bead_id, info, blockers, target_types, members, rig_states, cooling):
     return None
 
 
-def _summarise(code, items):
+def _summarise(code: str, items: Sequence[tuple[str, str]]) -> Cause:
     ids = [bead_id for bead_id, _ in items]
     shown = _shown(ids)
     details = sorted({detail for _, detail in items if detail})
@@ -320,7 +361,7 @@ def _summarise(code, items):
     return Cause(code, text, ids)
 
 
-def _failing_text(items):
+def _failing_text(items: Iterable[tuple[str, str]]) -> str:
     """Parked beads wait for `beads retry`; the others are tried again after the cooldown."""
     parked = [bead_id for bead_id, detail in items if detail == "parked"]
     cooling = [bead_id for bead_id, detail in items if detail != "parked"]
@@ -335,11 +376,11 @@ def _failing_text(items):
     return "; ".join(parts)
 
 
-def _shown(ids):
+def _shown(ids: Sequence[str]) -> str:
     return ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
 
 
-def estimate_blocker(convoy, verdict):
+def estimate_blocker(convoy: Convoy, verdict: Verdict) -> str | None:
     """Why the convoy's landing time cannot be estimated: "" when it can be, None when the
     convoy is closed (no landing ahead, so no ETA at all)."""
     if convoy.status == CONVOY_CLOSED:

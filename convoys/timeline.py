@@ -1,15 +1,20 @@
 """Read models of a convoy's story over time: the per-wave timeline (Gantt), the time
 slider's step and "since your last visit". The replay itself is pure (`history`)."""
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from django.db.models import Q
+import networkx as nx
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
 
 from . import history
-from .models import ConvoyVisit, Event, TrackedBead
-from .selectors import COLLAPSE_AT, OVERVIEW_AT, SEGMENTS, _wave_rows, bead_url_maker
+from .models import Convoy, ConvoyVisit, Event, TrackedBead
+from .selectors import COLLAPSE_AT, OVERVIEW_AT, SEGMENTS, ConvoyPage, _wave_rows, bead_url_maker
+from .snapshots import Snapshot
 
 GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted
 SINCE_CHIPS = 60
@@ -22,7 +27,7 @@ PHASE_WORDS = {
 }
 
 
-def blocking_edges(edges):
+def blocking_edges(edges: Iterable[tuple[str, str, str]]) -> dict[str, list[tuple[str, str]]]:
     """{bead: [(target, type)]} of the blocking edges among (issue, target, type)."""
     out = {}
     for issue, target, dep_type in edges:
@@ -41,7 +46,7 @@ VALUES = {
 }
 
 
-def _as_events(rows):
+def _as_events(rows: Iterable[Sequence[Any]]) -> list[history.Ev]:
     out = []
     for seq, kind, bead, convoy, at, status, assignee, reason in rows:
         data = {"status": status, "assignee": assignee}
@@ -51,7 +56,7 @@ def _as_events(rows):
     return out
 
 
-def stream(convoy, targets=()):
+def stream(convoy: Convoy, targets: Sequence[str] = ()) -> tuple[QuerySet[Event], QuerySet[Event]]:
     """The convoy's events as two querysets (each walks an index; together in log order by
     `events`): those of its tracked beads and of the untracked targets its beads depend on
     (`targets`), and its own that name no bead."""
@@ -62,7 +67,7 @@ def stream(convoy, targets=()):
     return about_beads, Event.objects.filter(convoy_id=convoy.pk, bead_id="")
 
 
-def events(parts, upto=None):
+def events(parts: Iterable[QuerySet[Event]], upto: int | None = None) -> list[history.Ev]:
     """The events of `parts` (querysets) in log order, up to seq `upto`."""
     rows = []
     for part in parts:
@@ -72,7 +77,7 @@ def events(parts, upto=None):
     return _as_events(rows)
 
 
-def seqs(parts):
+def seqs(parts: Iterable[QuerySet[Event]]) -> list[int]:
     """Every seq of `parts`, sorted (the slider's steps)."""
     out = []
     for part in parts:
@@ -94,14 +99,16 @@ class Gantt:
     idle_longest: float = 0.0
 
     @property
-    def idle_longest_words(self):
+    def idle_longest_words(self) -> str:
         return _duration(self.idle_longest)
 
     steps: int = 0  # events in the slider's stream
     ticks: list = field(default_factory=list)
 
 
-def gantt(convoy, page, snapshot, params, now):
+def gantt(
+    convoy: Convoy, page: ConvoyPage, snapshot: Snapshot, params: Mapping[str, str], now: datetime
+) -> Gantt:
     """The timeline of one wave (`?twave=N`, default the frontier, else the last), from the
     events of its beads, their blockers and the convoy's launches: bounded by the wave."""
     numbers = sorted({w["number"] for w in page.waves})
@@ -167,7 +174,7 @@ def gantt(convoy, page, snapshot, params, now):
     )
 
 
-def _duration(seconds):
+def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds < 1:
         return "under 1 s"
@@ -178,7 +185,7 @@ def _duration(seconds):
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
-def _outside_targets(snapshot):
+def _outside_targets(snapshot: Snapshot) -> list[str]:
     tracked = set(snapshot.tracked)
     return sorted(
         {t for _, t, kind in snapshot.edges if kind in history.BLOCKING_TYPES and t not in tracked}
@@ -200,7 +207,13 @@ class Step:
     counts: dict  # the head's summary as it was: each segment, total, percent, percent_complete
 
 
-def step(convoy, snapshot, graph, waves, number):
+def step(
+    convoy: Convoy,
+    snapshot: Snapshot,
+    graph: nx.DiGraph,
+    waves: Sequence[Sequence[str]],
+    number: int,
+) -> Step | None:
     """The convoy page's progress after the `number`-th event of its stream (1-based; clamped
     to the stream), replayed from the log. None when the convoy has no events."""
     parts = stream(convoy, _outside_targets(snapshot))
@@ -231,7 +244,7 @@ def step(convoy, snapshot, graph, waves, number):
     counts["percent"] = {k: round(100 * counts[k] / whole, 2) for k in SEGMENTS}
     counts["percent_complete"] = 100 * counts["done"] // whole
 
-    def chip(bead_id):
+    def chip(bead_id: str) -> str:
         s = state.get(bead_id, "unknown")
         return s if s in ("ready", "unknown") else run.status.get(bead_id, "unknown")
 
@@ -259,7 +272,9 @@ def step(convoy, snapshot, graph, waves, number):
     )
 
 
-def _past_wave_rows(*args, chips=None):
+def _past_wave_rows(
+    *args: Any, chips: int | None = None
+) -> tuple[list[dict[str, Any]], int | None]:
     """The page's wave rows, without causes: why a bead waited then is not replayed."""
     return _wave_rows(*args, why={}, chips=chips)
 
@@ -273,7 +288,7 @@ class SinceVisit:
     hidden: int = 0
 
 
-def since_visit(convoy, previous, as_of):
+def since_visit(convoy: Convoy, previous: ConvoyVisit | None, as_of: int) -> SinceVisit | None:
     """The tracked beads named by events after the user's previous visit (a ConvoyVisit or
     None: a first visit marks nothing)."""
     if previous is None or previous.seq >= as_of:
@@ -289,5 +304,5 @@ def since_visit(convoy, previous, as_of):
     return SinceVisit(previous.at, previous.seq, changed)
 
 
-def previous_visit(user, convoy):
+def previous_visit(user: AbstractBaseUser, convoy: Convoy) -> ConvoyVisit | None:
     return ConvoyVisit.objects.filter(user=user, convoy_id=convoy.pk).first()
