@@ -18,8 +18,8 @@ def catch_up() -> Any:
     return feeding.catch_up()
 
 
-def stranded_scan() -> dict[str, Any]:
-    summary: dict[str, Any] = feeding.stranded_scan()
+def stranded_scan() -> feeding.ScanSummary:
+    summary = feeding.stranded_scan()
     summary["escalated"] = escalation.escalate_stuck()  # idempotent: conditional updates
     return summary
 

@@ -8,15 +8,16 @@ that is not in the database is "unknown" and never done.
 import re
 import secrets
 import string
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from ..beadfile import unwrap_external
 from ..events import record
-from ..ids import name_problem, target_problem
+from ..ids import name_problem, target_problem, unwrap_external
 from ..models import (
     CONVOY_CLOSED,
     CONVOY_OPEN,
@@ -32,20 +33,57 @@ from ..models import (
 from . import notify as notify_service  # `close` has a `notify` argument
 from .errors import NotFound, ServiceError
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 BASE36 = string.digits + string.ascii_lowercase
 COMPLETED_REASON = "All tracked issues completed"
 EMPTY_REASON = "Empty convoy (0 tracked issues)"
 LANDED_REASON = "Landed by owner"
 
-TRANSITIONS = {
+TRANSITIONS: dict[str, set[str]] = {
     "open": {"open", "closed"},
     "closed": {"closed", "open"},
     "staged_ready": {"open", "closed", "staged_ready", "staged_warnings"},
     "staged_warnings": {"open", "closed", "staged_ready", "staged_warnings"},
 }
 
+# A convoy's tracked beads in tracking order: (tracked id, its Bead, or None when unknown).
+Pairs = list[tuple[str, Bead | None]]
 
-def normalize_status(raw):
+
+class Progress(TypedDict):
+    total: int
+    done: int
+    unknown: int  # tracked ids no bead in the database has
+    complete: bool  # at least one tracked bead, and every one done
+
+
+class Checked(NamedTuple):
+    convoy: Convoy
+    closed: bool  # this check landed it
+    progress: Progress
+
+
+class Added(NamedTuple):
+    convoy: Convoy
+    added: list[str]  # ids now tracked (those already tracked are left out)
+    reopened: bool  # it was closed
+
+
+class Closed(NamedTuple):
+    convoy: Convoy
+    changed: bool  # False: it was closed already
+    still_open: Pairs  # the tracked beads not done when it closed
+
+
+class Landed(NamedTuple):
+    convoy: Convoy
+    changed: bool  # False: closed already, or a dry run
+    released: list[str]  # the workers released (that would be, on a dry run)
+
+
+def normalize_status(raw: str | None) -> str:
     status = (raw or "").strip().lower()
     if status not in CONVOY_STATUSES:
         raise ServiceError(
@@ -55,7 +93,7 @@ def normalize_status(raw):
     return status
 
 
-def check_transition(current, target):
+def check_transition(current: str, target: str) -> str:
     """The one transition rule (SPEC §2). Raises ServiceError when the move is illegal."""
     cur, tgt = normalize_status(current), normalize_status(target)
     if tgt not in TRANSITIONS[cur]:
@@ -63,7 +101,7 @@ def check_transition(current, target):
     return tgt
 
 
-def new_convoy_id():
+def new_convoy_id() -> str:
     for _ in range(50):
         candidate = "hq-cv-" + "".join(secrets.choice(BASE36) for _ in range(5))
         if not Convoy.objects.filter(pk=candidate).exists():
@@ -71,7 +109,7 @@ def new_convoy_id():
     raise ServiceError("could not find a free convoy id")
 
 
-def get_convoy(convoy_id, lock=False):
+def get_convoy(convoy_id: str, lock: bool = False) -> Convoy:
     queryset = Convoy.objects.select_for_update() if lock else Convoy.objects
     try:
         return queryset.get(pk=convoy_id)
@@ -82,7 +120,15 @@ def get_convoy(convoy_id, lock=False):
         raise NotFound(f"convoy '{convoy_id}' not found")
 
 
-def set_status(convoy, target, *, reason="", actor="", kind=None, data=None):
+def set_status(
+    convoy: Convoy,
+    target: str,
+    *,
+    reason: str = "",
+    actor: str = "",
+    kind: str | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> Convoy:
     """Move a convoy through the transition table and record the event."""
     target = check_transition(convoy.status, target)
     old = convoy.status
@@ -116,19 +162,19 @@ def set_status(convoy, target, *, reason="", actor="", kind=None, data=None):
     return convoy
 
 
-def tracked_details(convoys):
+def tracked_details(convoys: Collection[Convoy | str]) -> dict[str, Pairs]:
     """{convoy_id: [(tracked bead id, Bead or None)]} in tracking order (two queries)."""
     rows = list(
         TrackedBead.objects.filter(convoy__in=convoys).order_by("convoy_id", "position", "id")
     )
     beads = Bead.objects.in_bulk({row.bead_id for row in rows})
-    result = {c.pk if hasattr(c, "pk") else c: [] for c in convoys}
+    result: dict[str, Pairs] = {c.pk if isinstance(c, Convoy) else c: [] for c in convoys}
     for row in rows:
         result.setdefault(row.convoy_id, []).append((row.bead_id, beads.get(row.bead_id)))
     return result
 
 
-def progress(pairs):
+def progress(pairs: Sequence[tuple[str, Bead | None]]) -> Progress:
     total = len(pairs)
     done = sum(1 for _, bead in pairs if bead is not None and bead.status in DONE_STATUSES)
     unknown = sum(1 for _, bead in pairs if bead is None)
@@ -140,11 +186,11 @@ def progress(pairs):
     }
 
 
-def is_complete(convoy):
+def is_complete(convoy: Convoy) -> bool:
     return progress(tracked_details([convoy])[convoy.pk])["complete"]
 
 
-def looks_like_issue_id(text):
+def looks_like_issue_id(text: str) -> bool:
     if re.match(r"^[a-z]{2,3}-", text):
         return True
     # No id holds a NUL (and PostgreSQL refuses one in a lookup): such a name is a title.
@@ -153,21 +199,21 @@ def looks_like_issue_id(text):
 
 @transaction.atomic
 def create(
-    name,
-    bead_ids=(),
+    name: str,
+    bead_ids: Iterable[str] = (),
     *,
-    owner="",
-    notify="",
-    owned=False,
-    merge="",
-    base_branch="",
-    molecule="",
-    from_epic=None,
-    actor="",
-    max_in_flight=None,
-):
+    owner: str = "",
+    notify: str = "",
+    owned: bool = False,
+    merge: str = "",
+    base_branch: str = "",
+    molecule: str = "",
+    from_epic: str | None = None,
+    actor: str = "",
+    max_in_flight: int | None = None,
+) -> Convoy:
     """`convoy create`: name + beads, or `--from-epic` (slingable leaves, sub-epics recursed)."""
-    bead_ids = list(bead_ids)
+    ids = list(bead_ids)
     if merge and merge not in Convoy.MERGE_STRATEGIES:
         raise ServiceError(f'invalid --merge value "{merge}": must be direct, mr, or local')
     if from_epic:
@@ -179,14 +225,14 @@ def create(
                 f"'{from_epic}' is not an epic (type: {epic.issue_type}); "
                 "--from-epic only works with epic beads"
             )
-        bead_ids = epic_leaves(from_epic) + bead_ids
-        if not bead_ids:
+        ids = epic_leaves(from_epic) + ids
+        if not ids:
             raise ServiceError(
                 f"epic '{from_epic}' has no slingable children (task, bug, feature, chore)"
             )
         name = name or epic.title
     elif name and looks_like_issue_id(name):
-        bead_ids = [name, *bead_ids]
+        ids = [name, *ids]
         first = Bead.objects.filter(pk=name).first()
         name = first.title if first else f"Tracking {name}"
     if not name:
@@ -207,7 +253,7 @@ def create(
         created_by=actor,
         created_at=now,
         updated_at=now,
-        description=f"Convoy tracking {len(bead_ids)} issues",
+        description=f"Convoy tracking {len(ids)} issues",
         max_in_flight=max_in_flight,
         labels=["gt:owned"] if owned else [],
     )
@@ -217,14 +263,15 @@ def create(
         actor=actor,
         data={"status": convoy.status, "title": convoy.title, "owner": convoy.owner},
     )
-    if bead_ids:
-        _track(convoy, bead_ids, actor)
+    if ids:
+        _track(convoy, ids, actor)
     return convoy
 
 
-def epic_leaves(epic_id):
+def epic_leaves(epic_id: str) -> list[str]:
     """BFS down parent-child: slingable children are tracked leaves, others are recursed."""
-    leaves, queue, seen = [], [epic_id], {epic_id}
+    leaves: list[str] = []
+    queue, seen = [epic_id], {epic_id}
     while queue:
         children = list(
             Dependency.objects.filter(depends_on_id__in=queue, type="parent-child")
@@ -243,7 +290,12 @@ def epic_leaves(epic_id):
     return leaves
 
 
-def _track(convoy, bead_ids, actor, data=None):
+def _track(
+    convoy: Convoy,
+    bead_ids: Iterable[str],
+    actor: str,
+    data: Mapping[str, Any] | None = None,
+) -> list[str]:
     start = (TrackedBead.objects.filter(convoy=convoy).aggregate(m=Max("position"))["m"] or 0) + 1
     added = []
     for offset, raw in enumerate(bead_ids):
@@ -273,7 +325,12 @@ def _track(convoy, bead_ids, actor, data=None):
 
 
 @transaction.atomic
-def add(convoy_id, bead_ids, actor="", data=None):
+def add(
+    convoy_id: str,
+    bead_ids: Collection[str],
+    actor: str = "",
+    data: Mapping[str, Any] | None = None,
+) -> Added:
     """Track more beads; a closed convoy reopens and its landing stamp is cleared. `data` is
     added to the convoy.tracked event (e.g. why the beads joined)."""
     convoy = get_convoy(convoy_id, lock=True)
@@ -285,10 +342,10 @@ def add(convoy_id, bead_ids, actor="", data=None):
         set_status(convoy, CONVOY_OPEN, actor=actor)
         reopened = True
     added = _track(convoy, bead_ids, actor, data)
-    return convoy, added, reopened
+    return Added(convoy, added, reopened)
 
 
-def close_if_complete(convoy, *, dry_run=False, actor="feeder"):
+def close_if_complete(convoy: Convoy, *, dry_run: bool = False, actor: str = "feeder") -> bool:
     """Check: close a complete open (or staged) convoy and land it. Returns True if closed."""
     with transaction.atomic():
         convoy = get_convoy(convoy.pk, lock=True)
@@ -305,7 +362,7 @@ def close_if_complete(convoy, *, dry_run=False, actor="feeder"):
     return True
 
 
-def notify_landing(convoy):
+def notify_landing(convoy: Convoy) -> list[Any]:
     """Claim the completion stamp with one conditional update; only the winner notifies."""
     with transaction.atomic():
         now = timezone.now()
@@ -318,14 +375,16 @@ def notify_landing(convoy):
         return notify_service.notify_landed(convoy, tracked_details([convoy])[convoy.pk], now)
 
 
-def check(convoy_id=None, *, dry_run=False, actor="cli"):
+def check(
+    convoy_id: str | None = None, *, dry_run: bool = False, actor: str = "cli"
+) -> list[Checked]:
     """`convoy check`: one convoy or every open one. Returns [(convoy, closed?, progress)]."""
     if convoy_id:
         convoys = [get_convoy(convoy_id)]
     else:
         convoys = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
     details = tracked_details(convoys)
-    results = []
+    results: list[Checked] = []
     for convoy in convoys:
         info = progress(details[convoy.pk])
         closed = False
@@ -334,11 +393,13 @@ def check(convoy_id=None, *, dry_run=False, actor="cli"):
         elif convoy.status == CONVOY_CLOSED:
             if convoy.close_reason == COMPLETED_REASON and not dry_run:
                 notify_landing(convoy)  # a missed notification is sent once
-        results.append((convoy, closed, info))
+        results.append(Checked(convoy, closed, info))
     return results
 
 
-def close(convoy_id, *, reason="", force=False, actor="cli", notify=""):
+def close(
+    convoy_id: str, *, reason: str = "", force: bool = False, actor: str = "cli", notify: str = ""
+) -> Closed:
     """Close a convoy (open issues need `force`). A completion lands it (subscribers told);
     `notify` names one more address told that it closed, with the reason."""
     if notify:
@@ -350,7 +411,7 @@ def close(convoy_id, *, reason="", force=False, actor="cli", notify=""):
     with transaction.atomic():
         convoy = get_convoy(convoy_id, lock=True)
         if convoy.status == CONVOY_CLOSED:
-            return convoy, False, []
+            return Closed(convoy, False, [])
         check_transition(convoy.status, CONVOY_CLOSED)
         pairs = tracked_details([convoy])[convoy.pk]
         still_open = [(i, b) for i, b in pairs if b is None or b.status not in DONE_STATUSES]
@@ -370,10 +431,12 @@ def close(convoy_id, *, reason="", force=False, actor="cli", notify=""):
         notify_landing(convoy)
     if notify:
         notify_service.notify_closed(convoy, notify)
-    return convoy, True, still_open
+    return Closed(convoy, True, still_open)
 
 
-def land(convoy_id, *, force=False, actor="cli", dry_run=False):
+def land(
+    convoy_id: str, *, force: bool = False, actor: str = "cli", dry_run: bool = False
+) -> Landed:
     """Owned convoys only: close with "Landed by owner", release workers, notify. A dry run
     makes every check and changes nothing."""
     with transaction.atomic():
@@ -384,7 +447,7 @@ def land(convoy_id, *, force=False, actor="cli", dry_run=False):
                 "--owned can be landed.\n  Use `convoy close` instead for non-owned convoys."
             )
         if convoy.status == CONVOY_CLOSED:
-            return convoy, False, []
+            return Landed(convoy, False, [])
         pairs = tracked_details([convoy])[convoy.pk]
         still_open = [i for i, b in pairs if b is None or b.status not in DONE_STATUSES]
         if still_open and not force:
@@ -394,7 +457,7 @@ def land(convoy_id, *, force=False, actor="cli", dry_run=False):
             )
         released = sorted({b.assignee for _, b in pairs if b is not None and b.assignee})
         if dry_run:
-            return convoy, False, released
+            return Landed(convoy, False, released)
         set_status(
             convoy,
             CONVOY_CLOSED,
@@ -404,10 +467,10 @@ def land(convoy_id, *, force=False, actor="cli", dry_run=False):
             data={"released_workers": released},
         )
     notify_landing(convoy)
-    return convoy, True, released
+    return Landed(convoy, True, released)
 
 
-def tracking_open_convoy(bead_id):
+def tracking_open_convoy(bead_id: str) -> Convoy | None:
     """The open convoy tracking `bead_id`, if any (staged convoys do not count)."""
     return (
         Convoy.objects.filter(status=CONVOY_OPEN, tracked__bead_id=bead_id).order_by("id").first()
@@ -429,7 +492,7 @@ EDITABLE = (
 
 
 @transaction.atomic
-def update_fields(convoy_id, *, actor="", **fields):
+def update_fields(convoy_id: str, *, actor: str = "", **fields: Any) -> Convoy:
     """Change a convoy's descriptive fields (not its status) with one convoy.updated event."""
     unknown = set(fields) - set(EDITABLE)
     if unknown:
@@ -443,7 +506,7 @@ def update_fields(convoy_id, *, actor="", **fields):
     if limit is not None and not (isinstance(limit, int) and limit >= 1):
         raise ServiceError(f"max_in_flight must be at least 1 (or empty), got {limit!r}")
     convoy = get_convoy(convoy_id, lock=True)
-    changes = {}
+    changes: dict[str, list[Any]] = {}
     for name, value in fields.items():
         if getattr(convoy, name) != value:
             changes[name] = [getattr(convoy, name), value]
@@ -465,7 +528,7 @@ def update_fields(convoy_id, *, actor="", **fields):
 
 
 @transaction.atomic
-def reopen(convoy_id, actor=""):
+def reopen(convoy_id: str, actor: str = "") -> Convoy:
     """closed -> open; the landing stamp is cleared so a new completion notifies again."""
     convoy = get_convoy(convoy_id, lock=True)
     if convoy.status != CONVOY_CLOSED:
@@ -474,7 +537,7 @@ def reopen(convoy_id, actor=""):
 
 
 @transaction.atomic
-def untrack(convoy_id, bead_ids, actor=""):
+def untrack(convoy_id: str, bead_ids: Iterable[str], actor: str = "") -> list[str]:
     """Stop tracking beads (the beads themselves are untouched). Returns the ids removed."""
     convoy = get_convoy(convoy_id, lock=True)
     wanted = {unwrap_external(raw.strip()) for raw in bead_ids}
@@ -493,7 +556,9 @@ def untrack(convoy_id, bead_ids, actor=""):
     return removed
 
 
-def watch(username, convoy_id, email=False):
+def watch(
+    username: str, convoy_id: str, email: bool = False
+) -> Literal["subscribed", "updated", "already_watching"]:
     """`convoy watch`: subscribe a user who may view convoys (as the web does). Returns
     "subscribed", "updated" (the e-mail choice changed) or "already_watching"."""
     convoy = get_convoy(convoy_id)
@@ -507,13 +572,13 @@ def watch(username, convoy_id, email=False):
     return "updated" if existing else "subscribed"
 
 
-def unwatch(username, convoy_id):
+def unwatch(username: str, convoy_id: str) -> bool:
     """`convoy unwatch`: True if the user was watching the convoy."""
     convoy = get_convoy(convoy_id)
     return bool(notify_service.unsubscribe(_user(username), convoy))
 
 
-def _user(username):
+def _user(username: str) -> "User":
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise NotFound(f"user '{username}' not found")

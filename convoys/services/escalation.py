@@ -20,8 +20,10 @@ in the transaction that writes the notifications, so two task clusters scanning 
 notify once.
 """
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -44,6 +46,9 @@ from . import notify
 from .convoys import get_convoy
 from .errors import NotFound, ServiceError
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 CLOSED, DISPATCHED, FAILED = "bead.closed", "bead.dispatched", "dispatch.failed"
 START_KINDS = ("convoy.created", "convoy.imported", "convoy.launched", "convoy.reopened")
 MAX_REESCALATIONS = 2
@@ -51,16 +56,27 @@ MAX_NOTIFICATIONS = 1 + MAX_REESCALATIONS
 BATCH = 500  # convoys a progress query covers
 CAUSE_LINES = 12  # at most this many cause lines in a notification (then "and N more")
 
+# A bead's cause as convoys/causes.py decides it: {"kind": ..., "text": ..., ...}.
+Cause = Mapping[str, Any]
 
-def stuck_after():
+
+class Escalated(TypedDict):
+    """One notification `escalate_stuck` sent."""
+
+    id: str  # the convoy
+    escalation: int  # 1..MAX_NOTIFICATIONS
+    causes: list[str]  # the lines it gave
+
+
+def stuck_after() -> timedelta:
     return timedelta(seconds=float(settings.CONVOY_STUCK_AFTER))
 
 
-def reescalate_after():
+def reescalate_after() -> timedelta:
     return timedelta(seconds=float(settings.CONVOY_REESCALATE_AFTER))
 
 
-def last_progress(convoys):
+def last_progress(convoys: Iterable[Convoy]) -> dict[str, datetime]:
     """{convoy id: when it last made progress} (see the module doc): two queries a batch of
     BATCH convoys, each an aggregate the database computes (the latest progress event of each
     tracked bead found through the event log's bead index), whatever the number of beads."""
@@ -103,15 +119,15 @@ class State:
     current: bool  # about the stall the convoy is in now (no progress since, still open)
 
     @property
-    def open(self):
+    def open(self) -> bool:
         """Escalated, not acknowledged, still stuck: the Acknowledge button shows."""
         return self.current and self.row.acknowledged_at is None
 
     @property
-    def acknowledged(self):
+    def acknowledged(self) -> bool:
         return self.current and self.row.acknowledged_at is not None
 
-    def as_json(self):
+    def as_json(self) -> dict[str, Any]:
         row = self.row
         return {
             "stuck_since": row.progress_at.isoformat(),
@@ -125,7 +141,17 @@ class State:
         }
 
 
-def states(convoys):
+class Inbox(NamedTuple):
+    action: list[Notification]  # someone must act; an escalation carries `escalation_state`
+    receipts: list[Notification]
+
+
+class Acknowledged(NamedTuple):
+    state: State
+    changed: bool  # False: it was acknowledged already
+
+
+def states(convoys: Iterable[Convoy]) -> dict[str, State]:
     """{convoy id: State} for those of `convoys` that were ever escalated."""
     convoys = list(convoys)
     rows = {e.convoy_id: e for e in Escalation.objects.filter(convoy__in=convoys)}
@@ -141,16 +167,16 @@ def states(convoys):
     }
 
 
-def state(convoy):
+def state(convoy: Convoy) -> State | None:
     return states([convoy]).get(convoy.pk)
 
 
-def state_json(convoy):
+def state_json(convoy: Convoy) -> dict[str, Any] | None:
     found = state(convoy)
     return found.as_json() if found else None
 
 
-def inbox(user, limit=200):
+def inbox(user: "User", limit: int = 200) -> Inbox:
     """(action needed, receipts): the user's latest notifications of each kind, newest
     first; each escalation carries `escalation_state` (a State, or None)."""
     base = Notification.objects.filter(user=user).select_related("convoy")
@@ -159,12 +185,14 @@ def inbox(user, limit=200):
     escalated = {n.convoy_id: n.convoy for n in action if n.kind == Notification.ESCALATION}
     found = states([c for c in escalated.values() if c is not None])
     for note in action:
-        note.escalation_state = found.get(note.convoy_id)
-    return action, receipts
+        current = found.get(note.convoy_id) if note.convoy_id is not None else None
+        # a read-model attribute for the inbox's template, not a field
+        note.escalation_state = current  # type: ignore[attr-defined]
+    return Inbox(action, receipts)
 
 
 # --- the scan -----------------------------------------------------------------------------------
-def escalate_stuck(now=None):
+def escalate_stuck(now: datetime | None = None) -> list[Escalated]:
     """Escalate every stuck convoy whose next step is due; run by each stranded scan.
     Returns [{"id", "escalation" (1..3), "causes"}] for the notifications this call sent."""
     now = now or timezone.now()
@@ -174,7 +202,7 @@ def escalate_stuck(now=None):
         return []
     progress = last_progress(candidates)
     rows = {e.convoy_id: e for e in Escalation.objects.filter(convoy__in=candidates)}
-    due = []
+    due: list[tuple[Convoy, datetime, Escalation | None, bool]] = []
     for convoy in candidates:
         row = rows.get(convoy.pk)
         since = progress[convoy.pk]
@@ -193,7 +221,7 @@ def escalate_stuck(now=None):
     if not due:
         return []
     causes_of = _causes([convoy.pk for convoy, *_ in due], now)
-    sent = []
+    sent: list[Escalated] = []
     for convoy, since, row, fresh in due:
         found = causes_of[convoy.pk]
         if not found:
@@ -208,20 +236,27 @@ def escalate_stuck(now=None):
     return sent
 
 
-def _causes(convoy_ids, now):
+def _causes(convoy_ids: Sequence[str], now: datetime) -> dict[str, dict[str, Cause]]:
     """{convoy id: {bead id: cause}} of the unfinished beads of these convoys, loaded at once
     (convoys/causes.py reads a fixed number of queries whatever the number of beads)."""
     tracking = TrackedBead.objects.filter(convoy_id__in=convoy_ids)
     rows = list(tracking.values_list("convoy_id", "bead_id"))
     found = why.load(list(dict.fromkeys(b for _, b in rows)), tracking.values("bead_id"), now)
-    result = {convoy_id: {} for convoy_id in convoy_ids}
+    result: dict[str, dict[str, Cause]] = {convoy_id: {} for convoy_id in convoy_ids}
     for convoy_id, bead_id in rows:
         if bead_id in found:
             result[convoy_id][bead_id] = found[bead_id]
     return result
 
 
-def _claim(convoy, since, row, fresh, causes, now):
+def _claim(
+    convoy: Convoy,
+    since: datetime,
+    row: Escalation | None,
+    fresh: bool,
+    causes: list[str],
+    now: datetime,
+) -> int:
     """Take the next step with one conditional write; the notification number, or 0 when
     another scan took it first."""
     if fresh and row is None:
@@ -233,6 +268,7 @@ def _claim(convoy, since, row, fresh, causes, now):
         except IntegrityError:  # another cluster created it
             return 0
         return 1
+    assert row is not None  # only a fresh escalation has no row yet
     same = Escalation.objects.filter(
         pk=convoy.pk,
         progress_at=row.progress_at,
@@ -255,7 +291,7 @@ def _claim(convoy, since, row, fresh, causes, now):
     return row.count + 1 if won else 0
 
 
-def cause_lines(found):
+def cause_lines(found: Mapping[str, Cause]) -> list[str]:
     """Why the convoy's unfinished beads are not moving ({bead id: cause}, from
     convoys/causes.py): a summary ("1 gated, 2 working"), then one line per bead, in the
     order kinds are decided, at most CAUSE_LINES of them."""
@@ -271,7 +307,9 @@ def cause_lines(found):
     return lines
 
 
-def _notify(convoy, since, count, causes, now):
+def _notify(
+    convoy: Convoy, since: datetime, count: int, causes: Sequence[str], now: datetime
+) -> None:
     title = " ".join(convoy.title.split())
     stalled = duration((now - since).total_seconds())
     if count == 1:
@@ -313,7 +351,7 @@ def _notify(convoy, since, count, causes, now):
 
 
 # --- acknowledgement ----------------------------------------------------------------------------
-def acknowledge(convoy_id, *, actor, now=None):
+def acknowledge(convoy_id: str, *, actor: str, now: datetime | None = None) -> Acknowledged:
     """Stop a convoy's escalation. Returns (State, changed): acknowledging twice changes
     nothing; a convoy that is not escalated now (never, or it moved since) is refused."""
     problem = text_problem(convoy_id)
@@ -328,7 +366,7 @@ def acknowledge(convoy_id, *, actor, now=None):
         if found is None or not found.current:
             raise ServiceError(f"convoy {convoy.pk} is not escalated: nothing to acknowledge")
         if found.row.acknowledged_at is not None:
-            return found, False
+            return Acknowledged(found, False)
         Escalation.objects.filter(pk=convoy.pk).update(acknowledged_at=now, acknowledged_by=actor)
         record(
             "convoy.acknowledged",
@@ -341,4 +379,4 @@ def acknowledge(convoy_id, *, actor, now=None):
             convoy=convoy, kind=Notification.ESCALATION, read_at__isnull=True
         ).update(read_at=now)
         found.row.refresh_from_db()
-    return found, True
+    return Acknowledged(found, True)

@@ -12,7 +12,9 @@ what is complete and runs `feed_town`, which dispatches queue heads while slots 
 import logging
 import os
 import socket
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple, Required, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -36,30 +38,75 @@ from ..models import (
 from ..readiness import ready_beads
 from . import breaker, capacity, dispatch, leases, staging
 from .convoys import EMPTY_REASON, check, close_if_complete, get_convoy, set_status
+from .dispatch import DispatchResult
+
+if TYPE_CHECKING:
+    from .escalation import Escalated
 
 log = logging.getLogger("convoys.feeding")
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 CATCH_UP_CURSOR = "close-feeder"
 
 
-def holder():
+class CloseHandled(TypedDict, total=False):
+    """`handle_close_event`: {seq, skipped} or {seq, bead, fed}."""
+
+    seq: Required[int]
+    skipped: str  # why nothing was fed
+    bead: str | None  # the closed bead
+    fed: dict[str, list[str]]  # {convoy id, or "town" with a cap: [bead ids dispatched]}
+
+
+class CatchUp(TypedDict, total=False):
+    """`catch_up`: {skipped}, {seeded} on a first run, else {handled, position[, dispatched]}."""
+
+    skipped: str
+    seeded: int  # the high-water mark a first run set
+    handled: list[int]  # close events handled
+    position: int
+    dispatched: list[str]  # with a town cap: beads fed into slots no event freed
+
+
+class ScanSummary(TypedDict, total=False):
+    """`stranded_scan`: {skipped}, or the bead and convoy ids each kind of convoy gave."""
+
+    skipped: str
+    dispatched: list[str]
+    closed_empty: list[str]
+    landed: list[str]
+    stuck: list[str]
+    escalated: list["Escalated"]  # added by the task (tasks.stranded_scan)
+
+
+class Report(NamedTuple):
+    """The convoy page's Check: whether it is fine as it is, and one line for the user."""
+
+    ok: bool
+    line: str
+
+
+def holder() -> str:
     return f"{HOLDER}:{id(object())}"
 
 
-def drain_ttl():
+def drain_ttl() -> float:
     """A drain holds its lease for one dispatch at a time (renewed before each), so a killed
     process blocks the convoy for at most one dispatch timeout."""
-    return settings.CONVOY_DISPATCH_TIMEOUT + 10
+    timeout: float = settings.CONVOY_DISPATCH_TIMEOUT
+    return timeout + 10
 
 
-def feed_convoy(convoy, path, limit=None, wait=0.5):
+def feed_convoy(
+    convoy: Convoy, path: str, limit: int | None = None, wait: float = 0.5
+) -> list[DispatchResult]:
     """Land the convoy if complete; else dispatch its first ready bead(s) by (priority, id),
     iterating past failures. One drain runs per convoy at a time: a caller that finds it busy
     leaves a credit, which the running drain pays before it stops (nobody waits long, so no
     task outlives its timeout behind a lease). Returns the successful dispatch results."""
     me = holder()
     name = f"drain:{convoy.pk}"
-    results, first = [], True
+    results: list[DispatchResult] = []
+    first = True
     while True:
         if not leases.acquire_waiting(name, me, ttl=drain_ttl(), wait=wait):
             if first:  # later rounds only re-check credits that the holder will pay
@@ -86,7 +133,9 @@ def feed_convoy(convoy, path, limit=None, wait=0.5):
         limit, wait = 0, 0
 
 
-def _drain(convoy, path, limit, me, name):
+def _drain(
+    convoy: Convoy, path: str, limit: int | None, me: str, name: str
+) -> list[DispatchResult]:
     convoy.refresh_from_db()
     if convoy.status != CONVOY_OPEN:
         return []
@@ -100,7 +149,7 @@ def _drain(convoy, path, limit, me, name):
     if convoy.max_in_flight:  # every caller, credits and scans too (the claim checks again)
         busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES).count()
         limit = min(limit, convoy.max_in_flight - busy)
-    results = []
+    results: list[DispatchResult] = []
     if limit <= 0:
         return results
     candidates = list(ready_beads(Bead.objects.filter(pk__in=tracked)))
@@ -120,14 +169,15 @@ def _drain(convoy, path, limit, me, name):
     return results
 
 
-def feed_town(path):
+def feed_town(path: str) -> list[DispatchResult]:
     """With a town cap: dispatch the heads of the town's queue while slots are free (a
     failed dispatch frees its slot for the next head: the queue is read again only after a
     lost claim or a failure). Several feeders may run at once, in any process: each claim
     counts the beads in flight under the town lock, so a feeder whose claim is refused
     because the town filled up stops, and one that lost a bead to another feeder tries the
     next. Returns the successful dispatch results."""
-    results, tried = [], set()
+    results: list[DispatchResult] = []
+    tried: set[str] = set()
     while True:
         snap = capacity.snapshot(heads=True)
         heads = [q for q in snap.queue if q.bead_id not in tried][: snap.free]
@@ -149,7 +199,7 @@ def feed_town(path):
             return results  # every slot seen free is filled; later frees have their own events
 
 
-def handle_close_event(seq, path="event"):
+def handle_close_event(seq: int, path: str = "event") -> CloseHandled:
     """Handle one close event once: feed every open convoy tracking the closed bead."""
     event = Event.objects.filter(seq=seq).first()
     if event is None or event.kind != "bead.closed":
@@ -174,7 +224,7 @@ def handle_close_event(seq, path="event"):
     return {"seq": seq, "bead": event.bead_id, "fed": fed}
 
 
-def catch_up(batch=1000):
+def catch_up(batch: int = 1000) -> CatchUp:
     """Handle close events past the persisted high-water mark. The first run on a database
     with history only seeds the mark."""
     me = holder()
@@ -191,7 +241,7 @@ def catch_up(batch=1000):
             .order_by("seq")
             .values_list("seq", "kind")[:batch]
         )
-        handled = []
+        handled: list[int] = []
         for seq, kind in events:
             if kind == "bead.closed" and not HandledEvent.objects.filter(seq=seq).exists():
                 result = handle_close_event(seq, path="event")
@@ -201,7 +251,10 @@ def catch_up(batch=1000):
             Cursor.objects.filter(name=CATCH_UP_CURSOR, position__lt=events[-1][0]).update(
                 position=events[-1][0]
             )
-        summary = {"handled": handled, "position": events[-1][0] if events else cursor.position}
+        summary: CatchUp = {
+            "handled": handled,
+            "position": events[-1][0] if events else cursor.position,
+        }
         if capacity.cap():
             # Slots freed by no event (a worker found dead, the cap raised) are filled here.
             summary["dispatched"] = [r["id"] for r in feed_town("event")]
@@ -210,13 +263,13 @@ def catch_up(batch=1000):
         leases.release("catch-up", me)
 
 
-def stranded(now=None):
+def stranded(now: datetime | None = None) -> list[dict[str, Any]]:
     """Every open convoy, as the original's `gt convoy stranded` lists them (reference §4.4
     JSON shape, plus kind, cause and reason): feedable, moving (its "stuck" behind work in
     progress), stuck and empty, classified by the one rule in `stranding`."""
     result = []
     for convoy, verdict in stranding.open_verdicts(now, explain=True):
-        item = {
+        item: dict[str, Any] = {
             "id": convoy.id,
             "title": convoy.title,
             "tracked_count": verdict.tracked_count,
@@ -233,14 +286,14 @@ def stranded(now=None):
     return result
 
 
-def stranded_scan(now=None):
+def stranded_scan(now: datetime | None = None) -> ScanSummary:
     """One dispatch per feedable convoy; land complete ones; close old empty ones quietly."""
     me = holder()
     if not leases.acquire("stranded-scan", me, ttl=max(settings.CONVOY_STRANDED_INTERVAL, 10)):
         return {"skipped": "another scan is running"}
     try:
         now = now or timezone.now()
-        summary = {"dispatched": [], "closed_empty": [], "landed": [], "stuck": []}
+        summary: ScanSummary = {"dispatched": [], "closed_empty": [], "landed": [], "stuck": []}
         grace = timedelta(seconds=settings.CONVOY_EMPTY_GRACE)
         verdicts = list(stranding.open_verdicts(now))
         town = bool(capacity.cap())
@@ -269,7 +322,7 @@ def stranded_scan(now=None):
         leases.release("stranded-scan", me)
 
 
-def _town_scan(summary, verdicts):
+def _town_scan(summary: ScanSummary, verdicts: Sequence[tuple[Convoy, stranding.Verdict]]) -> None:
     """The scan with a town cap: one pass over the town's queue (one dispatch per feedable
     convoy would jump the queue's order); the first dispatch into a feedable convoy is
     recorded as found, as without a cap."""
@@ -286,7 +339,7 @@ def _town_scan(summary, verdicts):
             _found(convoy, result["id"], len(verdict.ready))
 
 
-def _found(convoy, bead_id, ready_count):
+def _found(convoy: Convoy, bead_id: str, ready_count: int) -> None:
     with transaction.atomic():
         record(
             "stranded.found",
@@ -296,7 +349,7 @@ def _found(convoy, bead_id, ready_count):
         )
 
 
-def check_report(convoy_id, actor="web"):
+def check_report(convoy_id: str, actor: str = "web") -> Report:
     """The convoy page's Check: a staged convoy is re-checked (re-staged in place); an open
     one lands if complete, else says what it waits for (the one stranded rule).
     Returns (ok, one line for the user)."""
@@ -304,19 +357,21 @@ def check_report(convoy_id, actor="web"):
     if convoy.is_staged:
         plan = staging.recheck(convoy.pk, actor=actor)
         if plan.errors:
-            return False, "Re-check found errors; nothing changed: " + "; ".join(
-                f.message for f in plan.errors
+            return Report(
+                False,
+                "Re-check found errors; nothing changed: "
+                + "; ".join(f.message for f in plan.errors),
             )
         if plan.warnings:
-            return False, f"Re-checked {convoy.pk}: {len(plan.warnings)} warning(s) remain."
-        return True, f"Re-checked {convoy.pk}: no warnings, ready to launch."
+            return Report(False, f"Re-checked {convoy.pk}: {len(plan.warnings)} warning(s) remain.")
+        return Report(True, f"Re-checked {convoy.pk}: no warnings, ready to launch.")
     convoy, closed, info = check(convoy.pk, actor=actor)[0]
     if closed:
-        return True, f"Landed: all {info['total']} tracked beads are done."
+        return Report(True, f"Landed: all {info['total']} tracked beads are done.")
     if convoy.status == CONVOY_CLOSED:
-        return True, f"{convoy.pk} is closed ({convoy.close_reason or 'no reason given'})."
+        return Report(True, f"{convoy.pk} is closed ({convoy.close_reason or 'no reason given'}).")
     verdict = stranding.classify_one(convoy)
     state = verdict.reason if verdict.kind == stranding.MOVING else verdict.label
     if verdict.kind != stranding.MOVING:
         state += f" — {verdict.reason}"
-    return False, f"{info['done']}/{info['total']} done, not complete: {state}."
+    return Report(False, f"{info['done']}/{info['total']} done, not complete: {state}.")

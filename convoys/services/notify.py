@@ -5,7 +5,9 @@ the app only, or, for receipts, quietly in the inbox and in one daily digest e-m
 are sent by tasks; a user without an e-mail address gets everything in the app only."""
 
 import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, time, timedelta
+from typing import TYPE_CHECKING, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -19,6 +21,8 @@ from ..events import record_many
 from ..formatting import duration
 from ..ids import name_problem
 from ..models import (
+    Bead,
+    Convoy,
     DeliveryPreference,
     Notification,
     Subscription,
@@ -26,16 +30,25 @@ from ..models import (
 )
 from .errors import ServiceError
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 log = logging.getLogger("convoys.notify")
 ACTION_NEEDED = Notification.ACTION_NEEDED  # a kind: someone must act (not a receipt)
 DIGEST_LIMIT = 200  # receipts listed in one digest e-mail (the rest are counted)
 
 
-def format_duration(delta):
+class Recipient(NamedTuple):
+    user: "User | None"  # None: an address that names no user
+    address: str  # "" for a subscriber
+    email: bool  # an e-mail is wanted
+
+
+def format_duration(delta: timedelta) -> str:
     return duration(delta.total_seconds())
 
 
-def landing_message(convoy, pairs):
+def landing_message(convoy: Convoy, pairs: Sequence[tuple[str, Bead | None]]) -> tuple[str, str]:
     # One header line (titles may hold newlines, which e-mail refuses), within the column.
     subject = f"🚚 Convoy landed: {' '.join(convoy.title.split())}"[:600]
     lines = [f"Convoy {convoy.id} has landed.", "", f"Issues ({len(pairs)}):"]
@@ -49,63 +62,70 @@ def landing_message(convoy, pairs):
     return subject, "\n".join(lines)
 
 
-def recipients(convoy):
+def recipients(convoy: Convoy) -> list[Recipient]:
     """[(user or None, address, wants e-mail)], de-duplicated; a user who may not view
     convoys (or is inactive) is told nothing: the report lists bead ids and titles."""
-    result, seen_users = [], set()
+    result: list[Recipient] = []
+    seen_users: set[int] = set()
     for sub in Subscription.objects.filter(
         Q(convoy=convoy) | Q(convoy__isnull=True)
     ).select_related("user"):
         if sub.user_id not in seen_users and sub.user.has_perm("convoys.view_convoy"):
             seen_users.add(sub.user_id)
-            result.append((sub.user, "", sub.email))
+            result.append(Recipient(sub.user, "", sub.email))
     return result + address_recipients(convoy.notify_addresses(), seen_users)
 
 
-def address_recipients(addresses, seen_users=None):
+def address_recipients(
+    addresses: Collection[str], seen_users: set[int] | None = None
+) -> list[Recipient]:
     """Addresses -> [(user or None, address, wants e-mail)]: an address naming a user (by
     username or e-mail) reaches that user's inbox if they may view convoys; any other address
     is kept as is, and e-mailed when it is an e-mail address."""
-    User = get_user_model()
     seen_users = set() if seen_users is None else seen_users
-    users, result = {}, []
-    for user in User.objects.filter(Q(username__in=addresses) | Q(email__in=addresses)):
-        users[user.username] = user
-        if user.email:
-            users[user.email] = user
+    users: dict[str, User] = {}
+    result: list[Recipient] = []
+    for named in get_user_model().objects.filter(
+        Q(username__in=addresses) | Q(email__in=addresses)
+    ):
+        users[named.username] = named
+        if named.email:
+            users[named.email] = named
     for address in addresses:
         user = users.get(address)
         if user is not None:
             if user.pk not in seen_users and user.has_perm("convoys.view_convoy"):
                 seen_users.add(user.pk)
-                result.append((user, address, False))
+                result.append(Recipient(user, address, False))
         else:
-            result.append((None, address, "@" in address))
+            result.append(Recipient(None, address, "@" in address))
     return result
 
 
-def notify_landed(convoy, pairs, now):
+def notify_landed(
+    convoy: Convoy, pairs: Sequence[tuple[str, Bead | None]], now: datetime
+) -> list[Notification]:
     """A landing (its tracked beads: [(id, Bead or None)]), in the caller's transaction,
     once the caller won the completion stamp (`convoys.notify_landing`)."""
     subject, body = landing_message(convoy, pairs)
     return _deliver(convoy, Notification.LANDED, subject, body, recipients(convoy), now)
 
 
-def notify_action_needed(convoy, subject, body):
+def notify_action_needed(convoy: Convoy, subject: str, body: str) -> list[Notification]:
     """Tell the convoy's owner, notify addresses and subscribers that someone must act
     (a parked bead): inbox rows, live events, e-mails, in the caller's transaction."""
     subject = " ".join(subject.split())[:600]
     return _deliver(convoy, ACTION_NEEDED, subject, body, recipients(convoy), timezone.now())
 
 
-def notify_escalation(convoy, subject, body, now):
+def notify_escalation(convoy: Convoy, subject: str, body: str, now: datetime) -> list[Notification]:
     """A stuck convoy's escalation (services/escalation.py), in the caller's transaction."""
     subject = " ".join(subject.split())[:600]
     return _deliver(convoy, Notification.ESCALATION, subject, body, recipients(convoy), now)
 
 
 @transaction.atomic
-def notify_closed(convoy, address):
+def notify_closed(convoy: Convoy, address: str) -> list[Notification]:
     """`convoy close --notify ADDR`: tell one address that the convoy closed, and why (the
     original's mail: "🚚 Convoy closed: <title>")."""
     subject = f"🚚 Convoy closed: {' '.join(convoy.title.split())}"[:600]
@@ -115,7 +135,14 @@ def notify_closed(convoy, address):
     )
 
 
-def _deliver(convoy, kind, subject, body, to, now):
+def _deliver(
+    convoy: Convoy,
+    kind: str,
+    subject: str,
+    body: str,
+    to: Iterable[Recipient],
+    now: datetime,
+) -> list[Notification]:
     """Inbox rows for `to` ([(user, address, e-mail?)]), a live event for each user's inbox,
     and the wanted e-mails queued after commit. Runs in the caller's transaction.
 
@@ -123,6 +150,7 @@ def _deliver(convoy, kind, subject, body, to, now):
     address), in-app keeps the subscription's e-mail choice for receipts and e-mails no
     action-needed notice, digest e-mails nothing now and marks the row for the next digest
     (no toast either). An address that is no user keeps its e-mail choice."""
+    to = list(to)
     prefs = preferences_of([user for user, _, _ in to if user is not None])
     rows = []
     for user, address, email in to:
@@ -182,13 +210,13 @@ def _deliver(convoy, kind, subject, body, to, now):
     return notifications
 
 
-def send_emails(notification_ids):
+def send_emails(notification_ids: Iterable[int]) -> int:
     """Send the e-mails of these notifications once each (the stamp is claimed first)."""
     sent = 0
     for note in Notification.objects.filter(
         pk__in=notification_ids, email_wanted=True, emailed_at__isnull=True
     ).select_related("user"):
-        to = note.user.email if note.user_id else note.address
+        to = note.user.email if note.user is not None else note.address
         if not to or "@" not in to or name_problem(to):  # no header injection, no retry loop
             continue
         if not Notification.objects.filter(pk=note.pk, emailed_at__isnull=True).update(
@@ -206,7 +234,7 @@ def send_emails(notification_ids):
 
 
 @transaction.atomic
-def mark_read(user, ids=None):
+def mark_read(user: "User", ids: Iterable[int] | None = None) -> int:
     queryset = Notification.objects.filter(user=user, read_at__isnull=True)
     if ids is not None:
         queryset = queryset.filter(pk__in=ids)
@@ -214,7 +242,7 @@ def mark_read(user, ids=None):
 
 
 @transaction.atomic
-def subscribe(user, convoy=None, email=False):
+def subscribe(user: "User", convoy: Convoy | None = None, email: bool = False) -> Subscription:
     sub, _ = Subscription.objects.update_or_create(
         user=user, convoy=convoy, defaults={"email": email}
     )
@@ -222,7 +250,7 @@ def subscribe(user, convoy=None, email=False):
 
 
 @transaction.atomic
-def unsubscribe(user, convoy=None):
+def unsubscribe(user: "User", convoy: Convoy | None = None) -> int:
     return Subscription.objects.filter(user=user, convoy=convoy).delete()[0]
 
 
@@ -230,26 +258,26 @@ def unsubscribe(user, convoy=None):
 class Preference:
     """A user's choices (the defaults without a row)."""
 
-    def __init__(self, row=None):
+    def __init__(self, row: DeliveryPreference | None = None) -> None:
         self.action_needed = row.action_needed if row else DeliveryPreference.IMMEDIATE
         self.receipts = row.receipts if row else DeliveryPreference.IN_APP
 
-    def for_kind(self, kind):
+    def for_kind(self, kind: str) -> str:
         return self.action_needed if kind in Notification.ACTION_KINDS else self.receipts
 
 
-def preferences_of(users):
+def preferences_of(users: Iterable["User"]) -> dict[int, Preference]:
     """{user id: Preference} for these users (one query)."""
     ids = {u.pk for u in users}
     rows = {p.user_id: p for p in DeliveryPreference.objects.filter(user_id__in=ids)}
     return {pk: Preference(rows.get(pk)) for pk in ids}
 
 
-def preference(user):
+def preference(user: "User") -> Preference:
     return preferences_of([user])[user.pk]
 
 
-def quiet(note, prefs=None):
+def quiet(note: Notification, prefs: Mapping[int, Preference] | None = None) -> bool:
     """Does this notification wait for the digest (no toast, no browser notification)?"""
     if note.user_id is None:
         return False
@@ -259,14 +287,16 @@ def quiet(note, prefs=None):
     return pref.for_kind(note.kind) == DeliveryPreference.DIGEST
 
 
-def set_preferences(user, *, action_needed=None, receipts=None):
+def set_preferences(
+    user: "User", *, action_needed: str | None = None, receipts: str | None = None
+) -> DeliveryPreference:
     """Change how `user` hears about each kind; a value that is no choice is refused."""
     allowed = {
         "action_needed": dict(DeliveryPreference.ACTION_CHOICES),
         "receipts": dict(DeliveryPreference.RECEIPT_CHOICES),
     }
     wanted = {"action_needed": action_needed, "receipts": receipts}
-    changes = {}
+    changes: dict[str, str] = {}
     for name, value in wanted.items():
         if value is None:
             continue
@@ -284,7 +314,7 @@ def set_preferences(user, *, action_needed=None, receipts=None):
 
 
 # --- the daily digest ---------------------------------------------------------------------------
-def digest_cutoff(now):
+def digest_cutoff(now: datetime) -> datetime:
     """The latest digest time (CONVOY_DIGEST_HOUR:00 UTC) at or before `now`."""
     hour = int(settings.CONVOY_DIGEST_HOUR) % 24
     day = now.astimezone(UTC)
@@ -292,7 +322,7 @@ def digest_cutoff(now):
     return cutoff if cutoff <= day else cutoff - timedelta(days=1)
 
 
-def send_digests(now=None):
+def send_digests(now: datetime | None = None) -> int:
     """Send each user with receipts waiting for a digest their daily e-mail, once per digest
     time: a receipt from before the latest CONVOY_DIGEST_HOUR is in that day's digest. The
     user's preference row is claimed with one conditional update in the transaction that
@@ -311,9 +341,8 @@ def send_digests(now=None):
     return sent
 
 
-def _send_digest(user_id, cutoff, now):
-    User = get_user_model()
-    user = User.objects.filter(pk=user_id, is_active=True).first()
+def _send_digest(user_id: int, cutoff: datetime, now: datetime) -> int:
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
     if user is None or not user.email or "@" not in user.email or name_problem(user.email):
         return 0
     with transaction.atomic():
@@ -341,7 +370,7 @@ def _send_digest(user_id, cutoff, now):
     return 1
 
 
-def digest_message(notes, cutoff):
+def digest_message(notes: Sequence[Notification], cutoff: datetime) -> tuple[str, str]:
     count = len(notes)
     subject = f"🚚 convoyweb daily digest: {count} receipt{'s' if count != 1 else ''}"
     lines = [f"Receipts up to {cutoff:%Y-%m-%d %H:%M} UTC ({count}):", ""]
