@@ -15,7 +15,7 @@ class ConvoysConfig(AppConfig):
     verbose_name = "Convoys"
     default_auto_field = "django.db.models.BigAutoField"
 
-    def ready(self):
+    def ready(self) -> None:
         # Django: the services import the models, which load only once the registry is ready.
         from .services import guard
 

@@ -1,5 +1,7 @@
 """Convoy fields kept as `key: value` lines in a convoy bead's description (Gas Town format)."""
 
+from collections.abc import Mapping
+
 KEYS = {
     "owner": "owner",
     "notify": "notify",
@@ -28,7 +30,7 @@ ORDER = [
 ]
 
 
-def split_description(description):
+def split_description(description: str | None) -> tuple[dict[str, str], str]:
     """-> (fields dict, the description without its field lines)."""
     fields, other = {}, []
     for line in (description or "").split("\n"):
@@ -47,7 +49,7 @@ def split_description(description):
     return fields, "\n".join(other)
 
 
-def join_description(text, fields):
+def join_description(text: str, fields: Mapping[str, object]) -> str:
     formatted = "\n".join(f"{label}: {fields[key]}" for key, label in ORDER if fields.get(key))
     if text and formatted:
         return f"{text}\n{formatted}"

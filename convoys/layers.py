@@ -17,7 +17,7 @@ CLEAN_EVERY = 1.0
 class InMemoryChannelLayer(BaseInMemoryChannelLayer):
     _cleaned_at = float("-inf")
 
-    def _clean_expired(self):
+    def _clean_expired(self) -> None:
         now = time.monotonic()
         if now - self._cleaned_at < CLEAN_EVERY:
             return

@@ -3,6 +3,10 @@
 Rows are written only by `convoys.services`; models hold single-object rules.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.db import models
 
@@ -31,7 +35,7 @@ CONVOY_STATUSES = (CONVOY_OPEN, CONVOY_CLOSED, CONVOY_STAGED_READY, CONVOY_STAGE
 STAGED_STATUSES = (CONVOY_STAGED_READY, CONVOY_STAGED_WARNINGS)
 
 
-def bead_prefix(bead_id):
+def bead_prefix(bead_id: str) -> str:
     """Text up to and including the first '-' ("hq-cv-abc" -> "hq-"); '' when there is none."""
     index = bead_id.find("-")
     return bead_id[: index + 1] if index > 0 else ""
@@ -47,11 +51,11 @@ class Rig(models.Model):
     class Meta:
         ordering = ["name"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.name
 
     @property
-    def operational(self):
+    def operational(self) -> bool:
         return self.state == self.ACTIVE
 
 
@@ -65,7 +69,7 @@ class Route(models.Model):
     class Meta:
         ordering = ["prefix"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.prefix} -> {self.rig_id or '(town)'}"
 
 
@@ -97,28 +101,28 @@ class Bead(models.Model):
         ordering = ["id"]
         indexes = [models.Index(fields=["status", "issue_type"])]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.id
 
     @property
-    def is_done(self):
+    def is_done(self) -> bool:
         return self.status in DONE_STATUSES
 
     @property
-    def is_slingable(self):
+    def is_slingable(self) -> bool:
         return self.issue_type in SLINGABLE_TYPES
 
     @property
-    def symbol(self):
+    def symbol(self) -> str:
         return status_symbol(self.status)
 
     @property
-    def sourced(self):
+    def sourced(self) -> SourcedRecord | None:
         """Its SourcedRecord when it came from a `beads sync` source, else None."""
         return SourcedRecord.objects.filter(pk=self.pk).first()
 
 
-def status_symbol(status):
+def status_symbol(status: str) -> str:
     if status in DONE_STATUSES:
         return "✓"
     if status in ACTIVE_WORK_STATUSES:
@@ -151,7 +155,7 @@ class Dependency(models.Model):
         indexes = [models.Index(fields=["depends_on_id", "type"], name="dep_target_type")]
         verbose_name_plural = "dependencies"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.issue_id} -[{self.type}]-> {self.depends_on_id}"
 
 
@@ -187,19 +191,19 @@ class Convoy(models.Model):
     class Meta:
         ordering = ["-created_at", "id"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.id}: {self.title}"
 
     @property
-    def sourced(self):
+    def sourced(self) -> SourcedRecord | None:
         """Its SourcedRecord when its record came from a `beads sync` source, else None."""
         return SourcedRecord.objects.filter(pk=self.pk).first()
 
     @property
-    def is_staged(self):
+    def is_staged(self) -> bool:
         return self.status in STAGED_STATUSES
 
-    def notify_addresses(self):
+    def notify_addresses(self) -> list[str]:
         """Owner, then notify addresses, de-duplicated in that order."""
         seen = []
         for address in [self.owner, *self.notify.split(",")]:
@@ -224,7 +228,7 @@ class TrackedBead(models.Model):
             models.UniqueConstraint(fields=["convoy", "bead_id"], name="unique_tracking")
         ]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.convoy_id} tracks {self.bead_id}"
 
 
@@ -249,7 +253,7 @@ class Event(models.Model):
     class Meta:
         ordering = ["seq"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"#{self.seq} {self.kind} {self.bead_id or self.convoy_id}"
 
 
@@ -263,7 +267,7 @@ class Worker(models.Model):
     class Meta:
         ordering = ["name"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.name
 
 
@@ -289,7 +293,7 @@ class Dispatch(models.Model):
         ordering = ["-created_at"]
         verbose_name_plural = "dispatches"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.bead_id} -> {self.worker} ({self.path})"
 
 
@@ -327,7 +331,7 @@ class SyncSource(models.Model):
     error = models.TextField(blank=True, default="")
     failing_since = models.DateTimeField(null=True, blank=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.name
 
 
@@ -342,11 +346,11 @@ class SourcedRecord(models.Model):
     line = models.CharField(max_length=32, blank=True, default="", db_index=True)
     missing_since = models.DateTimeField(null=True, blank=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.id
 
     @classmethod
-    def of(cls, ids):
+    def of(cls, ids: Iterable[str]) -> dict[str, SourcedRecord]:
         """{id: SourcedRecord} of those of `ids` that came from a sync source."""
         return cls.objects.in_bulk(list(ids))
 
@@ -369,7 +373,7 @@ class Subscription(models.Model):
             ),
         ]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.user} -> {self.convoy_id or 'all convoys'}"
 
 
@@ -399,11 +403,11 @@ class Notification(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.subject
 
     @property
-    def action_needed(self):
+    def action_needed(self) -> bool:
         return self.kind in self.ACTION_KINDS
 
 
@@ -415,7 +419,7 @@ class ApiToken(models.Model):
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.name} ({self.user})"
 
 
@@ -431,7 +435,7 @@ class Memory(models.Model):
         ordering = ["key"]
         verbose_name_plural = "memories"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.key
 
 
@@ -459,7 +463,7 @@ class DeliveryPreference(models.Model):
     # The last digest e-mail sent (claimed with one conditional update, so one per day).
     last_digest_at = models.DateTimeField(null=True, blank=True)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.user}: action needed {self.action_needed}, receipts {self.receipts}"
 
 
@@ -478,7 +482,7 @@ class Escalation(models.Model):
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.CharField(max_length=255, blank=True, default="")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.convoy_id} escalated {self.count}x"
 
 
@@ -492,7 +496,7 @@ class TownSetting(models.Model):
     set_by = models.CharField(max_length=255, blank=True, default="")
     set_at = models.DateTimeField()
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.name} = {self.value}"
 
 

@@ -8,7 +8,7 @@ import signal
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid, sig=signal.SIGKILL):
+def die_with_parent(parent_pid: int, sig: signal.Signals = signal.SIGKILL) -> bool:
     """Ask the kernel to send `sig` to this process when its parent exits (Linux). Returns
     False where that is not available; the caller then keeps the portable behaviour."""
     try:
@@ -22,7 +22,7 @@ def die_with_parent(parent_pid, sig=signal.SIGKILL):
     return True
 
 
-def supported():
+def supported() -> bool:
     try:
         return hasattr(ctypes.CDLL(None), "prctl")
     except OSError:

@@ -13,18 +13,22 @@ about one item ahead, so memory stays flat however long the file.
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 _END = "end"
 _ITEM = "item"
 _ERROR = "error"
 
 
-def available():
+def available() -> bool:
     """Fork is the only start method that shares the parent's already-set-up state cheaply."""
     return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
 
 
-def in_child(produce, *args):
+def in_child(produce: Callable[..., Iterable[T]], *args: Any) -> Iterator[T]:
     """Yield what `produce(*args)` yields, computed in a forked child process.
 
     An exception raised by the generator is raised again in the parent; if the parent stops
@@ -57,7 +61,7 @@ def in_child(produce, *args):
         child.join()
 
 
-def _run(sender, produce, args):
+def _run(sender: Connection, produce: Callable[..., Iterable[Any]], args: tuple[Any, ...]) -> None:
     try:
         for item in produce(*args):
             sender.send((_ITEM, item))

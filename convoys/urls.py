@@ -11,12 +11,12 @@ class IdConverter:
 
     regex = "[^/]+"
 
-    def to_python(self, value):
+    def to_python(self, value: str) -> str:
         if "\x00" in value:  # no row holds one; PostgreSQL would refuse the lookup
             raise ValueError("NUL in an id")
         return from_url_segment(value)
 
-    def to_url(self, value):
+    def to_url(self, value: str) -> str:
         return to_url_segment(value)
 
 

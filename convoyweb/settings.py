@@ -5,25 +5,32 @@ broker and the in-memory channel layer. `DATABASE_URL=postgres://…` and `REDIS
 switch to the scale-out stack. The README lists every variable.
 """
 
+import logging
 import os
 import tempfile
+from collections.abc import Callable, Collection
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+_Number = TypeVar("_Number", int, float)
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def env_bool(name, default):
+def env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def _env_number(name, default, kind, minimum):
+def _env_number(
+    name: str, default: _Number, kind: Callable[[str], _Number], minimum: _Number | None
+) -> _Number:
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return default
@@ -38,22 +45,22 @@ def _env_number(name, default, kind, minimum):
     return number
 
 
-def env_int(name, default, minimum=None):
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
     return _env_number(name, default, int, minimum)
 
 
-def env_float(name, default, minimum=None):
+def env_float(name: str, default: float, minimum: float | None = None) -> float:
     return _env_number(name, default, float, minimum)
 
 
-def env_choice(name, default, choices):
+def env_choice(name: str, default: str, choices: Collection[str]) -> str:
     value = (os.environ.get(name) or default).strip().upper()
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     return value
 
 
-def env_list(name, default):
+def env_list(name: str, default: list[str]) -> list[str]:
     value = os.environ.get(name)
     if value is None:
         return default
@@ -300,7 +307,7 @@ CONVOY_SYNC_INTERVAL = env_float("CONVOY_SYNC_INTERVAL", 10.0)
 CONVOY_SYNC_TIMEOUT = env_float("CONVOY_SYNC_TIMEOUT", 120.0)  # a `cmd:` source's time limit
 
 
-def _one_line_for_client_errors(record):
+def _one_line_for_client_errors(record: logging.LogRecord) -> bool:
     """A 4xx (a 403 for a user without permission, a 404) is one log line: the traceback of
     the PermissionDenied or Http404 behind it says nothing and would hide real errors."""
     if getattr(record, "status_code", 500) < 500:

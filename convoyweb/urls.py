@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.contrib import admin
 from django.templatetags.static import static
 from django.urls import include, path
@@ -7,7 +9,7 @@ from django.views.generic import RedirectView
 class Favicon(RedirectView):
     """Browsers ask for /favicon.ico on pages that name no icon (the admin's)."""
 
-    def get_redirect_url(self, *args, **kwargs):
+    def get_redirect_url(self, *args: Any, **kwargs: Any) -> str:
         return static("convoys/favicon.svg")
 
 

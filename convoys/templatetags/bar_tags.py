@@ -1,3 +1,6 @@
+from collections.abc import Mapping
+from typing import Any
+
 from django import template
 
 from ..selectors import SEGMENTS
@@ -6,7 +9,7 @@ register = template.Library()
 
 
 @register.filter
-def bar_segments(summary):
+def bar_segments(summary: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     """(segment, x, width) in percent for a progress bar drawn as SVG rects: the Content
     Security Policy forbids style="width:…" attributes, SVG geometry attributes are fine."""
     x = 0.0

@@ -1,15 +1,19 @@
 """The controls partials: a convoy's pause panel and a bead's breaker panel. Each reads
 what it shows from the services (the pause proof counts dispatch rows)."""
 
-from django import template
+from typing import Any
 
+from django import template
+from django.template import Context
+
+from ..models import Bead, Convoy
 from ..services import breaker, controls
 
 register = template.Library()
 
 
 @register.inclusion_tag("convoys/_pause_panel.html", takes_context=True)
-def pause_panel(context, convoy):
+def pause_panel(context: Context, convoy: Convoy) -> dict[str, Any]:
     user = context["request"].user
     return {
         "convoy": convoy,
@@ -20,7 +24,7 @@ def pause_panel(context, convoy):
 
 
 @register.inclusion_tag("convoys/_breaker_panel.html", takes_context=True)
-def breaker_panel(context, bead):
+def breaker_panel(context: Context, bead: Bead) -> dict[str, Any]:
     user = context["request"].user
     return {
         "bead": bead,

@@ -1,18 +1,21 @@
 """The create/fix partials other pages include: a convoy's staging check and the rigs it waits
 on, and a bead's add-a-dependency form. Each reads what it shows (two small queries)."""
 
+from typing import Any
+
 from django import template
 from django.db.models import Count
+from django.template import Context
 from django.utils.dateparse import parse_datetime
 
 from ..edit_views import DependencyForm
-from ..models import DONE_STATUSES, Bead, Rig, TrackedBead
+from ..models import DONE_STATUSES, Bead, Convoy, Rig, TrackedBead
 
 register = template.Library()
 
 
 @register.inclusion_tag("convoys/_staging_panel.html", takes_context=True)
-def staging_panel(context, convoy):
+def staging_panel(context: Context, convoy: Convoy) -> dict[str, Any]:
     """Stored staging warnings of a staged convoy (re-check to refresh them), and the parked
     or docked rigs its unfinished beads wait on (un-park them from here)."""
     user = context["request"].user
@@ -44,7 +47,7 @@ def staging_panel(context, convoy):
 
 
 @register.inclusion_tag("convoys/_dependency_add.html", takes_context=True)
-def dependency_form(context, bead):
+def dependency_form(context: Context, bead: Bead) -> dict[str, Any]:
     """The add-a-dependency form, for users who may change beads."""
     user = context["request"].user
     return {

@@ -1,6 +1,10 @@
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
 from urllib.parse import urlencode
 
 from django import template
+from django.template import Context
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -11,7 +15,7 @@ register = template.Library()
 
 
 @register.simple_tag(takes_context=True)
-def qs(context, **changes):
+def qs(context: Context, **changes: Any) -> str:
     """The current query string with some keys changed (every view state lives in the URL)."""
     data = {k: v for k, v in context["request"].GET.items() if v}
     data.update(changes)
@@ -19,18 +23,18 @@ def qs(context, **changes):
 
 
 @register.filter
-def symbol(state):
+def symbol(state: str) -> str:
     """The icon of a bead state, the same as on its DAG node."""
     return status_class(state)[1]
 
 
 @register.filter
-def get(mapping, key):
+def get(mapping: Mapping[Any, Any] | None, key: Any) -> Any:
     return mapping.get(key) if mapping else None
 
 
 @register.simple_tag(takes_context=True)
-def when(context, moment, style="relative"):
+def when(context: Context, moment: datetime | None, style: str = "relative") -> str:
     """A time for people: relative words ("3m ago") or the exact time, and the exact time with
     its time zone on hover; one format on every page."""
     if not moment:

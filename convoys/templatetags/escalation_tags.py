@@ -1,15 +1,19 @@
 """The convoy page's escalation panel: stuck since when, how many reminders, the causes
 named, and the Acknowledge button (services/escalation.py decides all of it)."""
 
-from django import template
+from typing import Any
 
+from django import template
+from django.template import Context
+
+from ..models import Convoy
 from ..services import escalation
 
 register = template.Library()
 
 
 @register.inclusion_tag("convoys/_escalation_panel.html", takes_context=True)
-def escalation_panel(context, convoy):
+def escalation_panel(context: Context, convoy: Convoy) -> dict[str, Any]:
     found = escalation.state(convoy)
     return {
         "convoy": convoy,

@@ -8,6 +8,6 @@ register = template.Library()
 
 
 @register.simple_tag
-def sync_sources():
+def sync_sources() -> list[SyncSource]:
     """Every source a sync pass has run over, by name."""
     return list(SyncSource.objects.order_by("name"))
