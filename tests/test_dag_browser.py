@@ -315,11 +315,14 @@ def test_icons_and_classes_change_live(browser, server, chain):  # noqa: F811
     assert node("gt-cb")[1] == "○"
     navigated = []
     page.on("framenavigated", lambda frame: navigated.append(frame.url))
+    page.evaluate("() => { document.getElementById('dag').dataset.drawnHere = '1'; }")
     beads.close_bead("gt-ca", actor="test")
     wait_js(
         page, "document.querySelector('#dag g.node[data-id=\"gt-ca\"] .icon').textContent === '✓'"
     )
     assert node("gt-ca") == ["node st-done", "✓"]
+    # Only the nodes changed: the page named its layout (dag.js), so the drawing stayed.
+    assert page.evaluate("() => document.getElementById('dag').dataset.drawnHere") == "1"
     wait_js(
         page,
         "['●', '▶'].includes(document.querySelector('#dag g.node[data-id=\"gt-cb\"] .icon')"

@@ -13,6 +13,15 @@
   const pointers = new Map();
   let drag = null, pinch = null;
 
+  // A live update names the layout this page draws: the server then sends changed nodes
+  // only, or the whole drawing when its layout changed.
+  if (window.convoyLive) {
+    window.convoyLive.headers.push(() => {
+      const dag = document.getElementById("dag");
+      return dag && dag.dataset.layout ? { "X-Live-Layout": dag.dataset.layout } : {};
+    });
+  }
+
   function setView() { if (svg && view) svg.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`); }
 
   /* Zoom by f about a point in drawing units (the centre by default). */

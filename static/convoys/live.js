@@ -15,7 +15,8 @@
   const asOf = parseInt(body.dataset.asOf || "0", 10) || 0;
   // last: newest event seen; rendered: the seq the page shows; due: newest event it must show.
   const state = { last: asOf, rendered: asOf, due: asOf, applied: new Set(), count: 0, log: [],
-                  fetches: 0, toasts: [], socket: null, attempt: 0 };
+                  fetches: 0, toasts: [], socket: null, attempt: 0,
+                  headers: [] };  // page scripts add headers to live requests (dag.js: its layout)
   window.convoyLive = state;
   const liveEl = document.getElementById("live-state");
   const pending = new Map();  // fragments held back while the user is typing in them
@@ -92,8 +93,7 @@
     state.fetches += 1;
     const headers = { "X-Live": "1" };
     if (!all) headers["X-Live-Since"] = String(state.rendered);
-    const dag = document.getElementById("dag");
-    if (dag && dag.dataset.layout) headers["X-Live-Layout"] = dag.dataset.layout;
+    for (const add of state.headers) Object.assign(headers, add());
     const url = new URL(location.href);
     if (body.dataset.fragments) url.searchParams.set("fragments", body.dataset.fragments);
     let data = null;
