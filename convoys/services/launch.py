@@ -5,7 +5,9 @@ the town's queue (services/capacity.py).
 An epic or a task list is staged and launched in one step.
 """
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from django.db import transaction
 
@@ -17,28 +19,39 @@ from .convoys import get_convoy, set_status
 from .errors import ServiceError
 
 
+class Skipped(TypedDict):
+    id: str
+    reason: str  # why Wave 1 did not dispatch it, in words
+
+
 @dataclass
 class LaunchResult:
     convoy_id: str
     status: str
-    waves: list
-    dispatched: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
-    plan: object = None
+    waves: list[list[str]]
+    dispatched: list[dispatch.DispatchResult] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    plan: staging.Plan | None = None  # an epic or task list staged on the way
 
-    def as_json(self):
+    def as_json(self) -> dict[str, Any]:
         return {
             "convoy_id": self.convoy_id,
             "status": self.status,
             "dispatched": [
-                {k: r[k] for k in ("id", "rig", "worker", "ok", "error")}
+                {
+                    "id": r["id"],
+                    "rig": r["rig"],
+                    "worker": r["worker"],
+                    "ok": r["ok"],
+                    "error": r["error"],
+                }
                 for r in sorted(self.dispatched, key=lambda r: r["id"])
             ],
             "skipped": self.skipped,
         }
 
-    def as_report(self):
+    def as_report(self) -> dict[str, Any]:
         return {
             "convoy_id": self.convoy_id,
             "status": self.status,
@@ -48,7 +61,9 @@ class LaunchResult:
         }
 
 
-def launch(ids, *, force=False, actor="cli", title=None):
+def launch(
+    ids: Sequence[str], *, force: bool = False, actor: str = "cli", title: str | None = None
+) -> LaunchResult:
     if len(ids) == 1 and Convoy.objects.filter(pk=ids[0]).exists():
         convoy = Convoy.objects.get(pk=ids[0])
         if convoy.status == CONVOY_OPEN:
@@ -69,13 +84,14 @@ def launch(ids, *, force=False, actor="cli", title=None):
     return result
 
 
-def _preflight(status, dag, force, convoy_id):
+def _preflight(status: str, dag: dagmod.DAG, force: bool, convoy_id: str) -> dict[str, list[str]]:
+    """{parked or docked rig: its slingable beads}; refuses unless `force`."""
     if status not in (CONVOY_STAGED_WARNINGS, "staged_ready"):
         raise ServiceError(f'convoy {convoy_id} has unexpected status "{status}"')
     # Parked rigs first: parking re-checks a staged convoy into staged_warnings, and the rig
     # is what the user must act on.
     states = dict(Rig.objects.values_list("name", "state"))
-    blocked = {}
+    blocked: dict[str, list[str]] = {}
     for node_id in dag.slingable_ids():
         rig = dag.nodes[node_id].rig
         if rig and states.get(rig, "active") != "active":
@@ -92,7 +108,7 @@ def _preflight(status, dag, force, convoy_id):
     return blocked
 
 
-def launch_staged(convoy_id, *, force=False, actor="cli"):
+def launch_staged(convoy_id: str, *, force: bool = False, actor: str = "cli") -> LaunchResult:
     convoy = get_convoy(convoy_id)
     nodes, edges = staging.collect(dagmod.CONVOY, [convoy.id], convoy)
     dag = dagmod.build_dag(nodes, edges)
@@ -105,7 +121,8 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
     if not waves:
         raise ServiceError(f"convoy {convoy.id}: no waves to dispatch")
     wave1 = waves[0]
-    claims, skipped = [], []
+    claims: list[dispatch.Claim] = []
+    skipped: list[Skipped] = []
     with transaction.atomic():
         if capacity.cap():
             capacity.lock_town()  # before the convoy's row lock, as every claim takes them
@@ -134,7 +151,8 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
                 if won:
                     claims.append(won)
                     continue
-                skipped.append({"id": bead_id, "reason": dispatch.refusal(bead, convoy.id)})
+                reason = dispatch.refusal(ready[bead_id], convoy.id)
+                skipped.append({"id": bead_id, "reason": reason})
             else:
                 skipped.append({"id": bead_id, "reason": why_not_ready(bead, blockers, cooling)})
     result = LaunchResult(convoy.id, convoy.status, waves, skipped=skipped)
@@ -148,7 +166,9 @@ def launch_staged(convoy_id, *, force=False, actor="cli"):
     return result
 
 
-def why_not_ready(bead, blockers, cooling):
+def why_not_ready(
+    bead: Bead | None, blockers: Mapping[str, Sequence[str]], cooling: Collection[str]
+) -> str:
     if bead is None:
         return "not in the database"
     if bead.status in ("closed", "tombstone"):

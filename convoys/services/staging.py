@@ -6,7 +6,9 @@ the size of the epic.
 """
 
 import logging
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -32,24 +34,38 @@ from .errors import ServiceError
 log = logging.getLogger("convoys.staging")
 
 
+Edge = tuple[str, str, str]  # (issue id, the id it depends on, dependency type)
+
+
+class Classified(NamedTuple):
+    kind: str  # dag.EPIC, dag.TASKS or dag.CONVOY
+    ids: list[str]  # sorted, unique
+    restage: Convoy | None  # the staged convoy named to re-stage
+
+
+class Collected(NamedTuple):
+    nodes: list[dagmod.Node]
+    edges: list[Edge]
+
+
 @dataclass
 class Plan:
     input_kind: str
-    ids: list
+    ids: list[str]
+    dag: dagmod.DAG
     root: str = ""
-    dag: object = None
-    errors: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
-    waves: list = field(default_factory=list)
-    gated: list = field(default_factory=list)
+    errors: list[dagmod.Finding] = field(default_factory=list)
+    warnings: list[dagmod.Finding] = field(default_factory=list)
+    waves: list[list[str]] = field(default_factory=list)
+    gated: list[dagmod.Gated] = field(default_factory=list)
     status: str = ""
     convoy_id: str = ""
     restaged: bool = False
     title: str = ""
-    moved: dict = field(default_factory=dict)
+    moved: dict[str, list[int | None]] = field(default_factory=dict)  # {id: [old wave, new]}
 
-    def as_json(self):
-        data = {
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "status": self.status or "error",
             "convoy_id": self.convoy_id,
             "restaged": self.restaged,
@@ -70,7 +86,8 @@ class Plan:
             ]
         return data
 
-    def render(self):
+    def render(self) -> tuple[str, str]:
+        """(the tree and wave table, the errors block: "" when there are none)."""
         text = formatting.render_tree(self.dag, self.input_kind, self.root) if self.dag else ""
         if self.errors:
             return text, formatting.render_findings("Errors", self.errors)
@@ -81,7 +98,7 @@ class Plan:
         return text, ""
 
 
-def classify(ids):
+def classify(ids: Sequence[str]) -> Classified:
     """-> (kind, ids, restage convoy or None). Errors name the offending argument."""
     if not ids:
         raise ServiceError(
@@ -94,7 +111,7 @@ def classify(ids):
     unique = sorted(set(ids))
     convoys = Convoy.objects.in_bulk(unique)
     beads = Bead.objects.in_bulk([i for i in unique if i not in convoys])
-    parts = {"convoy": [], "epic": [], "task": []}
+    parts: dict[str, list[str]] = {"convoy": [], "epic": [], "task": []}
     for arg in unique:
         if arg in convoys:
             parts["convoy"].append(arg)
@@ -125,11 +142,11 @@ def classify(ids):
                 f"cannot stage convoy {convoy.id}: it is {convoy.status} "
                 "(only staged convoys can be re-staged)"
             )
-        return dagmod.CONVOY, unique, convoy
-    return (dagmod.EPIC if kind == "epic" else dagmod.TASKS), unique, None
+        return Classified(dagmod.CONVOY, unique, convoy)
+    return Classified(dagmod.EPIC if kind == "epic" else dagmod.TASKS, unique, None)
 
 
-def _descendants_sql(epic_id):
+def _descendants_sql(epic_id: str) -> tuple[str, list[str]]:
     table = Dependency._meta.db_table
     sql = (
         f"WITH RECURSIVE tree(id) AS (SELECT CAST(%s AS VARCHAR(255)) UNION "
@@ -139,12 +156,13 @@ def _descendants_sql(epic_id):
     return sql, [epic_id]
 
 
-def collect(kind, ids, convoy=None):
+def collect(kind: str, ids: Sequence[str], convoy: Convoy | None = None) -> Collected:
     """-> (nodes, deps) with a constant number of queries."""
     if kind == dagmod.EPIC:
         return _collect_epic(ids[0])
     deps = Dependency.objects.filter(issue_id__in=ids)
     if kind == dagmod.CONVOY:
+        assert convoy is not None  # a convoy's input is the convoy (classify)
         tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
         if not tracked.exists():
             raise ServiceError(f"convoy {convoy.id} tracks no beads")
@@ -161,10 +179,10 @@ def collect(kind, ids, convoy=None):
         dagmod.Node(id=b[0], title=b[1], type=b[2] or "", status=b[3], rig=b[4] or "")
         for b in beads.values_list("id", "title", "issue_type", "status", "rig_id")
     ]
-    return nodes, list(deps.values_list("issue_id", "depends_on_id", "type"))
+    return Collected(nodes, list(deps.values_list("issue_id", "depends_on_id", "type")))
 
 
-def _collect_epic(epic_id):
+def _collect_epic(epic_id: str) -> Collected:
     """The epic and every parent-child descendant, and their dependencies: two queries, each
     a recursive CTE joined to its table (an IN over the CTE is re-evaluated per row)."""
     cte, params = _descendants_sql(epic_id)
@@ -185,17 +203,19 @@ def _collect_epic(epic_id):
             "JOIN tree ON d.issue_id = tree.id",
             params,
         )
-        edges = cursor.fetchall()
-    return nodes, edges
+        edges: list[Edge] = cursor.fetchall()
+    return Collected(nodes, edges)
 
 
-def _overlapping(kind, ids, slingable):
+def _overlapping(
+    kind: str, ids: Sequence[str], slingable: Collection[str]
+) -> dict[tuple[str, str], int]:
     """Open or staged convoys tracking any of the slingable beads: {convoy: count}."""
     queryset = TrackedBead.objects.filter(convoy__status__in=(CONVOY_OPEN, *STAGED_STATUSES))
     if len(slingable) <= 5000:
         # Above that, read the (few) open convoys' tracking rows rather than a huge IN list.
         queryset = queryset.filter(bead_id__in=slingable)
-    counts = {}
+    counts: dict[tuple[str, str], int] = {}
     wanted = set(slingable)
     for convoy_id, status, bead_id in queryset.values_list(
         "convoy_id", "convoy__status", "bead_id"
@@ -206,23 +226,27 @@ def _overlapping(kind, ids, slingable):
     return counts
 
 
-def refuse_all_closed(dag):
+def refuse_all_closed(dag: dagmod.DAG) -> None:
     """Every way in (page, API, CLI, launch) refuses a DAG whose tasks are all done."""
     slingable = dag.slingable_ids()
     if slingable and all(dag.nodes[i].status in DONE_STATUSES for i in slingable):
         raise ServiceError(f"nothing to stage: all {len(slingable)} tasks are closed")
 
 
-def analyze(ids, title=None):
+def analyze(ids: Sequence[str], title: str | None = None) -> Plan:
     """Everything staging decides, without writing."""
-    kind, ids, restage = classify(ids)
-    plan = Plan(input_kind=kind, ids=ids, root=ids[0] if kind == dagmod.EPIC else "")
-    nodes, edges = collect(kind, ids, restage)
-    plan.dag = dagmod.build_dag(nodes, edges)
+    kind, unique, restage = classify(ids)
+    nodes, edges = collect(kind, unique, restage)
+    plan = Plan(
+        input_kind=kind,
+        ids=unique,
+        dag=dagmod.build_dag(nodes, edges),
+        root=unique[0] if kind == dagmod.EPIC else "",
+    )
     slingable = plan.dag.slingable_ids()
     refuse_all_closed(plan.dag)
     if restage is None:
-        overlap = _overlapping(kind, ids, slingable)
+        overlap = _overlapping(kind, unique, slingable)
         open_ = sorted((cid, n) for (cid, status), n in overlap.items() if status == CONVOY_OPEN)
         staged = sorted(cid for (cid, status) in overlap if status in STAGED_STATUSES)
         if open_:
@@ -276,7 +300,7 @@ def analyze(ids, title=None):
     return plan
 
 
-def stage(ids, title=None, actor="cli"):
+def stage(ids: Sequence[str], title: str | None = None, actor: str = "cli") -> Plan:
     """Analyse, then create or update the staged convoy (nothing is written on errors)."""
     plan = analyze(ids, title)
     if plan.errors:
@@ -284,7 +308,7 @@ def stage(ids, title=None, actor="cli"):
     slingable = plan.dag.slingable_ids()
     stamp = timezone.now()
     summary = f"Staged convoy: {len(slingable)} tasks, {len(plan.waves)} waves."
-    extra_plan = {
+    extra_plan: dict[str, Any] = {
         "waves": plan.waves,
         "gated": [[g.id, g.gated_by] for g in plan.gated],
         "input": plan.input_kind,
@@ -362,7 +386,7 @@ def stage(ids, title=None, actor="cli"):
     return plan
 
 
-def recheck(convoy_id, actor="cli"):
+def recheck(convoy_id: str, actor: str = "cli") -> Plan:
     """Re-stage a staged convoy in place: its warnings are computed again (staged_warnings
     becomes staged_ready once they are gone), with a convoy.restaged event."""
     convoy = get_convoy(convoy_id)
@@ -374,7 +398,7 @@ def recheck(convoy_id, actor="cli"):
     return stage([convoy.id], actor=actor)
 
 
-def recheck_rig(rig_name, actor=""):
+def recheck_rig(rig_name: str, actor: str = "") -> list[Plan]:
     """Re-check the staged convoys with a task on this rig (it was parked or un-parked).
     A convoy that can no longer be staged keeps its status; its reason is logged."""
     on_rig = Bead.objects.filter(rig_id=rig_name).values("id")
@@ -384,7 +408,7 @@ def recheck_rig(rig_name, actor=""):
         .order_by("id")
         .values_list("id", flat=True)
     )
-    plans = []
+    plans: list[Plan] = []
     for convoy_id in convoy_ids:
         try:
             plans.append(stage([convoy_id], actor=actor))
