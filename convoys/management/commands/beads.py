@@ -1,5 +1,8 @@
 """`manage.py beads import|export|sync|show|create|update|close|reopen|dep|ready|heartbeat`."""
 
+from argparse import ArgumentParser
+from typing import Any
+
 import orjson
 
 from ...models import Bead, Dependency, TrackedBead
@@ -12,7 +15,7 @@ from ..base import ServiceCommand, error
 class Command(ServiceCommand):
     help = "Work with beads: import/export bd JSONL, show, create, update, close, reopen, ready."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         p = sub.add_parser("import", help="import a bd JSONL export (all or nothing)")
         p.add_argument("file")
@@ -71,10 +74,10 @@ class Command(ServiceCommand):
         p.add_argument("id")
         p.add_argument("--actor", default="cli", help="who retries it (default: cli)")
 
-    def handle(self, *args, action, **options):
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
         getattr(self, "do_" + action)(**options)
 
-    def do_import(self, file, routes, json, **_):
+    def do_import(self, file: str, routes: str | None, json: bool, **_: Any) -> None:
         report = jsonl.import_file(file, routes_path=routes)
         if json:
             self.write_json(report.as_dict())
@@ -96,7 +99,9 @@ class Command(ServiceCommand):
         if report.routes:
             self.stdout.write(f"  {report.routes} routes")
 
-    def do_sync(self, source, once, every, routes, json, **_):
+    def do_sync(
+        self, source: str, once: bool, every: float | None, routes: str | None, json: bool, **_: Any
+    ) -> None:
         if every is not None and (once or every <= 0):
             raise error("--every needs a positive number of seconds, without --once")
         try:
@@ -104,7 +109,9 @@ class Command(ServiceCommand):
         except KeyboardInterrupt:  # Ctrl-C between or during passes: a pass is one transaction
             self.stderr.write("sync stopped")
 
-    def _sync_passes(self, source, every, routes, json):
+    def _sync_passes(
+        self, source: str, every: float | None, routes: str | None, json: bool
+    ) -> None:
         failing = False
         for _, result in sync.passes([sync.source_for(source)], routes, every):
             if isinstance(result, sync.SyncFailed):
@@ -126,7 +133,7 @@ class Command(ServiceCommand):
                     f"back, {result.events} events in {result.seconds:.2f} s"
                 )
 
-    def do_export(self, output, **_):
+    def do_export(self, output: str | None, **_: Any) -> None:
         if output:
             with open(output, "w", encoding="utf-8") as stream:
                 count = jsonl.export_to(stream)
@@ -134,7 +141,7 @@ class Command(ServiceCommand):
         else:
             jsonl.export_to(self.stdout)
 
-    def do_show(self, id, json, **_):
+    def do_show(self, id: str, json: bool, **_: Any) -> None:
         bead = bead_service.get_bead(id)
         record = jsonl.bead_record(bead)
         outgoing = list(bead.dependencies.all())
@@ -205,8 +212,17 @@ class Command(ServiceCommand):
             self.stdout.write(f"  tracked by: {', '.join(convoys)}")
 
     def do_create(
-        self, title, bead_id, prefix, issue_type, priority, description, assignee, json, **_
-    ):
+        self,
+        title: str,
+        bead_id: str | None,
+        prefix: str,
+        issue_type: str,
+        priority: int,
+        description: str,
+        assignee: str,
+        json: bool,
+        **_: Any,
+    ) -> None:
         bead = bead_service.create_bead(
             title,
             bead_id=bead_id,
@@ -219,7 +235,16 @@ class Command(ServiceCommand):
         )
         self._done(bead, json, "Created")
 
-    def do_update(self, id, status, assignee, priority, title, json, **_):
+    def do_update(
+        self,
+        id: str,
+        status: str | None,
+        assignee: str | None,
+        priority: int | None,
+        title: str | None,
+        json: bool,
+        **_: Any,
+    ) -> None:
         fields = {
             k: v
             for k, v in dict(
@@ -231,19 +256,21 @@ class Command(ServiceCommand):
             raise error("nothing to update: give --status, --assignee, --priority or --title")
         self._done(bead_service.update_bead(id, actor="cli", **fields), json, "Updated")
 
-    def do_close(self, id, reason, json, **_):
+    def do_close(self, id: str, reason: str, json: bool, **_: Any) -> None:
         self._done(bead_service.close_bead(id, reason=reason, actor="cli"), json, "Closed")
 
-    def do_reopen(self, id, json, **_):
+    def do_reopen(self, id: str, json: bool, **_: Any) -> None:
         self._done(bead_service.reopen_bead(id, actor="cli"), json, "Reopened")
 
-    def _done(self, bead, json, verb):
+    def _done(self, bead: Bead, json: bool, verb: str) -> None:
         if json:
             self.write_json(jsonl.bead_record(bead))
         else:
             self.stdout.write(f"{verb} {bead.id}: {bead.title} [{bead.status}]")
 
-    def do_dep(self, dep_action, issue, target, type=None, **_):
+    def do_dep(
+        self, dep_action: str, issue: str, target: str, type: str | None = None, **_: Any
+    ) -> None:
         if dep_action == "add":
             dep = bead_service.add_dependency(issue, target, type, actor="cli")
             self.stdout.write(f"Added {dep}")
@@ -251,7 +278,7 @@ class Command(ServiceCommand):
             bead_service.remove_dependency(issue, target, actor="cli")
             self.stdout.write(f"Removed dependency {issue} -> {target}")
 
-    def do_ready(self, rig, limit, json, **_):
+    def do_ready(self, rig: str | None, limit: int, json: bool, **_: Any) -> None:
         queryset = Bead.objects.filter(rig_id=rig) if rig else None
         beads = list(ready_beads(queryset)[:limit])
         if json:
@@ -273,11 +300,11 @@ class Command(ServiceCommand):
         for bead in beads:
             self.stdout.write(f"{bead.id:<16} P{bead.priority}  {bead.rig_id:<14} {bead.title}")
 
-    def do_heartbeat(self, worker, **_):
+    def do_heartbeat(self, worker: str, **_: Any) -> None:
         when = bead_service.heartbeat(worker)
         self.stdout.write(f"♥ {worker} at {when.isoformat()}")
 
-    def do_retry(self, id, actor, **_):
+    def do_retry(self, id: str, actor: str, **_: Any) -> None:
         bead, changed = controls.retry(id, actor=actor)
         if changed:
             self.stdout.write(f"↻ {bead.id}: breaker cleared; every path may dispatch it again")

@@ -24,6 +24,9 @@ import socket
 import threading
 import time
 import uuid
+from argparse import ArgumentParser
+from multiprocessing.synchronize import Event
+from typing import Any
 
 from django import db
 from django.conf import settings
@@ -41,26 +44,28 @@ POLL = 0.2
 class Sentinel(q_cluster.Sentinel):
     """django-q2's sentinel, in its own process group, handing queued tasks back on stop."""
 
-    def __init__(self, stop_event, start_event, cluster_id, parent_pid):
+    def __init__(
+        self, stop_event: Event, start_event: Event, cluster_id: uuid.UUID, parent_pid: int
+    ) -> None:
         if processes.die_with_parent(parent_pid):
             os.setpgid(0, 0)
             me = os.getpid()
 
-            def child_dies_with_me():
+            def child_dies_with_me() -> None:
                 if os.getppid() == me:  # workers, pusher, monitor; not their own children
                     processes.die_with_parent(me)
 
             os.register_at_fork(after_in_child=child_dies_with_me)
         super().__init__(stop_event, start_event, cluster_id)
 
-    def stop(self):
+    def stop(self) -> None:
         self.event_out.set()
         while self.pusher.is_alive():
             time.sleep(0.1)
         self.hand_back_queued()
         super().stop()
 
-    def hand_back_queued(self):
+    def hand_back_queued(self) -> None:
         """Tasks pulled from the broker but not started go back to it (enqueued again, then the
         pulled copy acknowledged: a crash in between duplicates a task, never loses one, and
         every task is idempotent), so a stop waits only for the tasks already running."""
@@ -82,14 +87,14 @@ class Sentinel(q_cluster.Sentinel):
 class Command(BaseCommand):
     help = "Run the django-q2 task cluster with the convoy ticker (feeder and stranded scan)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "--no-ticker",
             action="store_true",
             help="run only the task cluster (another process ticks)",
         )
 
-    def handle(self, *args, no_ticker=False, **options):
+    def handle(self, *args: Any, no_ticker: bool = False, **options: Any) -> None:
         stopping = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, frame: stopping.set())

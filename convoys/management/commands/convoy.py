@@ -1,6 +1,10 @@
 """`manage.py convoy create|add|check|status|list|close|land|watch|unwatch|stranded|stage|launch|
 pause|resume|ack|capacity|feed`."""
 
+from argparse import ArgumentParser
+from collections.abc import Mapping
+from typing import Any
+
 from django.utils import timezone
 
 from ... import causes, selectors, stranding
@@ -15,7 +19,7 @@ from ..base import ServiceCommand, error
 class Command(ServiceCommand):
     help = "Track batches of beads: stage, launch, watch, check, close and land convoys."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         p = sub.add_parser(
             "create",
@@ -196,25 +200,25 @@ class Command(ServiceCommand):
         p.add_argument("--once", action="store_true", help="(the only mode; for cron and tests)")
         self.add_json(p)
 
-    def handle(self, *args, action, **options):
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
         getattr(self, "do_" + action)(**options)
 
     # --- create / add -----------------------------------------------------------------------
     def do_create(
         self,
-        name,
-        ids,
-        owner,
-        notify,
-        owned,
-        merge,
-        base_branch,
-        molecule,
-        from_epic,
-        max_in_flight,
-        json,
-        **_,
-    ):
+        name: str,
+        ids: list[str],
+        owner: str,
+        notify: str,
+        owned: bool,
+        merge: str,
+        base_branch: str,
+        molecule: str,
+        from_epic: str | None,
+        max_in_flight: int | None,
+        json: bool,
+        **_: Any,
+    ) -> None:
         convoy = convoy_service.create(
             name,
             ids,
@@ -240,7 +244,7 @@ class Command(ServiceCommand):
             else "  Convoy auto-closes when all tracked issues complete"
         )
 
-    def do_add(self, convoy, ids, **_):
+    def do_add(self, convoy: str, ids: list[str], **_: Any) -> None:
         row, added, reopened = convoy_service.add(convoy, ids, actor="cli")
         if reopened:
             self.stdout.write(f"↺ Reopened convoy {row.id}")
@@ -249,7 +253,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"  Issues: {', '.join(added)}")
 
     # --- check / close / land --------------------------------------------------------------
-    def do_check(self, convoy, dry_run, **_):
+    def do_check(self, convoy: str | None, dry_run: bool, **_: Any) -> None:
         results = convoy_service.check(convoy, dry_run=dry_run)
         if convoy:
             row, closed, info = results[0]
@@ -273,7 +277,7 @@ class Command(ServiceCommand):
         for row, _ in closed:
             self.stdout.write(f"  🚚 {row.id}: {row.title}")
 
-    def do_close(self, convoy, reason, notify, force, **_):
+    def do_close(self, convoy: str, reason: str, notify: str, force: bool, **_: Any) -> None:
         row, changed, still_open = convoy_service.close(
             convoy, reason=reason, force=force, notify=notify
         )
@@ -287,7 +291,7 @@ class Command(ServiceCommand):
         line = f"  Tracked: {total} issue(s) ({total - len(still_open)} closed"
         self.stdout.write(line + (f", {len(still_open)} still open)" if still_open else ")"))
 
-    def do_land(self, convoy, force, dry_run, **_):
+    def do_land(self, convoy: str, force: bool, dry_run: bool, **_: Any) -> None:
         row, changed, released = convoy_service.land(convoy, force=force, dry_run=dry_run)
         if row.status == "closed" and not changed:
             self.stdout.write(f"○ Convoy {row.id} is already closed")
@@ -310,7 +314,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"  Released workers: {', '.join(released)}")
 
     # --- watch / unwatch --------------------------------------------------------------------
-    def do_watch(self, convoy, user, email, json, **_):
+    def do_watch(self, convoy: str, user: str, email: bool, json: bool, **_: Any) -> None:
         status = convoy_service.watch(user, convoy, email=email)
         kind = "mail" if email else "inbox"
         if json:
@@ -325,7 +329,7 @@ class Command(ServiceCommand):
                 f"({kind} notification)"
             )
 
-    def do_unwatch(self, convoy, user, json, **_):
+    def do_unwatch(self, convoy: str, user: str, json: bool, **_: Any) -> None:
         removed = convoy_service.unwatch(user, convoy)
         if json:
             self.write_json(
@@ -341,7 +345,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"○ {user} is not watching convoy {convoy}")
 
     # --- status / list / stranded ----------------------------------------------------------
-    def do_status(self, convoy, json, **_):
+    def do_status(self, convoy: str | None, json: bool, **_: Any) -> None:
         if not convoy:
             rows = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
             if json:
@@ -403,7 +407,7 @@ class Command(ServiceCommand):
             why = _cause_words(item["cause"])
             self.stdout.write(f"    {symbol} {item['id']:<16} {title}{worker}{why}")
 
-    def do_pause(self, convoy, reason, actor, json, **_):
+    def do_pause(self, convoy: str, reason: str, actor: str, json: bool, **_: Any) -> None:
         row, changed = controls.pause(convoy, actor=actor, reason=reason)
         if json:
             self.write_json({"id": row.id, "changed": changed, "paused": controls.pause_json(row)})
@@ -413,7 +417,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"○ Convoy {row.id} is already paused")
             self.stdout.write(_pause_line(controls.pause_summary(row)))
 
-    def do_resume(self, convoy, actor, json, **_):
+    def do_resume(self, convoy: str, actor: str, json: bool, **_: Any) -> None:
         row, changed, fed = controls.resume(convoy, actor=actor)
         if json:
             self.write_json({"id": row.id, "changed": changed, "dispatched": fed})
@@ -423,7 +427,7 @@ class Command(ServiceCommand):
         else:
             self.stdout.write(f"○ Convoy {row.id} is not paused")
 
-    def do_capacity(self, set, unset, actor, json, **_):
+    def do_capacity(self, set: str | None, unset: bool, actor: str, json: bool, **_: Any) -> None:
         changed = None
         if set is not None or unset:
             old, new, fed = controls.set_cap(None if unset else set, actor=actor)
@@ -457,7 +461,7 @@ class Command(ServiceCommand):
                 f"convoy {item['convoy']}  {' '.join(item['title'].split())[:60]}"
             )
 
-    def do_ack(self, convoy, actor, json, **_):
+    def do_ack(self, convoy: str, actor: str, json: bool, **_: Any) -> None:
         found, changed = escalation.acknowledge(convoy, actor=actor)
         row = found.row
         if json:
@@ -473,7 +477,7 @@ class Command(ServiceCommand):
                 f"at {row.acknowledged_at:%Y-%m-%d %H:%M:%S} UTC"
             )
 
-    def do_list(self, all, status, tree, json, **_):
+    def do_list(self, all: bool, status: str | None, tree: bool, json: bool, **_: Any) -> None:
         queryset = Convoy.objects.order_by("id")
         if status:
             queryset = queryset.filter(status=convoy_service.normalize_status(status))
@@ -515,7 +519,7 @@ class Command(ServiceCommand):
                     f"{bead.title if bead else ''}".rstrip()
                 )
 
-    def do_stranded(self, json, **_):
+    def do_stranded(self, json: bool, **_: Any) -> None:
         rows = feeding.stranded()
         if json:
             # The original's shape: kind, cause and reason are ours.
@@ -537,7 +541,9 @@ class Command(ServiceCommand):
             self.stdout.write(f"🚚 {row['id']}: {row['title']}\n    {note}")
 
     # --- stage / launch / feed --------------------------------------------------------------
-    def do_stage(self, ids, title, force, json, **options):
+    def do_stage(
+        self, ids: list[str], title: str | None, force: bool, json: bool, **options: Any
+    ) -> None:
         and_launch = options.get("launch", False)
         plan = staging.stage(ids, title)
         if json:
@@ -566,11 +572,13 @@ class Command(ServiceCommand):
             result = launch.launch_staged(plan.convoy_id, force=force)
             self._launch_output(result, False)
 
-    def do_launch(self, ids, title, force, json, **_):
+    def do_launch(
+        self, ids: list[str], title: str | None, force: bool, json: bool, **_: Any
+    ) -> None:
         result = launch.launch(ids, force=force, title=title)
         self._launch_output(result, json)
 
-    def _launch_output(self, result, json):
+    def _launch_output(self, result: launch.LaunchResult, json: bool) -> None:
         if json:
             self.write_json(result.as_json())
             return
@@ -578,7 +586,7 @@ class Command(ServiceCommand):
             self.stdout.write(warning)
         self.stdout.write(render_launch(result.as_report()))
 
-    def do_feed(self, json, **_):
+    def do_feed(self, json: bool, **_: Any) -> None:
         catch = feeding.catch_up()
         scan = feeding.stranded_scan()
         escalated = escalation.escalate_stuck()
@@ -607,7 +615,7 @@ class Command(ServiceCommand):
             )
 
 
-def _escalation_line(found):
+def _escalation_line(found: escalation.State) -> str:
     row = found.row
     line = (
         f"  ⏰ Stuck since {row.progress_at:%Y-%m-%d %H:%M:%S} UTC: escalated {row.count} of "
@@ -618,11 +626,11 @@ def _escalation_line(found):
     return line + f" (`convoy ack {row.convoy_id}` stops it)"
 
 
-def _cap_words(value):
+def _cap_words(value: int | None) -> str:
     return str(value) if value else "none (unlimited)"
 
 
-def _cause_words(cause):
+def _cause_words(cause: Mapping[str, Any] | None) -> str:
     """ "  — blocked: blocked by gt-a", with the time a cooldown ends or a rescue comes."""
     if not cause:
         return ""
@@ -631,7 +639,7 @@ def _cause_words(cause):
     return f"  — {cause['kind']}: {cause['text']}{at}"
 
 
-def _pause_line(paused):
+def _pause_line(paused: Mapping[str, Any]) -> str:
     since = paused["dispatches_since"]
     return (
         f"  ⏸ Paused by {paused['by'] or '?'} at {paused['at']:%Y-%m-%d %H:%M:%S} UTC"
@@ -640,7 +648,7 @@ def _pause_line(paused):
     )
 
 
-def _remaining(info):
+def _remaining(info: Mapping[str, Any]) -> str:
     open_ = info["total"] - info["done"] - info["unknown"]
     if info["total"] == 0:
         return "0 tracked issues (an empty convoy is never complete)"

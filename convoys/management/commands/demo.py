@@ -6,9 +6,11 @@ data and loads it afresh. Never in production: CONVOY_PRODUCTION=1 refuses."""
 
 import os
 import random
+from argparse import ArgumentParser
+from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import AbstractUser, Permission
 
 from ...services import demo, notify
 from ..base import ServiceCommand, error
@@ -19,7 +21,7 @@ DEMO_USER, DEMO_PASSWORD = "demo", "convoy-demo"
 class Command(ServiceCommand):
     help = "Load demo data and the demo account (development only)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "--reset", action="store_true", help="wipe beads, convoys and events, then reload"
         )
@@ -31,7 +33,7 @@ class Command(ServiceCommand):
             help=f"launch fresh epics while fewer convoys are open (default {demo.KEEP_OPEN})",
         )
 
-    def handle(self, *args, reset, seed, keep_open, **options):
+    def handle(self, *args: Any, reset: bool, seed: int, keep_open: int, **options: Any) -> None:
         if os.environ.get("CONVOY_PRODUCTION", "").lower() in ("1", "true", "yes"):
             raise error("refusing to create demo data with CONVOY_PRODUCTION set")
         self.user()
@@ -48,7 +50,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"launched {convoy_id}: {title}")
         self.stdout.write(f"Demo account: {DEMO_USER} / {DEMO_PASSWORD}")
 
-    def user(self):
+    def user(self) -> AbstractUser:
         User = get_user_model()
         user, created = User.objects.get_or_create(
             username=DEMO_USER, defaults={"is_staff": True, "email": "demo@localhost"}

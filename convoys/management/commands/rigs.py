@@ -1,5 +1,8 @@
 """`manage.py rigs list|park|unpark|dock|undock NAME` and `rigs route PREFIX PATH`."""
 
+from argparse import ArgumentParser
+from typing import Any
+
 from ...models import Bead, Rig, Route
 from ...services import rigs
 from ..base import ServiceCommand
@@ -10,7 +13,7 @@ STATE_FOR = {"park": Rig.PARKED, "dock": Rig.DOCKED, "unpark": Rig.ACTIVE, "undo
 class Command(ServiceCommand):
     help = "List rigs and change their state (parked and docked rigs get no dispatches)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         p = sub.add_parser("list")
         self.add_json(p)
@@ -20,7 +23,7 @@ class Command(ServiceCommand):
         p.add_argument("prefix")
         p.add_argument("path")
 
-    def handle(self, *args, action, **options):
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "list":
             rows = []
             for rig in Rig.objects.all():

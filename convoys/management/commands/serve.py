@@ -13,6 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+from argparse import ArgumentParser
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -23,14 +25,14 @@ from ... import processes
 class Command(BaseCommand):
     help = "Run daphne and the task cluster together (the embedded default)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument(
             "--swarm", action="store_true", help="also run the simulated worker swarm (demo)"
         )
 
-    def handle(self, *args, host, port, swarm, **options):
+    def handle(self, *args: Any, host: str, port: int, swarm: bool, **options: Any) -> None:
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         commands = [
             (
@@ -108,7 +110,7 @@ class Command(BaseCommand):
             raise CommandError(f"{died} exited unexpectedly; stopped the others ({codes})")
         self.stdout.write(f"stopped ({codes})")
 
-    def _pump(self, label, proc, lock):
+    def _pump(self, label: str, proc: subprocess.Popen[str], lock: threading.Lock) -> None:
         for line in proc.stdout:
             with lock:
                 self.stdout.write(f"[{label:<5}] {line.rstrip()}")

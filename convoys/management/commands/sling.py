@@ -1,5 +1,9 @@
 """`manage.py sling <bead>… [rig] | <convoy>  [--no-convoy] [--owned] [--merge M] [--force]`."""
 
+from argparse import ArgumentParser
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from ...models import Rig
 from ...services import sling
 from ...services.beads import check_bead_id
@@ -14,7 +18,7 @@ class Command(ServiceCommand):
         "blockers is refused unless --force."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("args", nargs="+", metavar="bead… [rig] | convoy")
         parser.add_argument("--no-convoy", action="store_true", help="no auto-convoy")
         parser.add_argument("--owned", action="store_true", help="the auto-convoy is owned")
@@ -27,7 +31,16 @@ class Command(ServiceCommand):
         )
         self.add_json(parser)
 
-    def handle(self, *args, no_convoy, owned, merge, force, json, **_):
+    def handle(
+        self,
+        *args: str,
+        no_convoy: bool,
+        owned: bool,
+        merge: str,
+        force: bool,
+        json: bool,
+        **_: Any,
+    ) -> None:
         ids, rig = list(args), None
         if len(ids) >= 2 and Rig.objects.filter(pk=ids[-1]).exists():
             rig = ids.pop()
@@ -62,7 +75,7 @@ class Command(ServiceCommand):
         if results and not ok:  # a script must tell that nothing went out
             raise error(f"nothing dispatched: {len(results)} of {len(results)} refused")
 
-    def sling_convoy(self, convoy_id, force, json):
+    def sling_convoy(self, convoy_id: str, force: bool, json: bool) -> None:
         convoy, results, skipped = sling.sling_convoy(convoy_id, force=force)
         if json:
             self.write_json({"convoy_id": convoy.pk, "dispatched": results, "skipped": skipped})
@@ -76,7 +89,7 @@ class Command(ServiceCommand):
             f"📊 Convoy sling complete: {ok}/{len(results)} dispatched, {len(skipped)} skipped"
         )
 
-    def write_results(self, results):
+    def write_results(self, results: Iterable[Mapping[str, Any]]) -> None:
         for row in results:
             mark = "✓" if row["ok"] else "✗"
             detail = row["worker"] if row["ok"] else row["error"]

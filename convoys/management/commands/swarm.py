@@ -20,6 +20,9 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from argparse import ArgumentParser
+from types import FrameType
+from typing import Any, Never
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -39,14 +42,14 @@ class Stopped(BaseException):
     """SIGTERM: stop as Ctrl-C does (a BaseException, so no `except Exception` swallows it)."""
 
 
-def _stop(signum, frame):
+def _stop(signum: int, frame: FrameType | None) -> Never:
     raise Stopped()
 
 
 class Command(BaseCommand):
     help = "Run a simulated swarm of workers against the JSON API (demo)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--url", default="http://127.0.0.1:8000")
         parser.add_argument("--user", default="demo")
         parser.add_argument("--min-work", type=float, default=8.0)
@@ -64,13 +67,22 @@ class Command(BaseCommand):
             help="chance that a worker files a follow-up (discovered work) as it closes a bead",
         )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.verbose = False
         self.done = {"picked up": 0, "closed": 0, "found": 0, "launched": 0}  # this minute
         self.total = dict(self.done)
 
-    def handle(self, *args, url, user, min_work, max_work, token, **options):
+    def handle(
+        self,
+        *args: Any,
+        url: str,
+        user: str,
+        min_work: float,
+        max_work: float,
+        token: str,
+        **options: Any,
+    ) -> None:
         self.verbose = options.get("verbosity", 1) >= 2
         previous = signal.signal(signal.SIGTERM, _stop)
         try:
@@ -80,17 +92,17 @@ class Command(BaseCommand):
         finally:
             signal.signal(signal.SIGTERM, previous)
 
-    def count(self, what, line=None, always=False):
+    def count(self, what: str, line: str | None = None, always: bool = False) -> None:
         """Count what a worker did; its own line only with -v 2 (or `always`)."""
         self.done[what] += 1
         self.total[what] += 1
         if line and (always or self.verbose):
             self.stdout.write(line)
 
-    def report(self, counts, prefix):
+    def report(self, counts: dict[str, int], prefix: str) -> None:
         """One line of what the workers did: "3 beads picked up, 2 closed, 1 convoy launched"."""
 
-        def several(n, word):
+        def several(n: int, word: str) -> str:
             return f"{n} {word}{'' if n == 1 else 's'}"
 
         words = [several(counts["picked up"], "bead") + " picked up", f"{counts['closed']} closed"]
@@ -102,17 +114,17 @@ class Command(BaseCommand):
 
     def work(
         self,
-        url,
-        user,
-        min_work,
-        max_work,
-        token,
-        keep_open,
-        replenish_every,
-        discover_rate,
-        poll=1.0,
-        **options,
-    ):
+        url: str,
+        user: str,
+        min_work: float,
+        max_work: float,
+        token: str,
+        keep_open: int,
+        replenish_every: float,
+        discover_rate: float,
+        poll: float = 1.0,
+        **options: Any,
+    ) -> None:
         if not token:
             account = get_user_model().objects.filter(username=user).first()
             if account is None:
@@ -163,7 +175,7 @@ class Command(BaseCommand):
                     due.pop(bead["id"], None)
             time.sleep(poll)
 
-    def discover(self, bead):
+    def discover(self, bead: dict[str, Any]) -> None:
         worker = bead["assignee"]
         try:
             with transaction.atomic():
@@ -177,7 +189,7 @@ class Command(BaseCommand):
         finally:
             close_old_connections()
 
-    def replenish(self, keep_open, rng):
+    def replenish(self, keep_open: int, rng: random.Random) -> None:
         try:
             for convoy_id, title in demo.replenish(keep_open, rng):
                 self.count("launched", f"swarm: launched {convoy_id}: {title}", True)
@@ -186,7 +198,7 @@ class Command(BaseCommand):
         finally:
             close_old_connections()
 
-    def call(self, method, path, payload=None):
+    def call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         data = json.dumps(payload).encode() if payload is not None else None
         request = urllib.request.Request(
             self.base + path,
