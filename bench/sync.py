@@ -190,7 +190,7 @@ def close_in(path, bead_id):
 def part_lag(args, folder):
     url = setup()
     quiet()
-    from convoys.models import Dispatch, SyncSource
+    from convoys.models import Dispatch, Event, SyncSource
     from convoys.services import rigs, staging, sync
     from convoys.services.launch import launch_staged
 
@@ -219,6 +219,7 @@ def part_lag(args, folder):
         "PYTHONUNBUFFERED": "1",
         "CONVOY_SYNC_SOURCES": str(town),
         "CONVOY_SYNC_INTERVAL": "1",
+        **({"LOG_LEVEL": "DEBUG"} if args.verbose else {}),
     }
     log = open(folder / "cluster.log", "w")  # noqa: SIM115 (the child writes it)
     cluster = subprocess.Popen(
@@ -229,7 +230,7 @@ def part_lag(args, folder):
         start_new_session=True,
     )
     rng = random.Random(1)
-    lags = []
+    lags, seen = [], []
     try:
         started = time.time()
         while not SyncSource.objects.filter(last_pass_at__gt=_aware(started)).exists():
@@ -251,6 +252,12 @@ def part_lag(args, folder):
                     raise SystemExit(f"{following} not dispatched within 30 s")
                 time.sleep(0.005)
             lags.append(at.timestamp() - written)
+            closed = (
+                Event.objects.filter(bead_id=current, kind="bead.closed")
+                .values_list("created_at", flat=True)
+                .first()
+            )
+            seen.append(closed.timestamp() - written if closed else float("nan"))
     finally:
         cluster.terminate()
         cluster.wait(60)
@@ -260,6 +267,18 @@ def part_lag(args, folder):
         f"{args.filler + len(chain):,} beads, {len(lags)} closes: p50 {median(lags):.2f} s, "
         f"p99 {percentile(lags, 99):.2f} s (goal < 1.5 s), max {max(lags):.2f} s"
     )
+    # The lag in two: the close written -> the pass that saw it wrote its bead.closed event,
+    # and that event -> the next bead's dispatch.
+    then = [lag - s for lag, s in zip(lags, seen, strict=True)]
+    print(
+        f"  of which close -> seen by a pass: p50 {median(seen):.2f} s, p99 "
+        f"{percentile(seen, 99):.2f} s | seen -> dispatched: p50 {median(then):.2f} s, "
+        f"p99 {percentile(then, 99):.2f} s"
+    )
+    if args.verbose:
+        print("  lags (close->seen+seen->dispatched):")
+        print("  " + " ".join(f"{s:.2f}+{t:.2f}" for s, t in zip(seen, then, strict=True)))
+        print(f"  the cluster's log: {folder / 'cluster.log'}")
 
 
 def _aware(seconds):
@@ -286,6 +305,7 @@ def main():
     parser.add_argument("--closes", type=int, default=60)
     parser.add_argument("--filler", type=int, default=1000)
     parser.add_argument("--parts", default="times,memory,lag")
+    parser.add_argument("--verbose", action="store_true", help="each lag, in two parts")
     parser.add_argument("--part", help=argparse.SUPPRESS)  # one part, in this process
     args = parser.parse_args()
     if args.part:
@@ -295,11 +315,13 @@ def main():
     argv = []
     for name in ("beads", "changed", "runs", "scale", "closes", "filler"):
         argv += [f"--{name}", str(getattr(args, name))]
+    argv += ["--verbose"] if args.verbose else []
     for part in args.parts.split(","):
         folder = tempfile.mkdtemp(prefix=f"convoyweb-sync-{part}-")
         env = {**os.environ, "BENCH_SYNC_FOLDER": folder}
         subprocess.run([sys.executable, __file__, *argv, "--part", part], env=env, check=True)
-        shutil.rmtree(folder, ignore_errors=True)
+        if not args.verbose:  # kept to be read (the cluster's log)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -235,6 +235,7 @@ def sync(source, routes_path=None, holder=None, actor="sync"):
             raise failure from None
         report.seconds = round(time.monotonic() - started, 3)
         _succeeded(source.name, report)
+        log.debug("sync pass: %s", report)
         return report
     finally:
         leases.release(lease, holder)
