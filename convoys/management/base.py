@@ -2,6 +2,8 @@
 
 import datetime
 import json
+from argparse import ArgumentParser
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -15,20 +17,20 @@ class error(CommandError):  # noqa: N801 - printed by Django as "error: <message
 class ServiceCommand(BaseCommand):
     """Turns a ServiceError into `error: <message>` on stderr and exit status 1."""
 
-    def execute(self, *args, **options):
+    def execute(self, *args: Any, **options: Any) -> str | None:
         try:
             return super().execute(*args, **options)
         except ServiceError as exc:
             raise error(str(exc))
 
-    def write_json(self, data):
+    def write_json(self, data: object) -> None:
         self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=json_value))
 
-    def add_json(self, parser):
+    def add_json(self, parser: ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def json_value(value):
+def json_value(value: object) -> str:
     """Times as RFC 3339 (`2026-12-01T05:04:32.709107+00:00`), anything else as text."""
     if isinstance(value, (datetime.datetime, datetime.date)):
         return value.isoformat()
