@@ -384,11 +384,11 @@ FIELD_CHECKS = {
 
 
 def read_records(
-    stream: IO[bytes], name: str, max_line: int
+    stream: IO[bytes], name: str, max_line: int, first: int = 1
 ) -> Iterator[tuple[int, Record | MemoryLine]]:
     """Yield (line number, record) for every non-blank line of a binary stream; raise BadLine
-    on the first bad one."""
-    number = 0
+    on the first bad one. `first` numbers the stream's first line (a part of a file)."""
+    number = first - 1
     while True:
         raw = stream.readline(max_line + 1)
         if not raw:
