@@ -5,13 +5,16 @@ Each function changes rows and appends its event in one transaction.
 
 import secrets
 import string
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from .. import ids, queue
-from ..beadfile import unwrap_external
 from ..events import CLOSED, record
+from ..ids import unwrap_external
 from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, SourcedRecord, Worker
 from . import discovered
 from .errors import NotFound, ServiceError
@@ -31,7 +34,7 @@ UPDATABLE = (
 )
 
 
-def get_bead(bead_id, lock=False):
+def get_bead(bead_id: str, lock: bool = False) -> Bead:
     queryset = Bead.objects.select_for_update() if lock else Bead.objects
     try:
         return queryset.get(pk=bead_id)
@@ -39,7 +42,7 @@ def get_bead(bead_id, lock=False):
         raise NotFound(f"bead '{bead_id}' not found")
 
 
-def _event_data(bead, **more):
+def _event_data(bead: Bead, **more: Any) -> dict[str, Any]:
     return {
         "status": bead.status,
         "assignee": bead.assignee,
@@ -50,17 +53,17 @@ def _event_data(bead, **more):
     }
 
 
-def refuse(problem, what):
+def refuse(problem: str | None, what: str) -> None:
     """Raise the one-line refusal for a value an ids.*_problem check found wrong."""
     if problem:
         raise ServiceError(f"{what} {problem}")
 
 
-def check_bead_id(bead_id, what="bead id"):
+def check_bead_id(bead_id: str, what: str = "bead id") -> None:
     refuse(ids.id_problem(bead_id), f"{what} {ascii(bead_id)[:80]}")
 
 
-def refuse_sourced(bead_id):
+def refuse_sourced(bead_id: str) -> None:
     """A bead a sync source still has is the source's (`beads sync`): refuse changing it here,
     naming the source. Dispatch claims are written by the dispatch service, not through here."""
     present = SourcedRecord.objects.filter(pk=bead_id, missing_since__isnull=True)
@@ -69,11 +72,11 @@ def refuse_sourced(bead_id):
         raise ServiceError(f"bead '{bead_id}' comes from {source}: change it in bd")
 
 
-def check_assignee(assignee, what="assignee"):
+def check_assignee(assignee: str, what: str = "assignee") -> None:
     refuse(ids.name_problem(assignee), what)
 
 
-def new_bead_id(prefix):
+def new_bead_id(prefix: str) -> str:
     refuse(ids.route_prefix_problem(prefix), "id prefix")
     for _ in range(20):
         candidate = prefix + "".join(secrets.choice(BASE36) for _ in range(5))
@@ -84,19 +87,19 @@ def new_bead_id(prefix):
 
 @transaction.atomic
 def create_bead(
-    title,
+    title: str,
     *,
-    bead_id=None,
-    prefix="bd-",
-    description="",
-    issue_type="task",
-    priority=2,
-    status="open",
-    assignee="",
-    labels=(),
-    created_by="",
-    actor="",
-):
+    bead_id: str | None = None,
+    prefix: str = "bd-",
+    description: str = "",
+    issue_type: str = "task",
+    priority: int = 2,
+    status: str = "open",
+    assignee: str = "",
+    labels: Iterable[str] = (),
+    created_by: str = "",
+    actor: str = "",
+) -> Bead:
     title = (title or "").strip()
     if not title:
         raise ServiceError("title must not be empty")
@@ -129,7 +132,7 @@ def create_bead(
     return bead
 
 
-def _status_event_kind(old, new):
+def _status_event_kind(old: str, new: str) -> str:
     if new == "closed" and old != "closed":
         return CLOSED
     if old in ("closed", "tombstone") and new not in ("closed", "tombstone"):
@@ -138,7 +141,7 @@ def _status_event_kind(old, new):
 
 
 @transaction.atomic
-def update_bead(bead_id, *, actor="", reason=None, **fields):
+def update_bead(bead_id: str, *, actor: str = "", reason: str | None = None, **fields: Any) -> Bead:
     """Change fields of a bead; status changes become close/reopen/status events."""
     unknown = set(fields) - set(UPDATABLE)
     if unknown:
@@ -154,7 +157,7 @@ def update_bead(bead_id, *, actor="", reason=None, **fields):
     if fields.get("assignee") is not None:
         check_assignee(fields["assignee"])
     old_status = bead.status
-    changes = {}
+    changes: dict[str, list[Any]] = {}
     for name, value in fields.items():
         if value is not None and getattr(bead, name) != value:
             changes[name] = [getattr(bead, name), value]
@@ -200,21 +203,21 @@ def update_bead(bead_id, *, actor="", reason=None, **fields):
     return bead
 
 
-def _jsonable(changes):
+def _jsonable(changes: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
     return {
         k: [str(v) if not isinstance(v, (int, str, list, type(None))) else v for v in pair]
         for k, pair in changes.items()
     }
 
 
-def close_bead(bead_id, reason="", actor=""):
+def close_bead(bead_id: str, reason: str = "", actor: str = "") -> Bead:
     bead = get_bead(bead_id)
     if bead.status == "closed":
         raise ServiceError(f"bead '{bead_id}' is already closed")
     return update_bead(bead_id, status="closed", reason=reason or "Closed", actor=actor)
 
 
-def reopen_bead(bead_id, actor=""):
+def reopen_bead(bead_id: str, actor: str = "") -> Bead:
     bead = get_bead(bead_id)
     if bead.status not in ("closed", "tombstone"):
         raise ServiceError(f"bead '{bead_id}' is not closed (status: {bead.status})")
@@ -223,7 +226,9 @@ def reopen_bead(bead_id, actor=""):
 
 
 @transaction.atomic
-def add_dependency(issue_id, target, dep_type="blocks", actor=""):
+def add_dependency(
+    issue_id: str, target: str, dep_type: str = "blocks", actor: str = ""
+) -> Dependency:
     bead = get_bead(issue_id, lock=True)
     refuse_sourced(bead.id)
     dep_type = (dep_type or "blocks").strip()
@@ -255,7 +260,7 @@ def add_dependency(issue_id, target, dep_type="blocks", actor=""):
 
 
 @transaction.atomic
-def remove_dependency(issue_id, target, actor=""):
+def remove_dependency(issue_id: str, target: str, actor: str = "") -> None:
     bead = get_bead(issue_id, lock=True)
     refuse_sourced(bead.id)
     deleted, _ = Dependency.objects.filter(
@@ -271,7 +276,7 @@ def remove_dependency(issue_id, target, actor=""):
     )
 
 
-def heartbeat(worker_name):
+def heartbeat(worker_name: str) -> datetime:
     """A worker reports it is alive (no event: heartbeats are not changes)."""
     worker_name = (worker_name or "").strip()
     if not worker_name:

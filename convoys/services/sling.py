@@ -6,6 +6,9 @@ expansion). Epics and other non-slingable types are refused, and so is a bead wh
 are open unless --force (the original dispatches them: reference §9 B18).
 """
 
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple, NotRequired, TypedDict
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -23,13 +26,41 @@ from ..readiness import blocked_by, ready_beads
 from . import breaker, capacity, dispatch
 from .convoys import get_convoy, new_convoy_id, tracking_open_convoy
 from .errors import ServiceError
-from .launch import why_not_ready
+from .launch import Skipped, why_not_ready
 from .rigs import route_map
 
 
-def resolve_rig(bead_ids, routes=None):
+class SlingResult(TypedDict):
+    """A dispatch result (dispatch.DispatchResult) with whether --force sent it past open
+    blockers; a bead refused before its dispatch has no title."""
+
+    id: str
+    title: NotRequired[str]
+    rig: str | None
+    worker: str
+    ok: bool
+    error: str
+    forced: bool
+
+
+class Slung(NamedTuple):
+    convoy: Convoy | None  # None with no_convoy
+    rig: str | None
+    results: list[SlingResult]
+
+
+class SlungConvoy(NamedTuple):
+    convoy: Convoy
+    results: list[SlingResult]
+    skipped: list[Skipped]
+
+
+def resolve_rig(
+    bead_ids: Sequence[str], routes: Mapping[str, str | None] | None = None
+) -> str | None:
     routes = route_map() if routes is None else routes
-    resolved, seen = None, []
+    resolved: str | None = None
+    seen: list[tuple[str, str, str]] = []
     for bead_id in bead_ids:
         prefix = bead_prefix(bead_id)
         if not prefix:
@@ -59,11 +90,11 @@ def resolve_rig(bead_ids, routes=None):
     return resolved
 
 
-def is_convoy(sling_id):
+def is_convoy(sling_id: str) -> bool:
     return Convoy.objects.filter(pk=sling_id).exists()
 
 
-def refuse_unslingable(beads):
+def refuse_unslingable(beads: Iterable[Bead]) -> None:
     """Epics (stage them), other non-slingable types, and closed beads, in argument order."""
     for bead in beads:
         if bead.issue_type == "epic":
@@ -80,7 +111,7 @@ def refuse_unslingable(beads):
             raise ServiceError(f"bead {bead.pk} is closed (work already completed)")
 
 
-def refuse_paused(paused, what):
+def refuse_paused(paused: Sequence[str], what: str) -> None:
     """A paused convoy is fed by no path; say so, rather than "claimed by another"."""
     if paused:
         raise ServiceError(
@@ -89,7 +120,16 @@ def refuse_paused(paused, what):
         )
 
 
-def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=False, actor="cli"):
+def sling(
+    bead_ids: Sequence[str],
+    rig: str | None = None,
+    *,
+    no_convoy: bool = False,
+    owned: bool = False,
+    merge: str = "",
+    force: bool = False,
+    actor: str = "cli",
+) -> Slung:
     if not bead_ids:
         raise ServiceError("give at least one bead id")
     beads = Bead.objects.in_bulk(bead_ids)
@@ -142,7 +182,7 @@ def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=F
     convoy = None
     if not no_convoy:
         convoy = _convoy_for(bead_ids, beads, rig, owned, merge, actor)
-    results = []
+    results: list[SlingResult] = []
     path = "batch" if len(bead_ids) > 1 else "manual"
     for bead_id in bead_ids:
         bead = Bead.objects.get(pk=bead_id)
@@ -164,22 +204,29 @@ def sling(bead_ids, rig=None, *, no_convoy=False, owned=False, merge="", force=F
         forced = bead_id in blockers
         result = dispatch.dispatch(
             bead, convoy_id=convoy.pk if convoy else "", path=path, forced=forced
-        ) or {
-            "id": bead_id,
-            "rig": rig,
-            "worker": "",
-            "ok": False,
-            "error": dispatch.refusal(bead, convoy.pk if convoy else ""),
-        }
-        results.append({**result, "forced": forced})
-    return convoy, rig, results
+        )
+        if result is None:  # the claim was refused
+            results.append(
+                {
+                    "id": bead_id,
+                    "rig": rig,
+                    "worker": "",
+                    "ok": False,
+                    "error": dispatch.refusal(bead, convoy.pk if convoy else ""),
+                    "forced": forced,
+                }
+            )
+        else:
+            results.append({**result, "forced": forced})
+    return Slung(convoy, rig, results)
 
 
-def sling_convoy(convoy_id, *, force=False, actor="cli"):
+def sling_convoy(convoy_id: str, *, force: bool = False, actor: str = "cli") -> SlungConvoy:
     """Container expansion: claim every ready tracked bead (blocked ones too with --force),
     in tracking order, up to the convoy's max in flight, then run the dispatcher for each
     claim (a failure releases only its own). Returns (convoy, results, skipped)."""
-    claims, skipped = [], []
+    claims: list[dispatch.Claim] = []
+    skipped: list[Skipped] = []
     with transaction.atomic():
         if capacity.cap():
             capacity.lock_town()  # before the convoy's row lock, as every claim takes them
@@ -211,6 +258,7 @@ def sling_convoy(convoy_id, *, force=False, actor="cli"):
             elif room is not None and len(claims) >= room:
                 reason = f"convoy at max in flight ({convoy.max_in_flight})"
             else:
+                assert bead is not None  # a ready bead is one of the tracked beads read above
                 won = dispatch.claim(
                     bead, convoy_id=convoy.pk, path="batch", actor=actor, forced=bead_id in blockers
                 )
@@ -219,11 +267,20 @@ def sling_convoy(convoy_id, *, force=False, actor="cli"):
                     continue
                 reason = dispatch.refusal(bead, convoy.pk)
             skipped.append({"id": bead_id, "reason": reason})
-    results = [{**dispatch.run(claim), "forced": claim.bead_id in blockers} for claim in claims]
-    return convoy, results, skipped
+    results: list[SlingResult] = [
+        {**dispatch.run(claim), "forced": claim.bead_id in blockers} for claim in claims
+    ]
+    return SlungConvoy(convoy, results, skipped)
 
 
-def _convoy_for(bead_ids, beads, rig, owned, merge, actor):
+def _convoy_for(
+    bead_ids: Sequence[str],
+    beads: Mapping[str, Bead],
+    rig: str | None,
+    owned: bool,
+    merge: str,
+    actor: str,
+) -> Convoy:
     if len(bead_ids) == 1:
         existing = tracking_open_convoy(bead_ids[0])
         if existing:
@@ -258,7 +315,9 @@ def _convoy_for(bead_ids, beads, rig, owned, merge, actor):
 
 
 @transaction.atomic
-def _create(title, description, bead_ids, owned, merge, actor):
+def _create(
+    title: str, description: str, bead_ids: Sequence[str], owned: bool, merge: str, actor: str
+) -> Convoy:
     now = timezone.now()
     convoy = Convoy.objects.create(
         id=new_convoy_id(),
