@@ -32,7 +32,7 @@ from pydantic import (
 
 from . import causes, selectors
 from .models import ApiToken, Bead, Convoy, SourcedRecord
-from .readiness import blocked_by, ready_beads
+from .readiness import ready_beads
 from .selectors import convoy_graph
 from .services import beads as bead_service
 from .services import controls, escalation, feeding, launch, staging
@@ -320,9 +320,12 @@ def _bead_out(
         "missing_since": origin.missing_since if origin else None,
     }
     if detail:
-        data["ready"] = ready_beads(Bead.objects.filter(pk=bead.pk)).exists()
-        data["blocked_by"] = blocked_by([bead.pk]).get(bead.pk, [])
-        data["cause"] = causes.jsonable(causes.for_bead(bead.pk))
+        state = selectors.bead_state(bead)  # as the bead page shows it
+        data |= {
+            "ready": state.ready,
+            "blocked_by": state.blocked_by,
+            "cause": causes.jsonable(state.cause),
+        }
     return data
 
 

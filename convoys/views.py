@@ -3,6 +3,7 @@
 Every page is made of named fragments (`convoys.fragments`): the same templates render the
 full page and answer its live requests."""
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,21 +18,15 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
-from . import causes, formatting, layout, selectors, snapshots, timeline
+from . import formatting, layout, selectors, snapshots, timeline
 from .events import last_seq
 from .fragments import Fragment, respond, since, unread
 from .models import (
-    DONE_STATUSES,
-    Bead,
     Convoy,
     DeliveryPreference,
-    Dependency,
-    Dispatch,
-    Event,
     Notification,
     Subscription,
 )
-from .readiness import blocked_by, ready_beads
 from .services import beads as bead_service
 from .services import capacity, escalation, feeding, launch, notify, staging
 from .services import convoys as convoy_service
@@ -334,12 +329,7 @@ def stage(request: HttpRequest) -> HttpResponse:
             error = str(exc)
     if plan is not None and plan.dag is not None:
         text = formatting.render_tree(plan.dag, plan.input_kind, plan.root)
-    epics = list(
-        Bead.objects.filter(issue_type="epic")
-        .exclude(status__in=DONE_STATUSES)
-        .order_by("id")
-        .values_list("id", "title")[:500]
-    )
+    epics = selectors.epics_to_stage()
     context |= {
         "plan": plan,
         "error": error,
@@ -366,9 +356,6 @@ def stranded(request: HttpRequest) -> HttpResponse:
     return respond(request, "convoys/stranded.html", context, fragments)
 
 
-DEPS_PER_PAGE = 200
-
-
 def _deps_page(request: HttpRequest) -> int:
     raw = request.GET.get("deps", "")
     return int(raw) if raw.isascii() and raw.isdigit() and 0 < len(raw) < 7 and int(raw) else 1
@@ -377,46 +364,10 @@ def _deps_page(request: HttpRequest) -> int:
 @viewer
 def bead_detail(request: HttpRequest, bead_id: str) -> HttpResponse:
     context = _base(request)
-    bead = Bead.objects.filter(pk=bead_id).select_related("rig").first()
-    if bead is None:
+    page = selectors.bead_page(bead_id, _deps_page(request), context["now"])
+    if page is None:
         raise Http404(f"bead '{bead_id}' not found")
-    # Dependencies a page at a time both ways: a bead with 140,000 of them was a 13 MB page.
-    page = _deps_page(request)
-    window = slice((page - 1) * DEPS_PER_PAGE, page * DEPS_PER_PAGE)
-    outgoing_all = bead.dependencies.order_by("depends_on_id")
-    incoming_all = Dependency.objects.filter(depends_on_id=bead.pk).order_by("issue_id")
-    outgoing, incoming = list(outgoing_all[window]), list(incoming_all[window])
-    totals = {"outgoing": outgoing_all.count(), "incoming": incoming_all.count()}
-    others = Bead.objects.in_bulk(
-        [d.depends_on_id for d in outgoing] + [d.issue_id for d in incoming]
-    )
-    blockers = blocked_by([bead.pk]).get(bead.pk, [])
-    context |= {
-        "bead": bead,
-        "ready": ready_beads(Bead.objects.filter(pk=bead.pk)).exists(),
-        "blocked_by": blockers[:DEPS_PER_PAGE],
-        "blocked_by_more": max(len(blockers) - DEPS_PER_PAGE, 0),
-        "deps": {
-            "page": page,
-            "pages": max(-(-max(totals.values()) // DEPS_PER_PAGE), 1),
-            "per_page": DEPS_PER_PAGE,
-            **totals,
-        },
-        "outgoing": [(d, others.get(d.depends_on_id)) for d in outgoing],
-        "incoming": [(d, others.get(d.issue_id)) for d in incoming],
-        "convoys": list(Convoy.objects.filter(tracked__bead_id=bead.pk).distinct()),
-        "events": list(Event.objects.filter(bead_id=bead.pk).order_by("-seq")[:100]),
-        "dispatches": list(Dispatch.objects.filter(bead_id=bead.pk)[:20]),
-        "cause": causes.for_bead(bead.pk, context["now"]),
-        "can_change": request.user.has_perm("convoys.change_bead"),
-    }
-    # The page shows its neighbours' states, its convoys' statuses and its rig's state.
-    related = [d.depends_on_id for d in outgoing] + [d.issue_id for d in incoming]
-    context["watch"] = ",".join(
-        [f"bead:{bead.pk}", "kind:rig.state"]
-        + [f"bead:{i}" for i in sorted(set(related))]
-        + [f"convoy:{c.pk}" for c in context["convoys"]]
-    )
+    context |= _fields(page) | {"can_change": request.user.has_perm("convoys.change_bead")}
     fragments = [
         Fragment("bead-head", "convoys/_bead_head.html"),
         Fragment("bead-actions", "convoys/_bead_actions.html"),
@@ -425,6 +376,11 @@ def bead_detail(request: HttpRequest, bead_id: str) -> HttpResponse:
         unread(),
     ]
     return respond(request, "convoys/bead.html", context, fragments)
+
+
+def _fields(page: Any) -> dict[str, Any]:
+    """A read model's fields as template variables (the templates name them directly)."""
+    return {f.name: getattr(page, f.name) for f in dataclasses.fields(page)}
 
 
 @require_POST
@@ -487,13 +443,8 @@ def subscriptions(request: HttpRequest) -> HttpResponse:
             notify.subscribe(request.user, convoy, email=request.POST.get("email") == "1")
         return redirect("subscriptions")
     context = _base(request)
-    subs = list(Subscription.objects.filter(user=request.user).select_related("convoy"))
-    context |= {
-        "subs": [s for s in subs if s.convoy_id],
-        "all_sub": next((s for s in subs if s.convoy_id is None), None),
-        "delivery": notify.preference(request.user),
-        "delivery_choices": DeliveryPreference,
-    }
+    context |= _fields(selectors.subscriptions_page(request.user))
+    context["delivery_choices"] = DeliveryPreference
     fragments = [
         Fragment("delivery", "convoys/_delivery.html"),
         Fragment("subs-all", "convoys/_subs_all.html"),
