@@ -4,6 +4,7 @@ that stages and launches a fresh small epic whenever fewer than `keep_open` conv
 (`manage.py demo` and the demo swarm call it), and a reset. Writes go through the services."""
 
 import random
+from collections.abc import Callable
 
 from django.db import transaction
 
@@ -59,16 +60,17 @@ TEMPLATES = (
 )
 
 
-def present():
+def present() -> bool:
     return Convoy.objects.exists()
 
 
-def load(rng=None):
+def load(rng: random.Random | None = None) -> list[str]:
     """The first demo data set. Returns lines describing what it did."""
     rng = rng or random.Random(7)
     for prefix, path in ROUTES:
         rigs.upsert_route(prefix, path)
-    builder, lines = Builder(rng), []
+    builder = Builder(rng)
+    lines: list[str] = []
     for prefix, title, shape, size in (
         ("gt-", "Chain: release pipeline", "chain", 6),
         ("bd-", "Diamond: storage migration", "diamond", 4),
@@ -85,11 +87,14 @@ def load(rng=None):
     return lines
 
 
-def replenish(keep_open=KEEP_OPEN, rng=None):
+def replenish(
+    keep_open: int = KEEP_OPEN, rng: random.Random | None = None
+) -> list[tuple[str, str]]:
     """Stage and launch fresh small epics until `keep_open` convoys are open. Returns the
     (convoy id, title) of each one launched."""
     rng = rng or random.Random()
-    builder, launched = Builder(rng), []
+    builder = Builder(rng)
+    launched: list[tuple[str, str]] = []
     for _ in range(keep_open - Convoy.objects.filter(status=CONVOY_OPEN).count()):
         shape, pattern, smallest, largest = rng.choice(TEMPLATES)
         title = pattern.format(word=rng.choice(WORDS))
@@ -102,7 +107,7 @@ def replenish(keep_open=KEEP_OPEN, rng=None):
 
 
 @transaction.atomic
-def reset():
+def reset() -> None:
     """Delete the work data (beads, convoys, dispatches, workers, notifications, the event log,
     rigs and routes). Accounts, subscriptions to every convoy, tokens and the event counter
     stay: sequence numbers keep counting forward, so open pages and feeders carry on."""
@@ -115,48 +120,49 @@ def reset():
 class Builder:
     """Epics with child tasks wired in one of the demo shapes."""
 
-    def __init__(self, rng):
+    def __init__(self, rng: random.Random) -> None:
         self.rng = rng
 
-    def epic(self, prefix, title, shape, size):
+    def epic(self, prefix: str, title: str, shape: str, size: int) -> str:
         epic = self.bead(prefix, title, type="epic", priority=1)
-        getattr(self, shape)(prefix, epic, size)
+        wire: Callable[[str, str, int], None] = getattr(self, shape)
+        wire(prefix, epic, size)
         return epic
 
-    def bead(self, prefix, title, type="task", priority=None):
+    def bead(self, prefix: str, title: str, type: str = "task", priority: int | None = None) -> str:
         priority = self.rng.randint(1, 3) if priority is None else priority
         created = beads.create_bead(
             title, prefix=prefix, issue_type=type, priority=priority, actor=ACTOR
         )
         return created.id
 
-    def task(self, prefix, epic, label):
+    def task(self, prefix: str, epic: str, label: str) -> str:
         kind = self.rng.choice(("task", "task", "bug", "feature", "chore"))
         bead_id = self.bead(prefix, f"{label.capitalize()} {self.rng.choice(WORDS)}", type=kind)
         beads.add_dependency(bead_id, epic, "parent-child", actor=ACTOR)
         return bead_id
 
-    def blocks(self, blocker, blocked):
+    def blocks(self, blocker: str, blocked: str) -> None:
         beads.add_dependency(blocked, blocker, "blocks", actor=ACTOR)
 
-    def chain(self, prefix, epic, size):
+    def chain(self, prefix: str, epic: str, size: int) -> None:
         ids = [self.task(prefix, epic, f"step {i + 1}:") for i in range(size)]
         for blocker, blocked in zip(ids, ids[1:], strict=False):
             self.blocks(blocker, blocked)
 
-    def diamond(self, prefix, epic, size):
+    def diamond(self, prefix: str, epic: str, size: int) -> None:
         top, left, right, bottom = (
             self.task(prefix, epic, name) for name in ("design", "build", "migrate", "verify")
         )
         for blocker, blocked in ((top, left), (top, right), (left, bottom), (right, bottom)):
             self.blocks(blocker, blocked)
 
-    def wide(self, prefix, epic, size):
+    def wide(self, prefix: str, epic: str, size: int) -> None:
         setup = self.task(prefix, epic, "set up")
         for i in range(size):
             self.blocks(setup, self.task(prefix, epic, f"suite {i + 1}:"))
 
-    def gated(self, prefix, epic, size):
+    def gated(self, prefix: str, epic: str, size: int) -> None:
         """A go/no-go decision (never dispatched: a person decides) gates the roll-out."""
         decision = self.bead(prefix, "Decide: go / no-go", type="decision")
         beads.add_dependency(decision, epic, "parent-child", actor=ACTOR)
@@ -165,7 +171,7 @@ class Builder:
         self.blocks(prep, roll)
         self.blocks(decision, roll)
 
-    def mixed(self, prefix, epic, size):
+    def mixed(self, prefix: str, epic: str, size: int) -> None:
         ids = [self.task(prefix, epic, f"part {i + 1}:") for i in range(size)]
         for index, bead_id in enumerate(ids[2:], start=2):
             for blocker in self.rng.sample(ids[:index], k=min(2, index)):

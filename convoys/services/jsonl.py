@@ -10,7 +10,11 @@ what bd writes: see the notes above `export_lines` for what may differ from the 
 """
 
 import os
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any, TextIO, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -20,12 +24,14 @@ from django.utils import timezone
 from .. import beadfile, bulk, convoy_fields, queue, readahead
 from ..beadfile import (
     BadLine,
+    MemoryLine,
+    Record,
     export_timestamp,
     format_timestamp,
     parse_timestamp,
-    unwrap_external,
 )
-from ..events import CLOSED, record_many
+from ..events import CLOSED, EventItem, record_many
+from ..ids import unwrap_external
 from ..models import Bead, Convoy, Dependency, Memory, TrackedBead
 from . import discovered
 from .errors import ServiceError
@@ -33,6 +39,13 @@ from .rigs import rig_for, route_map, upsert_route
 
 BATCH = 1000
 READ_AHEAD_MIN_BYTES = 1_000_000  # below this, a second process is not worth starting
+
+Row = tuple[Any, ...]  # a table's stored row, in its columns' order (bulk.Table)
+PreparedBead = tuple[Row, list[Row]]  # a bead's row and its dependencies' rows
+# (line number, a convoy's record or None, a bead prepared for its table or None)
+BatchItem = tuple[int, Record | None, PreparedBead | None]
+# (a batch, the memory lines read since the last one, {report field: lines so far})
+Batch = tuple[list[BatchItem], list[MemoryLine], dict[str, int]]
 
 
 class ImportFailed(ServiceError):
@@ -57,17 +70,17 @@ class ImportReport:
     memories: int = 0
     routes: int = 0
     events: int = 0
-    warnings: list = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
-    def beads(self):
+    def beads(self) -> int:
         return self.beads_created + self.beads_updated + self.beads_unchanged
 
     @property
-    def convoys(self):
+    def convoys(self) -> int:
         return self.convoys_created + self.convoys_updated + self.convoys_unchanged
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.update(beads=self.beads, convoys=self.convoys)
         return data
@@ -83,10 +96,27 @@ DEPENDENCY_FIELDS = (
     "extra",
 )
 
+# A convoy record's keys stored in its columns; the others are kept in `extra`.
+CONVOY_KEYS = frozenset(
+    (
+        "id",
+        "dependencies",
+        "title",
+        "description",
+        "status",
+        "labels",
+        "created_at",
+        "updated_at",
+        "closed_at",
+        "close_reason",
+        "created_by",
+    )
+)
 
-def _dependency_keys(beads):
+
+def _dependency_keys(beads: Mapping[str, Bead]) -> dict[str, list[Row]]:
     """{bead id: its dependencies as comparable tuples, in the order they were written}."""
-    keys = {}
+    keys: dict[str, list[Row]] = {}
     if beads:
         rows = Dependency.objects.filter(issue_id__in=list(beads)).order_by("id")
         for issue_id, *values in rows.values_list("issue_id", *DEPENDENCY_FIELDS):
@@ -94,20 +124,22 @@ def _dependency_keys(beads):
     return keys
 
 
-def _dependency_keys_of(dep_rows):
+def _dependency_keys_of(dep_rows: Iterable[Row]) -> list[Row]:
     values = bulk.table(Dependency).values
     return [tuple(map(values(row).get, DEPENDENCY_FIELDS)) for row in dep_rows]
 
 
 class _Importer:
-    def __init__(self, report, actor):
+    def __init__(self, report: ImportReport, actor: str) -> None:
         self.report = report
         self.actor = actor
         self.routes = route_map()
         self.now = timezone.now()
-        self.discovered_edges = []  # new discovered-from edges: they join convoys at the end
+        self.discovered_edges: list[
+            tuple[str, str]
+        ] = []  # new discovered-from edges: they join convoys at the end
 
-    def add(self, batch):
+    def add(self, batch: Sequence[BatchItem]) -> None:
         beads = [prepared for _, _, prepared in batch if prepared is not None]
         convoys = [(n, r) for n, r, _ in batch if r is not None]
         if beads:
@@ -115,7 +147,7 @@ class _Importer:
         if convoys:
             self._convoys(convoys)
 
-    def _beads(self, batch):
+    def _beads(self, batch: Sequence[PreparedBead]) -> None:
         """Insert new beads' stored rows as they are. Existing beads are compared field by
         field and dependency by dependency; only what changed is written, with its event."""
         table = bulk.table(Bead)
@@ -123,8 +155,12 @@ class _Importer:
         ids = [row[at["id"]] for row, _ in batch]
         existing = Bead.objects.in_bulk(bulk.existing_keys(Bead, ids))
         old_deps = _dependency_keys(existing)
-        creates, updates, events, changed_fields = [], [], [], set()
-        deps, replaced = [], []
+        creates: list[Row] = []
+        updates: list[Bead] = []
+        events: list[EventItem] = []
+        changed_fields: set[str] = set()
+        deps: list[Row] = []
+        replaced: list[str] = []
         for row, dep_rows in batch:
             bead = existing.get(row[at["id"]])
             if bead is None:
@@ -200,7 +236,7 @@ class _Importer:
             [seq for seq, event in zip(seqs, events, strict=True) if event["kind"] == CLOSED]
         )
 
-    def _note_discovered(self, deps, old_deps):
+    def _note_discovered(self, deps: Iterable[Row], old_deps: Mapping[str, list[Row]]) -> None:
         at = bulk.table(Dependency).index
         issue, target, kind = at["issue_id"], at["depends_on_id"], at["type"]
         for row in deps:
@@ -210,29 +246,14 @@ class _Importer:
             ):
                 self.discovered_edges.append((row[issue], row[target]))
 
-    def _convoys(self, batch):
+    def _convoys(self, batch: Sequence[tuple[int, Record]]) -> None:
         existing = Convoy.objects.in_bulk([r["id"] for _, r in batch])
-        events = []
+        events: list[EventItem] = []
         for _, record in batch:
             values = beadfile.bead_values(record, self.now)
             fields, text = convoy_fields.split_description(values["description"])
             notified = fields.get("completion_notified_at")
-            extra = beadfile.unknown_keys(
-                record,
-                {
-                    "id",
-                    "dependencies",
-                    "title",
-                    "description",
-                    "status",
-                    "labels",
-                    "created_at",
-                    "updated_at",
-                    "closed_at",
-                    "close_reason",
-                    "created_by",
-                },
-            )
+            extra = beadfile.unknown_keys(record, CONVOY_KEYS)
             beadfile.keep_texts(values, extra)
             for name in beadfile.BEAD_TIMESTAMPS:
                 if isinstance(values[name], str):
@@ -240,7 +261,8 @@ class _Importer:
             extra["convoy_fields"] = {
                 k: v for k, v in fields.items() if k in ("watchers", "nudge_watchers")
             }
-            tracks, others = [], []
+            tracks: list[dict[str, Any]] = []
+            others: list[dict[str, Any]] = []
             for dep in record.get("dependencies") or []:
                 (tracks if (dep.get("type") or "blocks") == "tracks" else others).append(dep)
             if others:
@@ -265,7 +287,8 @@ class _Importer:
             convoy.close_reason = values["close_reason"]
             convoy.completion_notified_at = parse_timestamp(notified) if notified else None
             convoy.extra = extra
-            rows, seen = [], set()
+            rows: list[TrackedBead] = []
+            seen: set[str] = set()
             for position, dep in enumerate(tracks):
                 raw = dep["depends_on_id"].strip()
                 target = unwrap_external(raw)
@@ -305,12 +328,16 @@ class _Importer:
             )
         self.report.events += len(record_many(events))
 
-    def memories(self, memories):
+    def memories(self, memories: Sequence[MemoryLine]) -> None:
         """Memory lines, kept to be exported again (the last line of a key wins, as in bd)."""
         lines = {memory.key: memory for memory in memories}
         stored = dict(Memory.objects.filter(key__in=list(lines)).values_list("key", "line"))
         Memory.objects.bulk_create(
-            [Memory(*memory) for key, memory in lines.items() if stored.get(key) != memory.line],
+            [
+                Memory(key=memory.key, value=memory.value, line=memory.line)
+                for key, memory in lines.items()
+                if stored.get(key) != memory.line
+            ],
             update_conflicts=True,
             unique_fields=["key"],
             update_fields=["value", "line"],
@@ -318,7 +345,9 @@ class _Importer:
         self.report.memories += len(memories)
 
     @staticmethod
-    def _convoy_state(convoy, rows=None):
+    def _convoy_state(
+        convoy: Convoy, rows: Sequence[TrackedBead] | None = None
+    ) -> tuple[list[Any], list[tuple[str, str, int, Any]]]:
         names = (
             "title",
             "description",
@@ -346,7 +375,7 @@ class _Importer:
         )
 
 
-def import_routes(stream, name):
+def import_routes(stream: Iterable[bytes | str], name: str) -> int:
     """routes.jsonl lines -> routes and rigs. Returns the number of routes."""
     count = 0
     for _number, record in beadfile.read_routes(stream, name):
@@ -355,7 +384,9 @@ def import_routes(stream, name):
     return count
 
 
-def import_file(path, routes_path=None, actor="import"):
+def import_file(
+    path: str | Path, routes_path: str | Path | None = None, actor: str = "import"
+) -> ImportReport:
     """Import a bd JSONL export (and optionally a routes.jsonl) atomically."""
     report = ImportReport(file=str(path))
     try:
@@ -373,15 +404,24 @@ def import_file(path, routes_path=None, actor="import"):
     return report
 
 
-def import_stream(stream, name, report, actor="import", read_ahead=False):
+def import_stream(
+    stream: IO[bytes],
+    name: str,
+    report: ImportReport,
+    actor: str = "import",
+    read_ahead: bool = False,
+) -> ImportReport:
     """Import from an open binary stream; with `read_ahead`, records are parsed and converted
     in a child process while this one writes (see convoys/readahead.py)."""
     importer = _Importer(report, actor)
     args = (stream, name, importer.routes, importer.now, settings.CONVOY_IMPORT_MAX_LINE)
+    batches: Generator[Batch, None, None]
     if read_ahead and readahead.available():
         for model in (Bead, Dependency):
             bulk.table(model)  # built once, before the fork, not once in each process
-        batches = readahead.in_child(_batches, *args)
+        # in_child is a generator function (closing it stops the child); its annotation
+        # says only Iterator
+        batches = cast(Generator[Batch, None, None], readahead.in_child(_batches, *args))
     else:
         batches = _batches(*args)
     try:
@@ -399,17 +439,24 @@ def import_stream(stream, name, report, actor="import", read_ahead=False):
     return report
 
 
-def _batches(stream, name, routes, now, max_line):
+def _batches(
+    stream: IO[bytes],
+    name: str,
+    routes: Mapping[str, str | None],
+    now: datetime,
+    max_line: int,
+) -> Generator[Batch, None, None]:
     """Validated records in batches of (line number, convoy record or None, prepared bead rows
     or None), each with the memory lines read since the last batch and the tally of lines read
     and skipped so far (the last batch may be empty, to carry the final tally)."""
     seen = beadfile.SeenIds(name)
-    batch, memories = [], []
+    batch: list[BatchItem] = []
+    memories: list[MemoryLine] = []
     tally = dict(lines=0, skipped_memories=0, skipped_tombstones=0, skipped_wisps=0)
     try:
         for number, record in beadfile.read_records(stream, name, max_line):
             tally["lines"] = number
-            if type(record) is beadfile.MemoryLine:
+            if isinstance(record, MemoryLine):
                 memories.append(record)
                 continue
             skipped = beadfile.skipped(record)
@@ -434,7 +481,7 @@ def _batches(stream, name, routes, now, max_line):
     yield batch, memories, tally
 
 
-def _prepare(record, routes, now):
+def _prepare(record: Record, routes: Mapping[str, str | None], now: datetime) -> PreparedBead:
     """A bead record's stored row and its dependencies' stored rows."""
     values = beadfile.bead_values(record, now)
     values["id"] = record["id"]
@@ -468,13 +515,13 @@ NOT_WRITTEN = beadfile.RESERVED_KEYS | {"comment_count"}  # comment_count: see _
 CONVOY_KEPT = NOT_WRITTEN | {"convoy_fields", "other_dependencies", "priority", "issue_type"}
 
 
-def _plain(extra, hidden=NOT_WRITTEN):
+def _plain(extra: Mapping[str, Any], hidden: frozenset[str] = NOT_WRITTEN) -> dict[str, Any]:
     return {k: v for k, v in extra.items() if k not in hidden}
 
 
-def _dep_record(issue_id, dep):
+def _dep_record(issue_id: str, dep: Dependency) -> dict[str, Any]:
     extra = dep.extra
-    row = {
+    row: dict[str, Any] = {
         "issue_id": issue_id,
         "depends_on_id": dep.raw_target or dep.depends_on_id,
         "type": dep.type,
@@ -491,7 +538,7 @@ def _dep_record(issue_id, dep):
     return row
 
 
-def _ordered_nested(fields):
+def _ordered_nested(fields: dict[str, Any]) -> None:
     """bd's nested records in bd's key order (jsonb, on PostgreSQL, keeps its own)."""
     comments = fields.get("comments")
     if isinstance(comments, list):
@@ -501,7 +548,14 @@ def _ordered_nested(fields):
         ]
 
 
-def _counts(fields, item_id, extra, deps, shape, dependents):
+def _counts(
+    fields: dict[str, Any],
+    item_id: str,
+    extra: Mapping[str, Any],
+    deps: Sequence[Mapping[str, Any]],
+    shape: str,
+    dependents: Mapping[str, int],
+) -> None:
     """The computed keys bd writes for `shape`, from the stored rows: blocking dependencies
     and dependents (bd counts `blocks` edges only), comments (as kept, else the count that
     came with the record), and for `bd list --json`-shaped files the first parent."""
@@ -518,14 +572,19 @@ def _counts(fields, item_id, extra, deps, shape, dependents):
             fields["parent"] = parent
 
 
-def bead_record(bead, dependencies=None, shape=None, dependents=None):
+def bead_record(
+    bead: Bead,
+    dependencies: Iterable[Dependency] | None = None,
+    shape: str | None = None,
+    dependents: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """A bead as bd writes it: keys in bd's order, timestamps as they came while unchanged,
     and for a `shape` with computed keys, those recomputed (`dependents`: {id: blocks edges
     pointing at it})."""
     if dependencies is None:
         dependencies = bead.dependencies.order_by("id")
     extra = bead.extra
-    values = {
+    values: dict[str, Any] = {
         "id": bead.id,
         "title": bead.title,
         "description": bead.description,
@@ -552,7 +611,9 @@ def bead_record(bead, dependencies=None, shape=None, dependents=None):
     return beadfile.in_bd_order(fields)
 
 
-def convoy_record(convoy, shape=None, dependents=None):
+def convoy_record(
+    convoy: Convoy, shape: str | None = None, dependents: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """A convoy as the bd record it is (a `convoy` bead tracking its beads), like bead_record."""
     extra = convoy.extra
     fields = dict(extra.get("convoy_fields", {}))
@@ -567,7 +628,7 @@ def convoy_record(convoy, shape=None, dependents=None):
     labels = list(convoy.labels)
     if convoy.owned and "gt:owned" not in labels:
         labels.append("gt:owned")
-    values = {
+    values: dict[str, Any] = {
         "id": convoy.id,
         "title": convoy.title,
         "description": convoy_fields.join_description(convoy.description, fields),
@@ -602,35 +663,38 @@ def convoy_record(convoy, shape=None, dependents=None):
     return beadfile.in_bd_order(record)
 
 
-def _store_shape():
+def _store_shape() -> str | None:
     """The newest shape of bd record the stored beads came in (None: no computed keys)."""
     for shape in (beadfile.SHAPE_EXPORT, beadfile.SHAPE_LIST):
-        for model in (Bead, Convoy):
-            if model.objects.filter(extra___shape=shape).exists():
-                return shape
+        if Bead.objects.filter(extra___shape=shape).exists():
+            return shape
+        if Convoy.objects.filter(extra___shape=shape).exists():
+            return shape
     return None
 
 
-def _line_order(shape):
+def _line_order(shape: str | None) -> list[tuple[bool, str]]:
     """[(is a convoy, id)] in the order bd writes its lines."""
-    rows = [(False, *row) for row in Bead.objects.values_list("id", "priority", "created_at")]
+    rows: list[tuple[bool, str, int, datetime]] = [
+        (False, *row) for row in Bead.objects.values_list("id", "priority", "created_at")
+    ]
     for convoy_id, extra, created in Convoy.objects.values_list("id", "extra", "created_at"):
         rows.append((True, convoy_id, extra.get("priority", 2), created))
     if shape:
         rows.sort(key=lambda row: (row[2], -row[3].timestamp(), row[1]))
     else:
         rows.sort(key=lambda row: row[1])
-    return [row[:2] for row in rows]
+    return [(row[0], row[1]) for row in rows]
 
 
-def _dependents():
+def _dependents() -> dict[str, int]:
     """{id: blocks edges pointing at it, written as that id}, as bd counts dependents."""
     edges = Dependency.objects.filter(type="blocks", raw_target="")
     counted = edges.values("depends_on_id").annotate(n=Count("id"))
     return {row["depends_on_id"]: row["n"] for row in counted}
 
 
-def export_lines():
+def export_lines() -> Iterator[str]:
     """Every stored bead and convoy, then every memory, as the lines of a bd export."""
     shape = _store_shape()
     dependents = _dependents() if shape else None
@@ -640,7 +704,7 @@ def export_lines():
         bead_ids = [item_id for is_convoy, item_id in chunk if not is_convoy]
         convoy_ids = [item_id for is_convoy, item_id in chunk if is_convoy]
         beads = Bead.objects.in_bulk(bead_ids)
-        deps = {}
+        deps: dict[str, list[Dependency]] = {}
         for dep in Dependency.objects.filter(issue_id__in=bead_ids).order_by("id"):
             deps.setdefault(dep.issue_id, []).append(dep)
         convoys = Convoy.objects.prefetch_related("tracked").in_bulk(convoy_ids)
@@ -653,7 +717,7 @@ def export_lines():
     yield from (line for _, line in sorted(Memory.objects.values_list("key", "line")))
 
 
-def export_to(stream):
+def export_to(stream: TextIO) -> int:
     """Write the export to a text stream; returns the number of lines."""
     count = 0
     for line in export_lines():
