@@ -28,11 +28,13 @@ this module.
 """
 
 from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from .formatting import person
@@ -44,6 +46,7 @@ from .models import (
     SLINGABLE_TYPES,
     STAGED_STATUSES,
     Bead,
+    Convoy,
     Dependency,
     Dispatch,
     Rig,
@@ -51,8 +54,27 @@ from .models import (
     Worker,
 )
 from .readiness import blocked_by, ready_beads, worker_dead
+from .rows import TrackedRow
 from .services import breaker, capacity
 from .services.breaker import parked_among
+
+Cause = dict[str, Any]  # {"kind": one of KINDS, "text": words for people, …details}
+
+
+class Known(Protocol):
+    """What a caller read already by the same rules (`snapshots.Snapshot`)."""
+
+    @property
+    def tracked(self) -> list[str]: ...
+    @property
+    def beads(self) -> dict[str, TrackedRow]: ...
+    @property
+    def ready(self) -> frozenset[str]: ...
+    @property
+    def blockers(self) -> dict[str, list[str]]: ...
+    @property
+    def target_types(self) -> dict[str, str]: ...
+
 
 KINDS = (
     "unknown",
@@ -96,27 +118,27 @@ class Facts:
     bead_id: str
     row: Row | None  # None: not in the store
     ready: bool = False  # the readiness rule
-    blockers: list = field(default_factory=list)  # unfinished blockers that are work
-    gates: list = field(default_factory=list)  # unfinished blockers that are not work
-    paused: list = field(default_factory=list)  # [Pause] of the paused convoys tracking it
+    blockers: list[str] = field(default_factory=list)  # unfinished blockers that are work
+    gates: list[str] = field(default_factory=list)  # unfinished blockers that are not work
+    paused: list[Pause] = field(default_factory=list)  # the paused convoys tracking it
     failures: int = 0  # failed dispatches in a row, when the breaker parked it (else 0)
     last_error: str = ""
     cooling_until: datetime | None = None
-    capacity: dict | None = None  # {"scope": "convoy"|"town", "position": n, …}
+    capacity: dict[str, Any] | None = None  # {"scope": "convoy"|"town", "position": n, …}
     worker_seen: datetime | None = None
     worker_dead: bool = False
     dead_since: datetime | None = None
     rescue_by: datetime | None = None  # the latest the next stranded scan runs
-    feeders: list = field(default_factory=list)  # open, unpaused convoys that feed it
-    staged: list = field(default_factory=list)  # staged convoys tracking it
+    feeders: list[str] = field(default_factory=list)  # open, unpaused convoys that feed it
+    staged: list[str] = field(default_factory=list)  # staged convoys tracking it
 
 
-def _ids(ids):
+def _ids(ids: Sequence[str]) -> str:
     shown = ", ".join(ids[:5])
     return shown + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
 
 
-def decide(facts):
+def decide(facts: Facts) -> Cause:
     """The cause of one bead that is not done: {"kind": …, "text": …, …details}."""
     row = facts.row
     if row is None:
@@ -223,24 +245,28 @@ def decide(facts):
     return {"kind": "ready", "convoys": facts.feeders, "text": text}
 
 
-def word(kind):
+def word(kind: str) -> str:
     """ "waiting-for-capacity" -> "waiting for capacity"."""
     return kind.replace("-", " ")
 
 
-def counts(causes):
+def counts(
+    causes: Mapping[str, Mapping[str, Any] | None] | Iterable[Mapping[str, Any] | None],
+) -> list[tuple[str, int]]:
     """[(kind, n)] in the order kinds are decided, for the causes given (a dict or list)."""
-    values = causes.values() if isinstance(causes, dict) else causes
+    values = causes.values() if isinstance(causes, Mapping) else causes
     found = Counter(c["kind"] for c in values if c)
     return [(kind, found[kind]) for kind in KINDS if found[kind]]
 
 
-def summary(causes):
+def summary(
+    causes: Mapping[str, Mapping[str, Any] | None] | Iterable[Mapping[str, Any] | None],
+) -> str:
     """ "3 blocked, 1 gated, 2 working" ("" when every bead is done)."""
     return ", ".join(f"{n} {word(kind)}" for kind, n in counts(causes))
 
 
-def _read_rows(beads):
+def _read_rows(beads: QuerySet[Bead]) -> tuple[dict[str, tuple[Row, datetime]], set[str]]:
     """({id: (Row, updated_at)} of the unfinished beads, the ids of the done ones)."""
     rows, done = {}, set()
     for r in beads.values_list(
@@ -253,7 +279,9 @@ def _read_rows(beads):
     return rows, done
 
 
-def _known_rows(beads):
+def _known_rows(
+    beads: Mapping[str, TrackedRow],
+) -> tuple[dict[str, tuple[Row, datetime]], set[str]]:
     """The same from rows read already (their rigs' states: one query)."""
     states = dict(Rig.objects.values_list("name", "state"))
     rows, done = {}, set()
@@ -267,14 +295,14 @@ def _known_rows(beads):
     return rows, done
 
 
-class Causes(dict):
+class Causes(dict[str, "Cause"]):
     """{bead id: cause}, and `blockers`: every unfinished blocker of those beads, named by a
     cause or not (a paused bead's blockers too)."""
 
-    blockers = frozenset()
+    blockers: frozenset[str] = frozenset()
 
 
-def outside_blockers(causes, tracked, limit=200):
+def outside_blockers(causes: Causes, tracked: Iterable[str], limit: int = 200) -> list[str]:
     """The unfinished blockers and gates of the beads that `tracked` does not hold: a page
     showing the causes watches them, as their close changes a cause. At most `limit`."""
     return sorted(set(causes.blockers) - set(tracked))[:limit]
@@ -284,14 +312,14 @@ def outside_blockers(causes, tracked, limit=200):
 QUEUE_KINDS = ("bead.dispatched", "bead.closed", "dispatch.failed")
 
 
-def watch_kinds(causes):
+def watch_kinds(causes: Mapping[str, Cause | None]) -> list[str]:
     """The event kinds a page showing these causes must hear of from other convoys: the town
     queue's, while a bead waits in it."""
     town = any(c and c.get("scope") == "town" for c in causes.values())
     return list(QUEUE_KINDS) if town else []
 
 
-def jsonable(cause):
+def jsonable(cause: Cause | None) -> Cause | None:
     """The cause with times as RFC 3339 text (for JSON writers without an encoder)."""
     if cause is None:
         return None
@@ -299,7 +327,7 @@ def jsonable(cause):
 
 
 # --- loading ---------------------------------------------------------------------------------
-def for_convoy(convoy, now=None, known=None):
+def for_convoy(convoy: Convoy, now: datetime | None = None, known: Known | None = None) -> Causes:
     """{bead id: cause} for the beads `convoy` tracks that are not done (unknown ids too).
     `known`: what the caller read of them already (see `load`)."""
     tracked = TrackedBead.objects.filter(convoy=convoy)
@@ -307,12 +335,17 @@ def for_convoy(convoy, now=None, known=None):
     return load(list(ids), tracked.values("bead_id"), now, known)
 
 
-def for_bead(bead_id, now=None):
+def for_bead(bead_id: str, now: datetime | None = None) -> Cause | None:
     """The cause of one bead, or None when it is done."""
     return load([bead_id], [bead_id], now).get(bead_id)
 
 
-def load(bead_ids, selection, now=None, known=None):
+def load(
+    bead_ids: Sequence[str],
+    selection: Any,
+    now: datetime | None = None,
+    known: Known | None = None,
+) -> Causes:
     """`Causes` {bead id: cause} for those of `bead_ids` (in that order) that are not done.
     `selection` selects the same ids in queries: a values() subquery for many beads, the list
     for a few. Twelve or thirteen queries whatever the number of beads (four more when a
@@ -335,7 +368,7 @@ def load(bead_ids, selection, now=None, known=None):
     unfinished = beads.exclude(status__in=DONE_STATUSES)
     if known is None:
         ready = set(ready_beads(unfinished, now).values_list("pk", flat=True))
-        blocking = blocked_by(unfinished.values("pk"))
+        blocking = blocked_by(unfinished.values_list("pk", flat=True))
         # Blockers that are not work (a decision, a gate) gate rather than block.
         targets = Dependency.objects.filter(
             issue_id__in=unfinished.values("pk"), type__in=BLOCKING_DEP_TYPES
@@ -365,7 +398,7 @@ def load(bead_ids, selection, now=None, known=None):
     # Cooling down or parked (the feeders skip them): only open beads nobody holds can be.
     recent = _held_back([i for i, (r, _) in rows.items() if r.status == "open"], now)
     parked = parked_among(sorted(recent)) if recent else {}
-    last_failure = {}
+    last_failure: dict[str, tuple[datetime | None, str]] = {}
     if recent:
         failed = Dispatch.objects.filter(bead_id__in=sorted(recent), ok=False)
         for bead_id, at, error in failed.order_by("bead_id", "-created_at").values_list(
@@ -383,7 +416,7 @@ def load(bead_ids, selection, now=None, known=None):
             continue
         row, updated_at = rows[bead_id]
         blockers = blocking.get(bead_id, [])
-        at, error = last_failure.get(bead_id, (None, ""))
+        failed_at, error = last_failure.get(bead_id, (None, ""))
         worker_seen = seen.get(row.assignee) if row.assignee else None
         is_dead = bead_id in dead
         facts[bead_id] = Facts(
@@ -394,7 +427,7 @@ def load(bead_ids, selection, now=None, known=None):
             gates=[b for b in blockers if b in not_work],
             failures=parked.get(bead_id, 0),
             last_error=error,
-            cooling_until=at + cooldown if at and bead_id not in parked else None,
+            cooling_until=failed_at + cooldown if failed_at and bead_id not in parked else None,
             worker_seen=worker_seen,
             worker_dead=is_dead,
             # Readiness counts silence from the last heartbeat, else from the last update.
@@ -426,7 +459,7 @@ def load(bead_ids, selection, now=None, known=None):
     return result
 
 
-def _held_back(bead_ids, now):
+def _held_back(bead_ids: Collection[str], now: datetime) -> set[str]:
     """Those of `bead_ids` the feeders skip now: a dispatch failed within the cooldown, or the
     breaker parked them (services.breaker's rules: looked up by id for a few beads, by one
     range scan of the recent failures for many)."""
@@ -438,11 +471,12 @@ def _held_back(bead_ids, now):
 HELD_LOOKUP = 500
 
 
-def _fresh(item):
+def _fresh(item: Facts) -> bool:
     """A candidate for a new dispatch: ready, open, nobody on it, nothing holding it back."""
     row = item.row
     return (
-        item.ready
+        row is not None
+        and item.ready
         and row.status == "open"
         and not row.assignee
         and not item.paused
@@ -451,7 +485,7 @@ def _fresh(item):
     )
 
 
-def _convoy_capacity(facts, capped, done, now):
+def _convoy_capacity(facts: dict[str, Facts], capped: Any, done: set[str], now: datetime) -> None:
     """Ready beads of a convoy at its max in flight wait: the claim refuses a new dispatch
     while the convoy's beads in flight reach the limit, and the feeder takes ready beads by
     (priority, id), so a bead's place in that order past the free slots is its position.
@@ -485,7 +519,8 @@ def _convoy_capacity(facts, capped, done, now):
         )
         fresh |= ready - paused - _held_back(sorted(ready), now)
     priority = dict(Bead.objects.filter(pk__in=sorted(fresh)).values_list("pk", "priority"))
-    queues, busy = {}, {}
+    queues: dict[str, list[str]] = {}
+    busy: dict[str, int] = {}
     for convoy_id, bead_id in rows:
         if bead_id in fresh:
             queues.setdefault(convoy_id, []).append(bead_id)
@@ -511,7 +546,7 @@ def _convoy_capacity(facts, capped, done, now):
             }
 
 
-def _town_capacity(facts, now):
+def _town_capacity(facts: dict[str, Facts], now: datetime) -> None:
     """Ready beads past the town's free slots (CONVOY_MAX_IN_FLIGHT) wait in the town queue
     (services.capacity: priority, then round-robin across convoys, then id). Nothing to read
     without a cap; with one, the capacity module's queries, whatever the number of beads."""
@@ -534,6 +569,6 @@ def _town_capacity(facts, now):
         }
 
 
-def _ordinal(n):
+def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"

@@ -98,6 +98,10 @@ class DAG:
         self.nodes = nodes
         self.graph: nx.DiGraph[str] = nx.DiGraph()
         self.graph.add_nodes_from(nodes)
+        # Blocking edges to ids outside the graph, (target, issue), and how a page names those
+        # targets ({id: (kind, title, status)}): set by the reader that knows the store.
+        self.ghost_edges: list[tuple[str, str]] = []
+        self.ghosts: dict[str, tuple[str, str, str]] = {}
 
     def __len__(self) -> int:
         return len(self.nodes)

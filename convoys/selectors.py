@@ -2,13 +2,14 @@
 
 import copy
 import statistics
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.cache import cache
-from django.db.models import Max, Min, OuterRef, Q, Subquery
+from django.db.models import Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
@@ -40,6 +41,7 @@ from .rows import (  # noqa: F401  (Changes, changes_since, TrackedRow: read thr
     GRAPH_KINDS,
     LISTING_KINDS,
     Changes,
+    Edge,
     TrackedRow,
     changes_since,
     failed_beads,
@@ -48,15 +50,23 @@ from .rows import (  # noqa: F401  (Changes, changes_since, TrackedRow: read thr
 from .services import notify
 
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
+Summary = dict[str, Any]  # a convoy's counts per segment, percents, state (see `summarise`)
+Params = Mapping[str, str]  # a page's query parameters (request.GET)
+# (graph, waves, gated, gates): what a snapshot's graph is built into
+Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[snapshots.Gate]]
 
 
-def segment_of(bead, ready_ids, failed_ids=frozenset()):
+def segment_of(
+    bead: TrackedRow | Bead | None, ready_ids: Set[str], failed_ids: Set[str] = frozenset()
+) -> str:
     if bead is None:
         return "unknown"
     return segment_for(bead.pk, bead.status, ready_ids, failed_ids)
 
 
-def segment_for(bead_id, status, ready_ids, failed_ids=frozenset()):
+def segment_for(
+    bead_id: str, status: str | None, ready_ids: Set[str], failed_ids: Set[str] = frozenset()
+) -> str:
     if status is None:
         return "unknown"
     if status in DONE_STATUSES:
@@ -70,7 +80,7 @@ def segment_for(bead_id, status, ready_ids, failed_ids=frozenset()):
     return "blocked"
 
 
-def progress_json(summary):
+def progress_json(summary: Summary) -> dict[str, int]:
     """Seed 003's progress shape, from a summary."""
     return {
         "total": summary["total"],
@@ -84,14 +94,20 @@ def progress_json(summary):
     }
 
 
-def convoy_summary(convoy, tracked, beads, now=None, snapshot=None):
+def convoy_summary(
+    convoy: Convoy,
+    tracked: list[str],
+    beads: dict[str, TrackedRow],
+    now: datetime | None = None,
+    snapshot: snapshots.Snapshot | None = None,
+) -> tuple[Summary, set[str]]:
     """One convoy's summary and its ready bead ids from beads already read by
     `tracked_beads` (one query for the ready rule, one for spin), or with a
     `snapshots.Snapshot` (its ready, failed and blocker sets: no query for those)."""
     now = now or timezone.now()
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     if snapshot is not None:
-        ready_ids, failed = set(snapshot.ready), snapshot.failed
+        ready_ids, failed = set(snapshot.ready), set(snapshot.failed)
         facts = (snapshot.beads, snapshot.blockers, snapshot.target_types)
     else:
         ready_ids = set(
@@ -108,7 +124,7 @@ def convoy_summary(convoy, tracked, beads, now=None, snapshot=None):
     return summary, ready_ids
 
 
-def convoy_summaries(convoys, now=None):
+def convoy_summaries(convoys: Sequence[Convoy], now: datetime | None = None) -> dict[str, Summary]:
     """{convoy id: counts per segment, total, last activity, stranded and spin flags}.
 
     Six queries whatever the number of convoys and beads; tracked beads are selected by
@@ -134,7 +150,7 @@ def convoy_summaries(convoys, now=None):
     return summarise(convoys, rows, beads, ready_ids, spinning(ids, now), verdicts, failed, latest)
 
 
-def spinning(convoy_ids, now):
+def spinning(convoy_ids: Iterable[str], now: datetime) -> set[str]:
     """The convoys that recorded a spin warning in the last hour."""
     return set(
         Event.objects.filter(
@@ -143,20 +159,30 @@ def spinning(convoy_ids, now):
     )
 
 
-def summarise(convoys, rows, beads, ready_ids, spin, verdicts, failed_ids=frozenset(), latest=None):
+def summarise(
+    convoys: Iterable[Convoy],
+    rows: Iterable[tuple[str, str]],
+    beads: Mapping[str, tuple[Any, ...]],
+    ready_ids: Set[str],
+    spin: Set[str],
+    verdicts: Mapping[str, stranding.Verdict],
+    failed_ids: Set[str] = frozenset(),
+    latest: Mapping[str, datetime | None] | None = None,
+) -> dict[str, Summary]:
     """The summaries from loaded data: `rows` (convoy id, bead id), `beads` {id: (status,
     updated_at)}, the ready bead ids, the spinning convoy ids, `stranding.classify` and the
     beads whose last dispatch failed. With `latest` ({convoy id: its beads' latest update}),
     `beads` need only hold (status,)."""
-    result = {}
+    result: dict[str, Summary] = {}
     for convoy in convoys:
         result[convoy.pk] = dict.fromkeys(SEGMENTS, 0) | {
             "total": 0,
             "last_activity": convoy.updated_at,
             "spin": convoy.pk in spin,
         }
-        if latest is not None and latest.get(convoy.pk) is not None:
-            result[convoy.pk]["last_activity"] = max(convoy.updated_at, latest[convoy.pk])
+        newest = latest.get(convoy.pk) if latest is not None else None
+        if newest is not None:
+            result[convoy.pk]["last_activity"] = max(convoy.updated_at, newest)
     for convoy_id, bead_id in rows:
         status, *updated = beads.get(bead_id, (None, None))
         summary = result[convoy_id]
@@ -174,7 +200,7 @@ def summarise(convoys, rows, beads, ready_ids, spin, verdicts, failed_ids=frozen
     return result
 
 
-def convoy_status_json(convoy):
+def convoy_status_json(convoy: Convoy) -> dict[str, Any]:
     """The `convoy status --json` shape."""
     tracked = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
     why = causemod.for_convoy(convoy)
@@ -220,7 +246,7 @@ def convoy_status_json(convoy):
     }
 
 
-def last_activity(convoy_ids):
+def last_activity(convoy_ids: Iterable[str]) -> dict[str, datetime]:
     return dict(
         Event.objects.filter(convoy_id__in=convoy_ids)
         .values("convoy_id")
@@ -244,28 +270,28 @@ DASHBOARD_LIMIT = 500
 @dataclass
 class DashboardRow:
     convoy: Convoy
-    s: dict  # the convoy's summary
+    s: Summary
 
 
 @dataclass
 class DashboardPage:
-    rows: list
+    rows: list[DashboardRow]
     status: str
     sort: str
-    owners: list
-    rigs: list
+    owners: list[str]
+    rigs: list[Rig]
 
 
 SEARCH_MAX = 500  # longer search text is cut: SQLite refuses LIKE patterns over 50 kB
 
 
-def filter_text(value):
+def filter_text(value: str) -> str:
     """A filter or search value from a query string, safe for every database: without NUL
     (PostgreSQL refuses it in a query) and at most SEARCH_MAX characters."""
     return value.replace("\x00", "").strip()[:SEARCH_MAX]
 
 
-def dashboard_convoys(params):
+def dashboard_convoys(params: Params) -> QuerySet[Convoy]:
     """The convoys the dashboard lists for these query parameters (a queryset, unsorted)."""
     params = {key: filter_text(params.get(key) or "") for key in ("status", "rig", "owner", "q")}
     status = params["status"] or "active"
@@ -288,7 +314,7 @@ def dashboard_convoys(params):
     return queryset
 
 
-def dashboard_rows(params, only=None):
+def dashboard_rows(params: Params, only: Iterable[str] | None = None) -> list[DashboardRow]:
     """The dashboard's rows, sorted; `only`: just these convoys (those a live update touched)."""
     sort = params.get("sort", "age")
     queryset = dashboard_convoys(params)
@@ -300,8 +326,8 @@ def dashboard_rows(params, only=None):
     summaries = convoy_summaries(convoys)
     if sort in DASHBOARD_LIVE_SORTS:
 
-        def done_share(c):
-            return summaries[c.pk]["done"] / (summaries[c.pk]["total"] or 1)
+        def done_share(c: Convoy) -> float:
+            return float(summaries[c.pk]["done"] / (summaries[c.pk]["total"] or 1))
 
         key = {
             "progress": done_share,
@@ -312,7 +338,7 @@ def dashboard_rows(params, only=None):
     return [DashboardRow(c, summaries[c.pk]) for c in convoys]
 
 
-def dashboard_page(params):
+def dashboard_page(params: Params) -> DashboardPage:
     owners = Convoy.objects.exclude(owner="").values_list("owner", flat=True).distinct()[:200]
     return DashboardPage(
         rows=dashboard_rows(params),
@@ -343,7 +369,7 @@ CHIPS_PER_WAVE = 60
 TIMELINE = 100
 
 
-def status_class(status):
+def status_class(status: str) -> tuple[str, str]:
     """A node's (css class, icon) for a bead state."""
     if status in DONE_STATUSES:
         return "st-done", "✓"
@@ -356,13 +382,15 @@ def status_class(status):
     return "st-blocked", "○"
 
 
-def bead_url_maker():
+def bead_url_maker() -> Callable[[str], str]:
     """reverse() once, then string substitution: a 5,000-node graph needs 5,000 links."""
     template = reverse("bead", args=["__ID__"])
     return lambda bead_id: template.replace("__ID__", quoted_url_segment(bead_id))
 
 
-def convoy_graph(convoy, snapshot=None):
+def convoy_graph(
+    convoy: Convoy, snapshot: snapshots.Snapshot | None = None
+) -> tuple[list[str], dict[str, TrackedRow], dagmod.DAG, list[list[str]], list[dagmod.Gated]]:
     """A convoy's tracked ids, {id: TrackedRow}, DAG, waves, gated beads and raw edges (read,
     or from a `snapshots.Snapshot`, whose graph is built once and carried forward)."""
     if snapshot is not None:
@@ -399,7 +427,7 @@ def convoy_graph(convoy, snapshot=None):
     return tracked, beads, graph, waves, gated
 
 
-def _node(row):
+def _node(row: TrackedRow) -> dagmod.Node:
     return dagmod.Node(
         id=row.pk,
         title=row.title,
@@ -409,7 +437,9 @@ def _node(row):
     )
 
 
-def _build_graph(beads, edges, gates):
+def _build_graph(
+    beads: dict[str, TrackedRow], edges: list[Edge], gates: list[snapshots.Gate]
+) -> Built:
     """(DAG, waves, gated, gates) from tracked rows, their edges and the gate rows."""
     nodes = [_node(b) for b in beads.values()]
     nodes += [dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3]) for g in gates]
@@ -424,7 +454,9 @@ def _build_graph(beads, edges, gates):
     return graph, waves, gated, gates
 
 
-def _patched_graph(parent, touched, beads, gates):
+def _patched_graph(
+    parent: Built, touched: Iterable[str], beads: dict[str, TrackedRow], gates: list[snapshots.Gate]
+) -> Built | None:
     """The parent snapshot's graph with the rows of `touched` beads as they are now, when
     nothing the waves depend on changed (the gates, a bead's type, a non-task's done-ness);
     else None (build afresh)."""
@@ -447,17 +479,24 @@ def _patched_graph(parent, touched, beads, gates):
     return patched, waves, gated, gates
 
 
-def _geometry(convoy, graph, waves, gated, collapsed, drawn=None):
+def _geometry(
+    convoy: Convoy,
+    graph: dagmod.DAG,
+    waves: list[list[str]],
+    gated: list[dagmod.Gated],
+    collapsed: frozenset[int],
+    drawn: dict[int, list[str]] | None = None,
+) -> tuple[layout.Geometry, str]:
     """(geometry, fingerprint), cached. `drawn` ({wave: ids}, an overview; gated beads under
     key 0): only those beads are laid out, with the edges among them."""
-    ghosts = getattr(graph, "ghost_edges", [])
+    ghosts = graph.ghost_edges
     outside = sorted(
         {i for i, n in graph.nodes.items() if not n.slingable} | {t for t, _ in ghosts}
     )
     if drawn is None:
         exec_edges = [(a, b) for a, b in graph.graph.edges] + ghosts
         gated_ids = [g.id for g in gated]
-        node_ids = list(graph.nodes)
+        node_ids: Collection[str] = list(graph.nodes)
         columns = [outside, *waves, sorted(gated_ids)]
         by_wave = None
     else:
@@ -471,16 +510,26 @@ def _geometry(convoy, graph, waves, gated, collapsed, drawn=None):
             for b in graph.graph.successors(a)
             if b in node_ids
         ] + [(t, i) for t, i in ghosts if i in node_ids]
-        columns = [outside, [len(w) for w in waves], sorted(gated_ids)]
+        # the waves' sizes, as text: a drawing of other waves' beads is another drawing
+        columns = [outside, [str(len(w)) for w in waves], sorted(gated_ids)]
     key = layout.fingerprint(node_ids, exec_edges, collapsed, columns, by_wave)
-    geometry = cache.get("dag:" + convoy.pk + ":" + key)
+    geometry: layout.Geometry | None = cache.get("dag:" + convoy.pk + ":" + key)
     if geometry is None:
         geometry = layout.compute(waves, gated_ids, exec_edges, collapsed, outside, drawn=by_wave)
         cache.set("dag:" + convoy.pk + ":" + key, geometry, 3600)
     return geometry, key
 
 
-def _overview_drawn(waves, gated, frontier, critical, wave_number, focus, params, done):
+def _overview_drawn(
+    waves: list[list[str]],
+    gated: list[dagmod.Gated],
+    frontier: int | None,
+    critical: list[str],
+    wave_number: dict[str, int],
+    focus: str,
+    params: Params,
+    done: Set[str],
+) -> tuple[dict[int, list[str]], list[int]]:
     """{wave: ids drawn} of an overview (gated beads under 0): the frontier wave, the waves
     opened (?open=N,M) and the focused bead's, the next CRITICAL_DRAWN beads of the critical
     path; at most WAVE_DRAWN beads of a wave, unfinished first (the focused and critical
@@ -515,11 +564,11 @@ def _overview_drawn(waves, gated, frontier, critical, wave_number, focus, params
     return drawn, sorted(opened)
 
 
-def _outside(graph, geometry):
+def _outside(graph: dagmod.DAG, geometry: layout.Geometry) -> dict[str, tuple[str, str, str]]:
     """{id: (kind, title, status)} of the drawn beads that are no tracked task: gates and
     decisions ("gate"), tasks outside the convoy ("outside"), unknown and external targets."""
     out = {}
-    ghosts = getattr(graph, "ghosts", {})
+    ghosts = graph.ghosts
     for bead_id in geometry["outside"]:
         node = graph.nodes.get(bead_id)
         if node is not None:
@@ -529,7 +578,9 @@ def _outside(graph, geometry):
     return out
 
 
-def estimate(tracked_rows, remaining, now):
+def estimate(
+    tracked_rows: Iterable[TrackedRow], remaining: int, now: datetime
+) -> dict[str, Any] | None:
     """Median time a bead of this convoy (else of its rigs) took from dispatch to close, times
     the beads left on the critical path; None without samples."""
     closed = [b for b in tracked_rows if b.status == "closed" and b.closed_at]
@@ -578,15 +629,16 @@ def estimate(tracked_rows, remaining, now):
 class Dag:
     """What the convoy page draws of its graph: geometry (cached per graph) and states."""
 
-    geometry: dict
+    geometry: layout.Geometry
     fingerprint: str
-    states: dict  # {id: (title, state)}
-    marks: dict  # {id: ["gated", "parked", "stranded"]}
-    critical: list
-    href: object
-    outside: dict = field(default_factory=dict)  # {id: (kind, title, status)}: gates, ghosts
+    states: dict[str, tuple[str, str]]  # {id: (title, state)}
+    marks: dict[str, list[str]]  # {id: ["gated", "parked", "stranded"]}
+    critical: list[str]
+    href: Callable[[str], str]
+    # {id: (kind, title, status)}: gates, ghosts
+    outside: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
-    def svg(self):
+    def svg(self) -> str:
         return layout.svg(
             self.geometry,
             self.states,
@@ -597,17 +649,17 @@ class Dag:
             self.outside,
         )
 
-    def node(self, bead_id):
+    def node(self, bead_id: str) -> str:
         if bead_id in self.outside:
             kind, title, state = self.outside[bead_id]
             return layout.node(self.geometry, bead_id, title, state, status_class, self.href, kind)
         title, state = self.states.get(bead_id, ("", "unknown"))
         return layout.node(self.geometry, bead_id, title, state, status_class, self.href)
 
-    def overlay(self):
+    def overlay(self) -> str:
         return layout.overlay(self.geometry, self.marks, self.critical)
 
-    def drawn(self, bead_ids):
+    def drawn(self, bead_ids: Iterable[str]) -> list[str]:
         """Those of `bead_ids` that are drawn as nodes (not in a collapsed wave)."""
         return [i for i in bead_ids if i in self.geometry["nodes"]]
 
@@ -615,34 +667,36 @@ class Dag:
 @dataclass
 class ConvoyPage:
     convoy: Convoy
-    summary: dict
-    rows: list  # tracked bead rows (unfinished first and capped on big convoys)
+    summary: Summary
+    rows: list[dict[str, Any]]  # tracked bead rows (unfinished first and capped on big convoys)
     hidden_rows: int
-    waves: list
-    frontier: int
-    gated: list
-    critical: list  # [(id, href)]
-    eta: dict
-    no_estimate: str  # why there is no ETA; None when closed (no landing ahead)
-    timeline: list
-    collapsed: list
+    waves: list[dict[str, Any]]  # the wave table's rows
+    frontier: int | None  # the first wave not done (None: all done)
+    gated: list[dagmod.Gated]
+    critical: list[tuple[str, str]]  # [(id, href)]
+    eta: dict[str, Any] | None
+    no_estimate: str | None  # why there is no ETA; None when closed (no landing ahead)
+    timeline: list[Event]
+    collapsed: list[int]
     focus: str
     focus_found: bool  # the focused id is drawn (else the page says it is not in the graph)
     summary_line: str
-    dag: Dag
+    dag: Dag | None  # None: nothing to draw
     big: bool
     capped: bool  # more unfinished beads than the bead table lists
-    wave_of: dict
-    graph: object = None
-    subscribed: object = None
-    plan_moved: dict = field(default_factory=dict)
-    causes: list = field(default_factory=list)  # [(kind, beads)] of the unfinished beads
+    wave_of: dict[str, int]
+    graph: dagmod.DAG
+    subscribed: Subscription | None = None
+    plan_moved: dict[str, Any] = field(default_factory=dict)
+    # [(kind, count)] of the unfinished beads' causes
+    causes: list[tuple[str, int]] = field(default_factory=list)
     waiting: bool = False  # some wait for capacity: any dispatch moves their positions
-    watch_beads: list = field(default_factory=list)  # untracked blockers and gates of its beads
-    watch_kinds: list = field(default_factory=list)  # town-wide events that move its causes
+    watch_beads: list[str] = field(default_factory=list)  # untracked blockers and gates
+    watch_kinds: list[str] = field(default_factory=list)  # town-wide events that move causes
     overview: bool = False  # OVERVIEW_AT: a page whose size does not grow with the convoy
-    opened: list = field(default_factory=list)  # waves opened in the overview (?open=N,M)
-    bands: list = field(default_factory=list)  # the wave rows listed (a window in an overview)
+    opened: list[int] = field(default_factory=list)  # waves opened in the overview (?open=N,M)
+    # the wave rows listed (a window in an overview)
+    bands: list[dict[str, Any]] = field(default_factory=list)
     wave_pages: int = 1
     wpage: int = 1
     bead_pages: int = 1
@@ -650,11 +704,11 @@ class ConvoyPage:
     critical_length: int = 0
 
     @property
-    def cause_summary(self):
+    def cause_summary(self) -> str:
         """ "3 blocked, 1 gated, 2 working"."""
         return ", ".join(f"{n} {causemod.word(kind)}" for kind, n in self.causes)
 
-    def affected(self, bead_ids):
+    def affected(self, bead_ids: Iterable[str]) -> set[str]:
         """The tracked beads whose row or node a change of `bead_ids` may alter: those beads
         and the beads they block (their readiness and blockers change)."""
         nodes = self.graph.nodes
@@ -664,7 +718,13 @@ class ConvoyPage:
         return out
 
 
-def convoy_page(convoy, params, user, now, snapshot=None):
+def convoy_page(
+    convoy: Convoy,
+    params: Params,
+    user: User,
+    now: datetime,
+    snapshot: snapshots.Snapshot | None = None,
+) -> ConvoyPage:
     """The convoy page's read model, from a `snapshots.Snapshot` (loaded when not given)."""
     snapshot = snapshot or snapshots.load(convoy, now)
     tracked, beads, graph, waves, gated = convoy_graph(convoy, snapshot)
@@ -679,7 +739,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     gated_ids = {g.id for g in gated}
     why = causemod.for_convoy(convoy, now, known=snapshot)  # each unfinished bead's cause
 
-    def state(bead_id):
+    def state(bead_id: str) -> str:
         bead = beads.get(bead_id)
         if bead is None:
             return "unknown"
@@ -687,7 +747,7 @@ def convoy_page(convoy, params, user, now, snapshot=None):
             return "ready"
         return bead.status
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": bead_id,
             "bead": beads.get(bead_id),
@@ -738,7 +798,9 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     )
     collapsed = set()
     focus = params.get("focus", "")
-    drawn, opened, bands, wave_pages, wpage = None, [], wave_rows, 1, 1
+    drawn: dict[int, list[str]] | None = None
+    opened: list[int] = []
+    bands, wave_pages, wpage = wave_rows, 1, 1
     if overview:
         drawn, opened = _overview_drawn(
             waves, gated, frontier, critical, wave_number, focus, params, done
@@ -831,7 +893,9 @@ def convoy_page(convoy, params, user, now, snapshot=None):
     )
 
 
-def band_window(wave_rows, frontier, wpage=None):
+def band_window(
+    wave_rows: list[dict[str, Any]], frontier: int | None, wpage: str | None = None
+) -> tuple[list[dict[str, Any]], int, int]:
     """An overview's wave rows listed: (BAND_PAGE rows, pages, page), the page `wpage` or by
     default the one holding the frontier."""
     pages = max(1, -(-len(wave_rows) // BAND_PAGE))
@@ -839,14 +903,24 @@ def band_window(wave_rows, frontier, wpage=None):
     return wave_rows[(page - 1) * BAND_PAGE : page * BAND_PAGE], pages, page
 
 
-def _page_number(value, pages, default):
+def _page_number(value: str | None, pages: int, default: int) -> int:
     """A 1-based page number from a query parameter (anything else: `default`), clamped."""
     value = value or ""
     number = int(value) if value.isascii() and value.isdigit() and len(value) < 9 else default
     return min(max(number, 1), pages)
 
 
-def _wave_rows(waves, beads, ready_ids, graph, state, href, big, why, chips=None):
+def _wave_rows(
+    waves: list[list[str]],
+    beads: dict[str, TrackedRow],
+    ready_ids: Set[str],
+    graph: dagmod.DAG,
+    state: Callable[[str], str],
+    href: Callable[[str], str],
+    big: bool,
+    why: Mapping[str, dict[str, Any]],
+    chips: int | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
     chips_left = MAX_CHIPS if big else sum(len(w) for w in waves)
     if chips is not None:
         chips_left = chips

@@ -19,15 +19,20 @@ snapshot: the page reads it on every request.
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from django.conf import settings
 
 from .dag import EXECUTION_TYPES
-from .models import ACTIVE_WORK_STATUSES, SLINGABLE_TYPES, Bead, TrackedBead, Worker
+from .models import ACTIVE_WORK_STATUSES, SLINGABLE_TYPES, Bead, Convoy, TrackedBead, Worker
 from .readiness import blocked_by, ready_beads
-from .rows import changes_since, failed_beads, read_rows, tracked_beads
+from .rows import Changes, Edge, TrackedRow, changes_since, failed_beads, read_rows, tracked_beads
+
+T = TypeVar("T")
+Gate = tuple[str, str, str, str]  # (id, title, issue type, status)
 
 # Event kinds that change at most the rows of the beads they name (and the convoy's own row,
 # which the page reads every time): a snapshot is carried forward across these only.
@@ -64,21 +69,21 @@ KEEP_PER_CONVOY = 4  # pages of one convoy catch up to the newest seq within a s
 @dataclass(frozen=True)
 class Snapshot:
     convoy_id: str
-    tracked: list  # tracked bead ids in position order
-    beads: dict  # {id: rows.TrackedRow}
-    edges: list  # (issue, target, type) of every dependency of a tracked bead
-    gates: list  # (id, title, issue_type, status) of untracked gates that hold tracked beads
-    ready: frozenset  # tracked beads ready by the one rule
-    failed: frozenset  # tracked beads whose last dispatch failed
-    blockers: dict  # {tracked id: [unfinished blocker ids]}
-    target_types: dict  # {blocker id: issue type}
+    tracked: list[str]  # tracked bead ids in position order
+    beads: dict[str, TrackedRow]
+    edges: list[Edge]  # (issue, target, type) of every dependency of a tracked bead
+    gates: list[Gate]  # untracked gates that hold tracked beads
+    ready: frozenset[str]  # tracked beads ready by the one rule
+    failed: frozenset[str]  # tracked beads whose last dispatch failed
+    blockers: dict[str, list[str]]  # {tracked id: [unfinished blocker ids]}
+    target_types: dict[str, str]  # {blocker id: issue type}
     valid_until: datetime  # no bead's readiness can change by time alone before this
     # What pages derive from it, kept with it (the graph); a carried snapshot starts with
     # its parent's graph and the beads it re-read ("from", "touched").
-    derived: dict = field(default_factory=dict, compare=False, repr=False)
+    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def load(convoy, now):
+def load(convoy: Convoy, now: datetime) -> Snapshot:
     """Everything, from the database."""
     tracked, beads, edges = tracked_beads(convoy)
     subset = Bead.objects.filter(pk__in=_tracking(convoy))
@@ -98,7 +103,7 @@ def load(convoy, now):
     )
 
 
-def advance(snapshot, changes, now):
+def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snapshot | None:
     """`snapshot` carried forward over `changes` (rows.Changes of the events after it),
     or None when only a fresh load is sure to be right."""
     if changes is None or changes.dependencies or not changes.kinds <= ROW_KINDS:
@@ -148,7 +153,13 @@ def advance(snapshot, changes, now):
     )
 
 
-def obtain(convoy, seq, now, since=None, changes=None):
+def obtain(
+    convoy: Convoy,
+    seq: int,
+    now: datetime,
+    since: int | None = None,
+    changes: Changes | None = None,
+) -> Snapshot:
     """The snapshot for a page drawn at `seq`: carried forward from the one a live page was
     drawn from (`since`, over `changes`) when this process has it and may, else loaded.
     With CONVOY_RELOAD_FROM_KEPT a full render (no `since`) carries forward the newest
@@ -156,9 +167,9 @@ def obtain(convoy, seq, now, since=None, changes=None):
     only what changed since; off by default: a reload reads everything afresh)."""
     if since is None and settings.CONVOY_RELOAD_FROM_KEPT:
         with _lock:
-            mine = [k[2] for k in _cache if k[:2] == (convoy.pk, convoy.created_at)]
-        if mine and max(mine) <= seq:
-            since = max(mine)
+            seqs = [k[2] for k in _cache if k[:2] == (convoy.pk, convoy.created_at)]
+        if seqs and max(seqs) <= seq:
+            since = max(seqs)
             changes = changes_since(since)
     snapshot = None
     # The convoy's creation time in the key: a database reset (tests, `demo --reset`) may
@@ -182,13 +193,15 @@ def obtain(convoy, seq, now, since=None, changes=None):
     return snapshot
 
 
-def kept(convoy, seq):
+def kept(convoy: Convoy, seq: int) -> Snapshot | None:
     """The snapshot kept for a page of `convoy` drawn at `seq`, or None."""
     with _lock:
         return _cache.get((convoy.pk, convoy.created_at, seq))
 
 
-def graph_of(snapshot, build, patch):
+def graph_of(
+    snapshot: Snapshot, build: Callable[[], T], patch: Callable[[T, set[str]], T | None]
+) -> T:
     """The snapshot's graph, made once: `patch(parent's graph, touched ids)` when it was
     carried forward (None: cannot), else `build()`."""
     derived = snapshot.derived
@@ -203,7 +216,7 @@ def graph_of(snapshot, build, patch):
     return graph
 
 
-def memo(snapshot, key, objects, compute):
+def memo(snapshot: Snapshot, key: Any, objects: Any, compute: Callable[[], T]) -> T:
     """`compute()` once per `key` and graph structure (`objects`: what the value depends on
     besides `key`, e.g. the graph's edges and its waves), kept with the snapshot and the
     snapshots carried forward from it, which share their graph's structure."""
@@ -214,7 +227,8 @@ def memo(snapshot, key, objects, compute):
         found = memos.get(full)
     # The same objects, not new ones at a reused address:
     if found is not None and all(a is b for a, b in zip(found[0], objects, strict=True)):
-        return found[1]
+        kept_value: T = found[1]
+        return kept_value
     value = compute()
     with _lock:
         if len(memos) >= MEMOS:
@@ -223,21 +237,21 @@ def memo(snapshot, key, objects, compute):
     return value
 
 
-def forget():
+def forget() -> None:
     """Drop every kept snapshot (tests that write rows without events)."""
     with _lock:
         _cache.clear()
 
 
-_cache = OrderedDict()
+_cache: OrderedDict[tuple[str, datetime, int], Snapshot] = OrderedDict()
 _lock = threading.Lock()
 
 
-def _tracking(convoy):
+def _tracking(convoy: Convoy) -> Any:
     return TrackedBead.objects.filter(convoy=convoy).values("bead_id")
 
 
-def _gates(edges, beads):
+def _gates(edges: list[Edge], beads: dict[str, TrackedRow]) -> list[Gate]:
     """Untracked non-slingable blockers (a decision): the page draws and names them."""
     outside = {t for _, t, kind in edges if t not in beads and kind in EXECUTION_TYPES}
     if not outside:
@@ -246,7 +260,7 @@ def _gates(edges, beads):
     return list(rows.values_list("id", "title", "issue_type", "status"))
 
 
-def _types(ids, beads):
+def _types(ids: Iterable[str], beads: dict[str, TrackedRow]) -> dict[str, str]:
     known = {i: beads[i].issue_type for i in ids if i in beads}
     rest = sorted(set(ids) - known.keys())
     if rest:
@@ -254,7 +268,7 @@ def _types(ids, beads):
     return known
 
 
-def _horizon(rows, now):
+def _horizon(rows: Iterable[TrackedRow], now: datetime) -> datetime:
     """When time alone may next change a bead's readiness: an assigned, unfinished bead is
     ready once its worker has been silent CONVOY_WORKER_TIMEOUT (readiness.worker_dead), and
     no longer ready after a heartbeat (no event). `now` when a worker is dead already."""
