@@ -5,6 +5,7 @@ and beads changed since the user's last visit are marked. Screenshots: timeline,
 import time
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from convoys.models import Bead, Convoy
 from convoys.services import beads, staging
@@ -24,8 +25,16 @@ def wait_until(check, timeout=30):
 
 
 def screenshot(page, locator, name):
+    """A screenshot for the artifacts; a live update may replace the element while it is
+    taken (it is not part of what the test asserts), then the next one is taken."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.locator(locator).screenshot(path=str(SHOTS / f"{name}.png"))
+    for attempt in range(3):
+        try:
+            page.locator(locator).screenshot(path=str(SHOTS / f"{name}.png"))
+            return
+        except PlaywrightError:
+            if attempt == 2:
+                raise
 
 
 @pytest.fixture
