@@ -11,7 +11,14 @@ does. A record the source no longer has is never deleted: it is marked missing.
 Most lines of a pass are the lines of the last one: each record's row keeps a hash of the line
 it was last read from, and a line whose hash is stored (looked up a batch of lines at a time)
 is handed to the checks blank (its line number kept), so an unchanged pass costs a hash per
-line and a query per batch rather than a parse and a check, in any process.
+line and a query per batch rather than a parse and a check, in any process. Cheaper still, a
+process keeps a memo of its last good pass over a source: the source cut in chunks of whole
+lines (about CHUNK bytes), each with a digest, its line count, the count and hash sum of its
+ids and its memory lines. A pass finds those chunks byte for byte in the source and skips them
+(a digest over 64 KB rather than a lookup per line), reading line by line only what lies
+between; the memo holds while the token it saw (a Cursor row every pass that writes sets anew)
+is still the database's. A file source whose identity (device, inode, size, modification
+time) is the one that pass read, modified at least RACY_NS before it, is not read at all.
 
 A pass streams: it holds a batch of lines, not the source (a command's output is spooled to a
 temporary file). Records the source no longer has are found by comparing the count and a hash
@@ -28,10 +35,12 @@ cluster and a command line) from running at once.
 """
 
 import hashlib
+import io
 import json
 import logging
 import os
 import re
+import secrets
 import shlex
 import socket
 import subprocess
@@ -39,8 +48,10 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import IO, Any
 
 import orjson
 from django.conf import settings
@@ -50,7 +61,7 @@ from django.utils import timezone
 from .. import beadfile
 from ..beadfile import BadLine
 from ..events import record_many
-from ..models import Bead, Convoy, Lease, Memory, SourcedRecord, SyncSource
+from ..models import Bead, Convoy, Cursor, Lease, Memory, SourcedRecord, SyncSource
 from . import discovered, jsonl, leases
 from .errors import ServiceError
 
@@ -70,6 +81,21 @@ ID_SUM_MASK = 2**64 - 1
 # more, it reads the source again inside its transaction.
 SCAN_KEPT = 2 * jsonl.BATCH
 LEADING_ID = re.compile(rb'\{\s*"id"\s*:\s*"([^"\\]+)"')  # a line that starts with its id
+# A process keeps the chunks of its last good pass over a source (`_Memo`): whole lines of
+# at least CHUNK bytes, each known by a digest and its first HEAD bytes. A pass reads the
+# source WINDOW bytes at a time, skips a chunk found byte for byte, and where one is not,
+# looks for the next LOOK chunks in the next WINDOW bytes.
+CHUNK = 64 * 1024
+HEAD = 64
+WINDOW = 1024 * 1024
+LOOK = 8
+# The memo is good while the database holds its token: every pass that writes (any
+# source's) sets a new one, in the Cursor row of this name.
+TOKEN = "sync"
+# A file whose identity (device, inode, size, modification time) is what the last good pass
+# read is not read again, when that pass saw it last modified this long before (a change
+# within the file system's timestamp granularity may keep the time).
+RACY_NS = 2 * 10**9
 
 
 class SyncFailed(ServiceError):
@@ -87,25 +113,37 @@ class Source(ABC):
     name = ""
 
     @abstractmethod
-    def open(self):
+    def open(self) -> IO[bytes]:
         """A binary stream of the source's JSONL lines."""
+
+    def identity(self, stream: IO[bytes]) -> tuple[int, ...] | None:
+        """What tells, without reading it, that the open stream holds what an earlier one
+        did (its last item a modification time in ns), or None (read it)."""
+        return None
 
 
 class FileSource(Source):
-    def __init__(self, path):
+    """A bd JSONL file."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = self.name = str(path)
 
-    def open(self):
+    def open(self) -> IO[bytes]:
         try:
             return open(self.path, "rb")
         except OSError as exc:
             raise SyncFailed(f"{self.name}: {exc.strerror}")
 
+    def identity(self, stream: IO[bytes]) -> tuple[int, ...] | None:
+        """The open file's device, inode, size and modification time (ns)."""
+        stat = os.fstat(stream.fileno())
+        return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
 
 class CommandSource(Source):
     """`cmd:<command line>`: the command's standard output, run without a shell."""
 
-    def __init__(self, command, timeout=None):
+    def __init__(self, command: str, timeout: float | None = None) -> None:
         self.name = f"cmd:{command}"
         try:
             self.argv = shlex.split(command)
@@ -115,7 +153,7 @@ class CommandSource(Source):
             raise SyncFailed("cmd: source names no command")
         self.timeout = timeout
 
-    def open(self):
+    def open(self) -> IO[bytes]:
         timeout = self.timeout or settings.CONVOY_SYNC_TIMEOUT
         out = tempfile.TemporaryFile()  # noqa: SIM115 (returned open)
         try:
@@ -145,7 +183,7 @@ class CommandSource(Source):
         return out
 
 
-def source_for(text):
+def source_for(text: str | None) -> Source:
     """A source from its spelling: `cmd:<command line>` or a file path."""
     text = (text or "").strip()
     if not text:
@@ -170,14 +208,16 @@ class SyncReport:
     seconds: float = 0.0
 
     @property
-    def changed(self):
+    def changed(self) -> int:
+        """Records written: created, updated, marked missing or back."""
         return self.created + self.updated + self.missing + self.returned
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON fields (`beads sync --json`), `changed` included."""
         return {**asdict(self), "changed": self.changed}
 
 
-def digest(record):
+def digest(record: dict[str, Any]) -> str:
     """The content of a record, as 32 hex digits (key order and computed counts ignored)."""
     content = {k: v for k, v in record.items() if k not in IGNORED_KEYS}
     try:
@@ -187,11 +227,12 @@ def digest(record):
     return hashlib.blake2b(text, digest_size=16).hexdigest()
 
 
-def default_holder():
+def default_holder() -> str:
+    """This thread's name as a lease holder: host, process id, thread id."""
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-def _take_from_the_dead(lease, holder):
+def _take_from_the_dead(lease: str, holder: str) -> bool:
     """Take a source's lease from a holder on this host whose process is gone (a cluster
     killed mid-pass), rather than wait out LEASE_TTL; one conditional update, so of several
     takers one wins."""
@@ -214,11 +255,17 @@ def _take_from_the_dead(lease, holder):
     return bool(taken)
 
 
-def lease_name(source_name):
+def lease_name(source_name: str) -> str:
+    """The name of a source's lease (a hash: a source's name may be long)."""
     return "sync:" + hashlib.blake2b(source_name.encode(), digest_size=16).hexdigest()
 
 
-def sync(source, routes_path=None, holder=None, actor="sync"):
+def sync(
+    source: Source,
+    routes_path: str | os.PathLike[str] | None = None,
+    holder: str | None = None,
+    actor: str = "sync",
+) -> SyncReport | None:
     """One pass over `source` under its lease. Returns a SyncReport, or None when another
     holder is syncing that source now; raises SyncFailed (nothing written) for a bad source."""
     holder = holder or default_holder()
@@ -241,40 +288,97 @@ def sync(source, routes_path=None, holder=None, actor="sync"):
         leases.release(lease, holder)
 
 
-def _pass(source, routes_path, actor):
+def _pass(source: Source, routes_path: str | os.PathLike[str] | None, actor: str) -> SyncReport:
+    """Read the source and write what changed (see the module's docstring); nothing written
+    when it raises."""
     report = SyncReport(source=source.name)
+    opened = time.time_ns()
+    token = _token()  # before reading: a write by anyone after it makes the memo it keeps stale
+    if token is None:  # none set yet (a database new, or older than the token)
+        token = _bump()
+    memo = _memos.get(source.name)
+    if memo is not None and memo.token != token:
+        memo = None
     stream = source.open()
     with stream:
+        identity = source.identity(stream)
+        if memo and not routes_path and identity is not None and identity == memo.identity:
+            report.records = report.unchanged = memo.records  # the file as the last pass read it
+            return report
         # First without a transaction (no write lock: SQLite takes it at BEGIN): most passes
         # find nothing to write and end here.
-        lines = _Lines(source.name, stream, actor)
+        lines = _Lines(source.name, stream, actor, memo)
         found = _scan(lines)
         if found is not None and not routes_path and _nothing_to_write(lines, *found):
             report.records = report.unchanged = lines.count
+            _remember(source.name, lines, token, identity, opened)
             return report
         with transaction.atomic():
-            _write(report, source, stream, lines, found, routes_path, actor)
+            if memo and _token() != token:  # a pass of another source wrote since: read afresh
+                found, memo = None, None
+            lines = _write(report, source, stream, lines, found, memo, routes_path, actor)
+            token = _bump()
+    _remember(source.name, lines, token, identity, opened)
     return report
 
 
-def _records(lines, memories):
+def _token() -> int | None:
+    """The value every pass that writes sets anew (in its transaction): a process's memo of
+    a source is good while it holds the value the memo's pass saw or set."""
+    return Cursor.objects.filter(name=TOKEN).values_list("position", flat=True).first()
+
+
+def _bump() -> int:
+    """Set a new token (any source's pass that writes may have changed what a memo says)."""
+    value = secrets.randbits(62) + 1
+    Cursor.objects.update_or_create(name=TOKEN, defaults={"position": value})
+    return value
+
+
+def _remember(
+    name: str, lines: "_Lines", token: int, identity: tuple[int, ...] | None, opened: int
+) -> None:
+    """Keep this good pass's chunks of the source for the next pass of this process. Its
+    file identity only when the file was last modified RACY_NS before the pass opened it
+    (so a change made as the pass read it cannot keep the same modification time)."""
+    if identity is not None and identity[-1] > opened - RACY_NS:
+        identity = None
+    _memos[name] = _Memo(token, lines.chunks, identity, lines.count, (lines.count, lines.sum))
+
+
+def _records(
+    lines: "_Lines", memories: list[beadfile.MemoryLine]
+) -> Iterator[tuple[int, beadfile.Record]]:
     """The source's bead and convoy records as (line number, record), checked as the import
-    checks them; memory lines are appended to `memories`, records the import skips dropped."""
+    checks them; memory lines are appended to `memories`, records the import skips dropped.
+    A chunk the last good pass read the same is skipped whole (its memory lines kept)."""
     max_line = settings.CONVOY_IMPORT_MAX_LINE
-    for number, record in beadfile.read_records(lines, lines.name, max_line):
-        if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
-            lines.hashes.pop(number, None)
-            if type(record) is beadfile.MemoryLine:
-                memories.append(record)
+    for same, item in lines.segments:
+        if same:
+            lines.skip(item)
+            memories.extend(item.memories)
             continue
-        yield number, record
+        lines.start(item)
+        for number, record in beadfile.read_records(lines, lines.name, max_line, lines.number + 1):
+            if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
+                lines.hashes.pop(number, None)
+                if type(record) is beadfile.MemoryLine:
+                    memories.append(record)
+                    lines.memories[number] = record
+                continue
+            lines.ids[number] = record["id"]
+            yield number, record
+        lines.finish()
 
 
-def _scan(lines):
+def _scan(
+    lines: "_Lines",
+) -> tuple[list[tuple[int, beadfile.Record]], list[beadfile.MemoryLine]] | None:
     """Read and check the whole source, writing nothing: the records of the lines not known
     and the memory lines, or None when more than SCAN_KEPT lines are not known (a first
     pass, say: the pass then reads the source again as it writes)."""
-    pending, memories = [], []
+    pending: list[tuple[int, beadfile.Record]] = []
+    memories: list[beadfile.MemoryLine] = []
     for number, record in _records(lines, memories):
         pending.append((number, record))
         if len(pending) + len(memories) > SCAN_KEPT:
@@ -282,7 +386,13 @@ def _scan(lines):
     return pending, memories
 
 
-def _nothing_to_write(lines, pending, memories):
+def _nothing_to_write(
+    lines: "_Lines",
+    pending: list[tuple[int, beadfile.Record]],
+    memories: list[beadfile.MemoryLine],
+) -> bool:
+    """True when the scan found every record line known, the memory lines stored as they
+    are, and the records stored as present those read."""
     if pending:
         return False
     stored = dict(
@@ -290,12 +400,22 @@ def _nothing_to_write(lines, pending, memories):
     )
     if any(stored.get(m.key) != m.line for m in memories):
         return False
-    return _id_sum(_present_ids(lines.name)) == (lines.count, lines.sum)
+    return lines.present() == (lines.count, lines.sum)
 
 
-def _write(report, source, stream, lines, found, routes_path, actor):
+def _write(
+    report: SyncReport,
+    source: Source,
+    stream: IO[bytes],
+    lines: "_Lines",
+    found: tuple[list[tuple[int, beadfile.Record]], list[beadfile.MemoryLine]] | None,
+    memo: "_Memo | None",
+    routes_path: str | os.PathLike[str] | None,
+    actor: str,
+) -> "_Lines":
     """The pass's writes, in its transaction: the records `_scan` found, or (`found` None)
-    every line read again."""
+    every line read again (chunks of `memo` skipped). Returns the lines that read the source
+    (the scan's, or the second reading's)."""
     if routes_path:
         try:
             with open(routes_path, "rb") as routes:
@@ -306,7 +426,7 @@ def _write(report, source, stream, lines, found, routes_path, actor):
     importer = jsonl._Importer(imported, actor)
     if found is None:
         stream.seek(0)
-        lines = _Lines(source.name, stream, actor)
+        lines = _Lines(source.name, stream, actor, memo)
         _read(lines, importer)
     else:
         pending, memories = found
@@ -326,9 +446,10 @@ def _write(report, source, stream, lines, found, routes_path, actor):
     report.missing, report.returned = len(gone), lines.returned
     gone_events = _mark(source.name, gone, timezone.now(), actor)
     report.events = imported.events + lines.events + gone_events
+    return lines
 
 
-def _present_ids(name):
+def _present_ids(name: str) -> Iterator[list[str]]:
     """The ids of the source's records stored as present, a chunk (list) at a time."""
     table = connection.ops.quote_name(SourcedRecord._meta.db_table)
     with connection.cursor() as cursor:
@@ -339,7 +460,7 @@ def _present_ids(name):
             yield [row[0] for row in chunk]
 
 
-def _id_sum(chunks):
+def _id_sum(chunks: Iterable[list[str]]) -> tuple[int, int]:
     """Count and sum (mod 2**64) of the hashes of the ids in `chunks` (lists of ids): equal
     for two id lists exactly when they hold the same ids, duplicates included (but for a
     2**-64 chance; Python's string hash is the same throughout one process)."""
@@ -350,37 +471,217 @@ def _id_sum(chunks):
     return count, total
 
 
-class _Lines:
-    """The source's stream as `beadfile.read_records` reads it, BATCH lines looked up at a
-    time: a line whose hash is stored as the line a record of this source was last read from
-    is handed on blank (the checks skip it, its line number stays); its record is present and
-    unchanged. Keeps the count and the hash sum (`_id_sum`) of the ids present, and no more."""
+@dataclass(frozen=True)
+class _Chunk:
+    """Whole lines of a source as a good pass read them (about CHUNK bytes): every record
+    line among them was stored as read, so a later pass that finds the same bytes (while the
+    token holds) skips them as it would skip each known line, keeping their memory lines."""
 
-    def __init__(self, name, stream, actor):
-        self.name, self.stream, self.actor = name, stream, actor
+    digest: bytes
+    size: int
+    head: bytes  # its first HEAD bytes: where to look for it in a changed source
+    lines: int
+    count: int  # of the ids in it, and the sum of their hashes (`_id_sum`)
+    total: int
+    memories: tuple[beadfile.MemoryLine, ...]
+
+
+@dataclass(frozen=True)
+class _Memo:
+    """What a process keeps of its last good pass over a source: the token the database had
+    then, the source's chunks, the file's identity (when it can be trusted), the number of
+    records and the count and hash sum of the ids stored as present."""
+
+    token: int
+    chunks: list[_Chunk]
+    identity: tuple[int, ...] | None
+    records: int
+    present: tuple[int, int]
+
+
+_memos: dict[str, _Memo] = {}
+
+
+def _digest(data: bytes | memoryview) -> bytes:
+    """A chunk's digest (16 bytes)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+class _Segments:
+    """A source's stream in big blocks, as (True, chunk) for each chunk of the last good
+    pass found here byte for byte, and (False, bytes) for the lines between (whole lines, up
+    to about WINDOW bytes at a time; a line longer than max_line is handed on as it is, for
+    the checks to refuse). Where a chunk is not found, the next LOOK chunks are looked for
+    in the next WINDOW bytes, at a line start."""
+
+    def __init__(self, stream: IO[bytes], chunks: list[_Chunk], max_line: int) -> None:
+        self.stream, self.chunks, self.max_line = stream, chunks, max_line
+        self.buf = b""
+        self.pos = 0
+        self.eof = False
+
+    def _fill(self, need: int) -> None:
+        """At least `need` bytes from `pos` in the buffer, unless the stream ends first."""
+        if len(self.buf) - self.pos >= need or self.eof:
+            return
+        parts = [self.buf[self.pos :]]
+        have = len(parts[0])
+        while have < need:
+            block = self.stream.read(max(need - have, WINDOW))
+            if not block:
+                self.eof = True
+                break
+            parts.append(block)
+            have += len(block)
+        self.buf, self.pos = b"".join(parts), 0
+
+    def _is(self, chunk: _Chunk, at: int) -> bool:
+        """Whether the chunk's bytes are at `at` (an offset from `pos`)."""
+        self._fill(at + chunk.size)
+        start = self.pos + at
+        if len(self.buf) - start < chunk.size:
+            return False
+        return _digest(memoryview(self.buf)[start : start + chunk.size]) == chunk.digest
+
+    def _found(self, index: int) -> tuple[int, int] | None:
+        """(chunk index, offset from `pos`) of the first of the LOOK chunks from `index` that
+        is in the next WINDOW bytes at a line start, or None."""
+        self._fill(WINDOW)
+        for j in range(index, min(index + LOOK, len(self.chunks))):
+            chunk = self.chunks[j]
+            at = self.buf.find(chunk.head, self.pos, self.pos + WINDOW)
+            while at != -1:
+                if at == self.pos or self.buf[at - 1] == 0x0A:
+                    offset = at - self.pos
+                    if self._is(chunk, offset):
+                        return j, offset
+                at = self.buf.find(chunk.head, at + 1, self.pos + WINDOW)
+        return None
+
+    def _lines(self) -> bytes:
+        """The next whole lines, about WINDOW bytes of them."""
+        self._fill(WINDOW)
+        end = self.buf.rfind(b"\n", self.pos, self.pos + WINDOW) + 1
+        while end <= 0 and not self.eof and len(self.buf) - self.pos <= self.max_line:
+            self._fill(len(self.buf) - self.pos + WINDOW)  # a line longer than WINDOW
+            end = self.buf.find(b"\n", self.pos) + 1
+        if end <= 0:
+            end = len(self.buf)  # the last line, with no newline (or one beyond max_line)
+        piece = self.buf[self.pos : end]
+        self.pos = end
+        return piece
+
+    def __iter__(self) -> Iterator[tuple[bool, Any]]:
+        index = 0
+        while True:
+            self._fill(1)
+            if self.pos >= len(self.buf):
+                return
+            if index < len(self.chunks):
+                if self._is(self.chunks[index], 0):
+                    self.pos += self.chunks[index].size
+                    index += 1
+                    yield True, self.chunks[index - 1]
+                    continue
+                found = self._found(index)
+                if found is not None:
+                    index, offset = found
+                    if offset:
+                        piece = self.buf[self.pos : self.pos + offset]
+                        self.pos += offset
+                        yield False, piece
+                    continue
+            yield False, self._lines()
+
+
+class _Lines:
+    """The new lines of a source (the `_Segments` between chunks known) as
+    `beadfile.read_records` reads them, BATCH lines looked up at a time: a line whose hash is
+    stored as the line a record of this source was last read from is handed on blank (the
+    checks skip it, its line number stays); its record is present and unchanged. Keeps the
+    count and the hash sum (`_id_sum`) of the ids present, the chunks of what it read (for
+    the next pass's memo), and no more."""
+
+    def __init__(self, name: str, stream: IO[bytes], actor: str, memo: _Memo | None) -> None:
+        self.name, self.actor = name, actor
+        max_line = settings.CONVOY_IMPORT_MAX_LINE
+        self.segments = _Segments(stream, memo.chunks if memo else [], max_line)
+        self.base = memo.present if memo else None  # stored as present when the pass began
+        self.gained: list[str] = []  # ids made present for this source by this pass
         self.number = 0
-        self.ahead = []  # (raw line, its hash or None when known)
-        self.hashes = {}  # line number -> hash, of the lines handed on to be read
+        self.piece = io.BytesIO()
+        self.first = 1  # the number of the piece's first line
+        self.ahead: list[tuple[bytes, str | None, str | None]] = []  # (line, hash, known id)
+        self.hashes: dict[int, str] = {}  # line number -> hash, of the lines handed on to be read
+        self.ids: dict[int, str] = {}  # line number -> id, of the piece's lines
+        self.memories: dict[int, beadfile.MemoryLine] = {}  # line number -> memory, the piece's
+        self.chunks: list[_Chunk] = []
         self.count = self.sum = 0
         self.returned = self.events = 0
 
-    def readline(self, size=-1):
+    def skip(self, chunk: _Chunk) -> None:
+        """A chunk known: its lines counted, its ids noted, none read."""
+        self.number += chunk.lines
+        self.count += chunk.count
+        self.sum = (self.sum + chunk.total) & ID_SUM_MASK
+        self.chunks.append(chunk)
+
+    def start(self, piece: bytes) -> None:
+        """New lines to read (whole lines, from line number `number` + 1)."""
+        self.piece = io.BytesIO(piece)
+        self.first = self.number + 1
+        self.ids, self.memories = {}, {}
+
+    def finish(self) -> None:
+        """The piece read: cut into chunks of about CHUNK bytes for the next pass's memo
+        (a last line without its newline is left out: more may follow it next time)."""
+        piece = self.piece.getvalue()
+        view = memoryview(piece)
+        number, start, at, first = self.first, 0, 0, self.first
+        ids: list[str] = []
+        memories: list[beadfile.MemoryLine] = []
+        while True:
+            end = piece.find(b"\n", at) + 1
+            if end <= 0:
+                break
+            if number in self.ids:
+                ids.append(self.ids[number])
+            elif number in self.memories:
+                memories.append(self.memories[number])
+            number, at = number + 1, end
+            if at - start >= CHUNK or at == len(piece):
+                count, total = _id_sum([ids])
+                self.chunks.append(
+                    _Chunk(
+                        _digest(view[start:at]),
+                        at - start,
+                        piece[start : start + HEAD],
+                        number - first,
+                        count,
+                        total,
+                        tuple(memories),
+                    )
+                )
+                start, first, ids, memories = at, number, [], []
+
+    def readline(self, size: int = -1) -> bytes:
         if not self.ahead:
             self._look_ahead(size)
             if not self.ahead:
                 return b""
-        raw, key = self.ahead.pop()
+        raw, key, known = self.ahead.pop()
         self.number += 1
         if key is None:
+            self.ids[self.number] = known  # type: ignore[assignment]
             return b"\n"
         if not raw.isspace():
             self.hashes[self.number] = key
         return raw
 
-    def _look_ahead(self, size):
+    def _look_ahead(self, size: int) -> None:
         raws = []
         while len(raws) < jsonl.BATCH:
-            raw = self.stream.readline(size)
+            raw = self.piece.readline(size)
             if not raw:
                 break
             raws.append(raw)
@@ -405,28 +706,38 @@ class _Lines:
             known[key] = item_id
         self.note([known[key] for key in keys if key in known])
         self.ahead = [
-            (raw, None if key in known else key) for raw, key in zip(raws, keys, strict=True)
+            (raw, None, known[key]) if key in known else (raw, key, None)
+            for raw, key in zip(raws, keys, strict=True)
         ]
         self.ahead.reverse()
 
-    def note(self, ids):
+    def note(self, ids: list[str]) -> None:
+        """Ids read (present in the source)."""
         count, total = _id_sum([ids])
         self.count += count
         self.sum = (self.sum + total) & ID_SUM_MASK
 
-    def back(self, ids):
+    def present(self) -> tuple[int, int]:
+        """Count and hash sum of the ids stored as present now: from the memo and what this
+        pass made present when the memo holds, else read from the database."""
+        if self.base is None:
+            return _id_sum(_present_ids(self.name))
+        count, total = _id_sum([self.gained])
+        return self.base[0] + count, (self.base[1] + total) & ID_SUM_MASK
+
+    def back(self, ids: list[str]) -> None:
         """Records marked missing that the source has again."""
         if ids:
             self.returned += len(ids)
             self.events += _mark(self.name, ids, None, self.actor)
 
 
-def _stored(ids, lines):
+def _stored(ids: Iterable[str], lines: Iterable[str]) -> list[tuple[str, str, str, bool]]:
     """(line, id, source, missing) of the stored records with one of these ids or last read
     from one of these lines: in SQL (the ORM's lookups cost more than the queries), each by
     one index alone (given the source too, SQLite may scan the source's index instead)."""
     table = connection.ops.quote_name(SourcedRecord._meta.db_table)
-    rows = []
+    rows: list[tuple[str, str, str, bool]] = []
     with connection.cursor() as cursor:
         for column, values in (("id", sorted(ids)), ("line", list(lines))):
             if values:
@@ -439,10 +750,11 @@ def _stored(ids, lines):
     return rows
 
 
-def _read(lines, importer):
+def _read(lines: _Lines, importer: jsonl._Importer) -> None:
     """Check every line not known from an earlier pass; hand the records whose digest
     changed to the importer, and keep each read record's digest and line, a batch at a time."""
-    pending, memories = [], []
+    pending: list[tuple[int, beadfile.Record]] = []
+    memories: list[beadfile.MemoryLine] = []
     for number, record in _records(lines, memories):
         pending.append((number, record))
         if len(pending) >= jsonl.BATCH:
@@ -453,7 +765,9 @@ def _read(lines, importer):
         importer.memories(memories)
 
 
-def _compare(lines, importer, pending):
+def _compare(
+    lines: _Lines, importer: jsonl._Importer, pending: list[tuple[int, beadfile.Record]]
+) -> None:
     """A batch of records read: the changed ones to the importer; every one's digest and
     line kept (an unchanged record read from a new line, key order say, keeps its new line).
     An id twice in the batch is refused here (one across batches, by `_gone`)."""
@@ -461,7 +775,7 @@ def _compare(lines, importer, pending):
         return
     ids = [record["id"] for _, record in pending]
     if len(set(ids)) < len(ids):
-        first = {}
+        first: dict[str, int] = {}
         for number, record in pending:
             seen = first.setdefault(record["id"], number)
             if seen != number:
@@ -483,6 +797,8 @@ def _compare(lines, importer, pending):
         source, stored_digest, missing = stored.get(item_id, (None, None, None))
         if missing:
             back.append(item_id)
+        if source != lines.name or missing:
+            lines.gained.append(item_id)  # present for this source from now on
         if source == lines.name and stored_digest == content and not missing:
             continue
         if beadfile.is_convoy_record(record):
@@ -501,16 +817,16 @@ def _compare(lines, importer, pending):
     lines.back(back)
 
 
-def _gone(lines, stream):
+def _gone(lines: _Lines, stream: IO[bytes]) -> list[str]:
     """The ids of this source's records the pass did not read. When the count and hash sum
     of the ids read equal those of the records stored as present (the usual pass), none:
     nothing is held. Otherwise the source is read again for its ids (a rare pass: a record
     dropped, or an id twice), which also names a duplicate id with its lines."""
-    if _id_sum(_present_ids(lines.name)) == (lines.count, lines.sum):
+    if lines.present() == (lines.count, lines.sum):
         return []
     present = SourcedRecord.objects.filter(source=lines.name, missing_since__isnull=True)
     stream.seek(0)
-    first = {}
+    first: dict[str, int] = {}
     max_line = settings.CONVOY_IMPORT_MAX_LINE
     for number, record in beadfile.read_records(stream, lines.name, max_line):
         if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
@@ -523,7 +839,7 @@ def _gone(lines, stream):
     return [i for i in present.values_list("id", flat=True) if i not in first]
 
 
-def _mark(name, ids, since, actor):
+def _mark(name: str, ids: list[str], since: datetime | None, actor: str) -> int:
     """Mark records as missing from their source since `since` (never deleted), or clear the
     mark (`since` None); each bead and convoy among them gets an event saying so. Returns
     the number of events."""
@@ -544,7 +860,7 @@ def _mark(name, ids, since, actor):
     return len(record_many(events, instances=False))  # marks only: no close among them
 
 
-def _failed(name, failure):
+def _failed(name: str, failure: SyncFailed) -> bool:
     """Keep the error on the source's row; True when it starts a failure streak (then it is
     logged; later failures of the same streak are not)."""
     row, _ = SyncSource.objects.get_or_create(name=name)
@@ -557,7 +873,8 @@ def _failed(name, failure):
     return first
 
 
-def _succeeded(name, report):
+def _succeeded(name: str, report: SyncReport) -> None:
+    """Keep a good pass on the source's row (and log the end of a failure streak)."""
     row, _ = SyncSource.objects.get_or_create(name=name)
     if row.error:
         log.info("sync of %s works again (failing since %s)", name, row.failing_since)
@@ -567,7 +884,12 @@ def _succeeded(name, report):
     row.save()
 
 
-def passes(sources, routes_path=None, every=None, stop=None):
+def passes(
+    sources: list[Source],
+    routes_path: str | os.PathLike[str] | None = None,
+    every: float | None = None,
+    stop: threading.Event | None = None,
+) -> Iterator[tuple[Source, SyncReport | SyncFailed | None]]:
     """Sync each source once, or every `every` seconds until `stop` (a threading.Event) is
     set; yields (source, SyncReport, or None when another holder had it, or SyncFailed)."""
     stop = stop or threading.Event()
@@ -583,7 +905,7 @@ def passes(sources, routes_path=None, every=None, stop=None):
             return
 
 
-def sync_configured():
+def sync_configured() -> None:
     """One pass over each of CONVOY_SYNC_SOURCES (the task the cluster's ticker enqueues);
     a failing source is logged by `sync` and does not stop the others."""
     sources = []

@@ -1,0 +1,189 @@
+"""A sync pass skips what the last good pass read the same (issue 18, measured part): chunks
+of the source found byte for byte, and a file whose identity has not changed, while no pass
+has written since; what is not the same is read line by line as before."""
+
+import json
+import os
+import time
+from unittest.mock import patch
+
+import pytest
+
+from convoys import beadfile
+from convoys.models import Bead, Event, Memory, SourcedRecord
+from convoys.services import sync
+
+
+def bead(i, **fields):
+    return {
+        "id": f"gt-m{i:03d}",
+        "title": f"Bead {i}",
+        "status": "open",
+        "priority": 2,
+        "issue_type": "task",
+        "created_at": "2026-11-30T09:00:00Z",
+        **fields,
+    }
+
+
+def write(path, lines):
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of about three lines, a window of about ten: a small file spans many."""
+    monkeypatch.setattr(sync, "CHUNK", 300)
+    monkeypatch.setattr(sync, "WINDOW", 1000)
+    monkeypatch.setattr(sync, "HEAD", 16)
+
+
+@pytest.fixture
+def town(tmp_path):
+    path = tmp_path / "town.jsonl"
+    write(path, [bead(i) for i in range(40)])
+    return path
+
+
+def checked():
+    """Counts the records the checks read (a known line is not read)."""
+    calls = []
+    original = beadfile._check
+
+    def check(record):
+        calls.append(record.get("id"))
+        return original(record)
+
+    return calls, patch("convoys.beadfile._check", side_effect=check)
+
+
+def looked_up():
+    """Counts the lines looked up in the database (a line of a chunk known is not)."""
+    seen = []
+    original = sync._stored
+
+    def stored(ids, lines):
+        seen.extend([*ids, *lines])
+        return original(ids, lines)
+
+    return seen, patch.object(sync, "_stored", side_effect=stored)
+
+
+def test_only_the_changed_lines_are_read_and_written(routes, town, small_chunks):
+    source = sync.FileSource(town)
+    assert sync.sync(source).created == 40
+    assert len(sync._memos[str(town)].chunks) > 5
+    lines = [bead(i) for i in range(40)]
+    lines[17]["title"] = "Renamed in bd"
+    lines.insert(30, bead(99))  # a new line between two chunks
+    write(town, lines)
+    calls, checks = checked()
+    seen, lookups = looked_up()
+    with checks, lookups:
+        report = sync.sync(source)
+    assert (report.created, report.updated, report.missing, report.records) == (1, 1, 0, 41)
+    assert calls == ["gt-m017", "gt-m099"]  # the lines of the chunks around them are known
+    assert 2 <= len(seen) <= 8  # the changed chunks' lines; the others skipped unread
+    assert Bead.objects.get(pk="gt-m017").title == "Renamed in bd"
+    calls, checks = checked()
+    with checks:
+        report = sync.sync(source)  # the new chunks are known in turn
+    assert report.changed == 0 and report.records == 41 and calls == []
+    del lines[5]  # a line dropped: the source is read again for its ids
+    write(town, lines)
+    report = sync.sync(source)
+    assert (report.missing, report.records) == (1, 40)
+    assert SourcedRecord.objects.get(pk="gt-m005").missing_since is not None
+    calls, checks = checked()
+    with checks:
+        report = sync.sync(source)
+    assert report.changed == 0 and report.records == 40 and calls == []
+
+
+def test_a_bad_line_after_skipped_chunks_names_its_line_and_changes_nothing(
+    routes, town, small_chunks
+):
+    source = sync.FileSource(town)
+    sync.sync(source)
+    text = town.read_text().splitlines(keepends=True)
+    text[2] = text[2].replace("Bead 2", "Closed in bd").replace('"open"', '"closed"')
+    text[33] = '{"id": "gt-m033", "title": \n'
+    town.write_text("".join(text))
+    events = Event.objects.count()
+    with pytest.raises(sync.SyncFailed, match=rf"{town}:34: "):
+        sync.sync(source)
+    assert Event.objects.count() == events and Bead.objects.get(pk="gt-m002").status == "open"
+
+
+def test_a_memory_line_in_a_skipped_chunk_is_still_compared(routes, town, small_chunks):
+    lines = [json.dumps(bead(i)) for i in range(40)]
+    memory = json.dumps({"_type": "memory", "key": "town", "value": "the mayor's"})
+    lines.insert(20, memory)
+    town.write_text("\n".join(lines) + "\n")
+    source = sync.FileSource(town)
+    sync.sync(source)
+    assert Memory.objects.get(key="town").line == memory
+    Memory.objects.filter(key="town").update(line="{}")  # changed by an import meanwhile
+    calls, checks = checked()
+    with checks:
+        report = sync.sync(source)
+    assert report.changed == 0 and calls == []
+    assert Memory.objects.get(key="town").line == memory
+
+
+def test_a_file_unchanged_since_the_last_pass_is_not_read(routes, town):
+    old = time.time() - 60
+    os.utime(town, (old, old))
+    source = sync.FileSource(town)
+    sync.sync(source)
+    with patch.object(sync, "_Lines", side_effect=AssertionError("the file was read")):
+        report = sync.sync(source)
+    assert report.records == 40 and report.changed == 0
+    write(town, [bead(i, title="Renamed") if i == 3 else bead(i) for i in range(40)])
+    report = sync.sync(source)  # a new modification time: read
+    assert report.updated == 1
+
+
+def test_a_file_just_modified_is_read_even_with_the_same_identity(routes, town):
+    source = sync.FileSource(town)
+    sync.sync(source)
+    assert sync._memos[str(town)].identity is None  # modified too recently to be trusted
+    calls, checks = checked()
+    with checks:
+        report = sync.sync(source)
+    assert report.changed == 0 and calls == []  # read (its chunks known), not parsed
+
+
+def test_a_pass_of_another_source_makes_the_memo_stale(routes, town, tmp_path, small_chunks):
+    source = sync.FileSource(town)
+    sync.sync(source)
+    other = tmp_path / "other.jsonl"
+    write(other, [bead(7, title="From the other town")])
+    assert sync.sync(sync.FileSource(other)).updated == 1  # takes gt-m007 over
+    report = sync.sync(source)  # its chunks unchanged, but the memo's token is gone
+    assert report.updated == 1 and Bead.objects.get(pk="gt-m007").title == "Bead 7"
+    assert SourcedRecord.objects.get(pk="gt-m007").source == str(town)
+
+
+def test_a_command_source_is_compared_by_chunks(routes, town, small_chunks):
+    source = sync.source_for(f"cmd:cat {town}")
+    assert sync.sync(source).created == 40
+    calls, checks = checked()
+    with checks:
+        report = sync.sync(source)
+    assert report.changed == 0 and calls == []
+    write(town, [bead(i, status="closed") if i == 39 else bead(i) for i in range(40)])
+    calls, checks = checked()
+    with checks:
+        report = sync.sync(source)
+    assert report.updated == 1 and len(calls) <= 3
+
+
+def test_a_long_line_across_windows_is_read_whole(routes, town, small_chunks):
+    source = sync.FileSource(town)
+    sync.sync(source)
+    lines = [bead(i) for i in range(40)]
+    lines[10]["description"] = "x" * 5000  # longer than the window
+    write(town, lines)
+    report = sync.sync(source)
+    assert report.updated == 1 and Bead.objects.get(pk="gt-m010").description == "x" * 5000
