@@ -6,7 +6,7 @@ it); every rule is the service's."""
 from collections.abc import Callable
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -17,14 +17,16 @@ from .services.errors import NotFound, ServiceError
 
 
 def _run(request: HttpRequest, call: Callable[[], str], target: tuple[str, str]) -> HttpResponse:
-    """Run a control; a missing row is a 404, a refusal a 400 naming what is wrong."""
+    """Run a control; a missing row is a 404, a refusal goes back to the page with a message
+    naming what is wrong (nothing changed), as the page's other buttons do."""
     try:
         line = call()
     except NotFound as exc:
         raise Http404(str(exc))
     except ServiceError as exc:
-        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
-    messages.success(request, line)
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, line)
     return redirect(*target)
 
 
@@ -79,7 +81,8 @@ def acknowledge(request: HttpRequest, convoy_id: str) -> HttpResponse:
     except NotFound as exc:
         raise Http404(str(exc))
     except ServiceError as exc:
-        return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
+        messages.error(request, str(exc))
+        return back(request, reverse("convoy", args=[convoy_id]))
     row = found.row
     messages.success(
         request,

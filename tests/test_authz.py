@@ -92,7 +92,7 @@ PAGES = {
     # whoever may view convoys may acknowledge a stuck one's escalation (400: not escalated)
     "convoys/<id:convoy_id>/ack/": [
         ("GET", "/convoys/{convoy}/ack/", None, (405,) * 5),
-        ("POST", "/convoys/{convoy}/ack/", {}, (L, 403, 400, 400, 400)),
+        ("POST", "/convoys/{convoy}/ack/", {}, (L, 403, 302, 302, 302)),
         ("POST", f"/convoys/{MISSING}/ack/", {}, (L, 403, 404, 404, 404)),
     ],
     # the convoy page's time slider (JSON) and its visit report: whoever may view convoys

@@ -238,11 +238,13 @@ def test_acknowledge_from_the_inbox_and_the_convoy_page(stuck, people):
     got = alice.post(f"/convoys/{other.pk}/ack/", {"next": "https://evil.example/"})
     assert (got.status_code, got["Location"]) == (302, f"/convoys/{other.pk}/")
     assert Escalation.objects.get(pk=other.pk).acknowledged_by == "web:alice"
-    # Not escalated: a 400 naming why, nothing changed.
+    # Not escalated: back to the page, which says why; nothing changed.
     bead("gt-calm")
     calm = convoys.create("Calm", ["gt-calm"], owner="alice")
-    refused = alice.post(f"/convoys/{calm.pk}/ack/")
-    assert refused.status_code == 400 and b"is not escalated" in refused.content
+    refused = alice.post(f"/convoys/{calm.pk}/ack/", follow=True)
+    assert refused.redirect_chain == [(f"/convoys/{calm.pk}/", 302)]
+    assert "is not escalated" in refused.content.decode()
+    assert not Escalation.objects.filter(pk=calm.pk).exists()
 
 
 def test_claims_are_single_under_two_scanners(stuck):

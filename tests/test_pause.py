@@ -155,7 +155,12 @@ def test_convoy_page_pause_and_resume_buttons(paused_chain):
     editor.post(f"/convoys/{convoy.pk}/pause/", {"reason": "lunch"})
     convoy.refresh_from_db()
     assert (convoy.paused_by, convoy.pause_reason) == ("web:editor", "lunch")
-    assert editor.post(f"/convoys/{convoy.pk}/pause/", {"reason": "y" * 501}).status_code == 400
+    # A refusal: back to the page, which names what is wrong; nothing changed.
+    refused = editor.post(f"/convoys/{convoy.pk}/pause/", {"reason": "y" * 501}, follow=True)
+    assert refused.redirect_chain == [(f"/convoys/{convoy.pk}/", 302)]
+    assert "reason" in [str(m) for m in refused.context["messages"]][-1]
+    convoy.refresh_from_db()
+    assert convoy.pause_reason == "lunch"
     assert editor.post("/convoys/hq-cv-nope/pause/").status_code == 404
     assert editor.get(f"/convoys/{convoy.pk}/pause/").status_code == 405
 
