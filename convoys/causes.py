@@ -6,7 +6,8 @@ holds, in this order, is the cause:
   unknown               not in the store
   not-slingable         a type that is never dispatched, a status that holds it (deferred,
                         blocked, pinned, hooked with nobody assigned), or no rig
-  paused                a convoy tracking it is paused (the claim refuses it)
+  paused                a convoy tracking it is paused (the claim refuses it); a bead a live
+                        worker holds is working still (a pause stops no work under way)
   blocked               open blockers that are work (their ids)
   gated                 open blockers that are decisions or other non-work beads (their ids)
   rig-parked/-docked    its rig is parked or docked
@@ -170,7 +171,9 @@ def decide(facts: Facts) -> Cause:
             "reason": "no-rig",
             "text": "no rig: its id's prefix routes to none",
         }
-    if facts.paused:
+    # A pause stops new dispatches, not work under way: a live worker's bead is working.
+    held = row.status in ACTIVE_WORK_STATUSES and bool(row.assignee) and not facts.ready
+    if facts.paused and not held:
         first = facts.paused[0]
         return {
             "kind": "paused",

@@ -86,6 +86,12 @@ def test_the_first_kind_that_holds_is_the_cause():
     assert kind(row=row(rig_state="docked")) == "rig-docked"
     assert kind(row=row(status="hooked", assignee="w"), ready=False) == "working"
     assert kind(row=row(status="hooked", assignee="w"), ready=True) == "dead-worker"
+    # A pause stops new dispatches: work under way is still working; a dead worker's bead
+    # waits for the resume (no rescue while paused).
+    paused = [Pause("hq-cv-1", "ann", NOW, "release freeze")]
+    held = row(status="in_progress", assignee="w")
+    assert kind(row=held, ready=False, paused=paused) == "working"
+    assert kind(row=held, ready=True, paused=paused) == "paused"
     # Cooling and capacity are about dispatching: a bead that is not ready is not waiting.
     assert kind(row=row(status="hooked", assignee="w"), cooling_until=NOW) == "working"
 
