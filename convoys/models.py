@@ -355,6 +355,19 @@ class SourcedRecord(models.Model):
         return cls.objects.in_bulk(list(ids))
 
 
+class SyncMemo(models.Model):
+    """What the last good pass over a sync source read, for the next pass in any process
+    (convoys/services/sync.py): the chunks of the source, good while the token it names is
+    the one every writing pass sets anew."""
+
+    source = models.CharField(max_length=500, primary_key=True)
+    token = models.BigIntegerField()
+    chunks = models.BinaryField()
+
+    def __str__(self) -> str:
+        return self.source
+
+
 class Subscription(models.Model):
     """A user's wish to hear about one convoy, or about every convoy (convoy empty)."""
 

@@ -4,14 +4,18 @@ has written since; what is not the same is read line by line as before."""
 
 import json
 import os
+import subprocess
+import sys
 import time
 from unittest.mock import patch
 
 import pytest
 
 from convoys import beadfile
-from convoys.models import Bead, Event, Memory, SourcedRecord
+from convoys.models import Bead, Event, Memory, SourcedRecord, SyncMemo
 from convoys.services import sync
+
+from .conftest import ROOT, child_env
 
 
 def bead(i, **fields):
@@ -187,3 +191,42 @@ def test_a_long_line_across_windows_is_read_whole(routes, town, small_chunks):
     write(town, lines)
     report = sync.sync(source)
     assert report.updated == 1 and Bead.objects.get(pk="gt-m010").description == "x" * 5000
+
+
+def test_the_memo_is_shared_with_the_next_pass_in_another_process(routes, town, small_chunks):
+    source = sync.FileSource(town)
+    sync.sync(source)
+    assert SyncMemo.objects.get(source=str(town)).token == sync._token()
+    sync._memos.clear()  # another process: only the stored memo
+    write(town, [bead(i, status="closed") if i == 20 else bead(i) for i in range(40)])
+    seen, lookups = looked_up()
+    with lookups:
+        report = sync.sync(source)
+    assert report.updated == 1 and 1 <= len(seen) <= 4
+    sync._memos.clear()
+    seen, lookups = looked_up()
+    with lookups:
+        report = sync.sync(source)  # the memo the writing pass stored
+    assert report.changed == 0 and seen == []
+    SyncMemo.objects.update(chunks=b"")  # would fail to decode: not read when not current
+    sync._bump()
+    assert sync.sync(source).changed == 0
+
+
+def test_ids_sum_the_same_in_every_process():
+    code = (
+        "import django; django.setup(); from convoys.services import sync; "
+        "print(sync._id_sum([['gt-a', 'gt-b']]))"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env=child_env(DJANGO_SETTINGS_MODULE="convoyweb.settings", PYTHONHASHSEED=seed),
+        ).stdout
+        for seed in (1, 2)
+    }
+    assert runs == {f"{sync._id_sum([['gt-a', 'gt-b']])}\n"}

@@ -12,13 +12,15 @@ Most lines of a pass are the lines of the last one: each record's row keeps a ha
 it was last read from, and a line whose hash is stored (looked up a batch of lines at a time)
 is handed to the checks blank (its line number kept), so an unchanged pass costs a hash per
 line and a query per batch rather than a parse and a check, in any process. Cheaper still, a
-process keeps a memo of its last good pass over a source: the source cut in chunks of whole
+memo of the last good pass over a source (kept by its process, and stored in a SyncMemo row
+for the others: the task cluster's workers take turns): the source cut in chunks of whole
 lines (about CHUNK bytes), each with a digest, its line count, the count and hash sum of its
 ids and its memory lines. A pass finds those chunks byte for byte in the source and skips them
 (a digest over 64 KB rather than a lookup per line), reading line by line only what lies
-between; the memo holds while the token it saw (a Cursor row every pass that writes sets anew)
-is still the database's. A file source whose identity (device, inode, size, modification
-time) is the one that pass read, modified at least RACY_NS before it, is not read at all.
+between; the memo holds while the token it saw (a Cursor row every pass that writes sets anew,
+in its transaction) is still the database's. A file source whose identity (device, inode,
+size, modification time) is the one this process's last pass read, modified at least RACY_NS
+before it, is not read at all.
 
 A pass streams: it holds a batch of lines, not the source (a command's output is spooled to a
 temporary file). Records the source no longer has are found by comparing the count and a hash
@@ -61,7 +63,16 @@ from django.utils import timezone
 from .. import beadfile
 from ..beadfile import BadLine
 from ..events import record_many
-from ..models import Bead, Convoy, Cursor, Lease, Memory, SourcedRecord, SyncSource
+from ..models import (
+    Bead,
+    Convoy,
+    Cursor,
+    Lease,
+    Memory,
+    SourcedRecord,
+    SyncMemo,
+    SyncSource,
+)
 from . import discovered, jsonl, leases
 from .errors import ServiceError
 
@@ -297,12 +308,18 @@ def _pass(source: Source, routes_path: str | os.PathLike[str] | None, actor: str
     if token is None:  # none set yet (a database new, or older than the token)
         token = _bump()
     memo = _memos.get(source.name)
-    if memo is not None and memo.token != token:
-        memo = None
+    if memo is None or memo.token != token:
+        memo = _load(source.name, token)  # the last good pass ran in another process
     stream = source.open()
     with stream:
         identity = source.identity(stream)
-        if memo and not routes_path and identity is not None and identity == memo.identity:
+        if (
+            memo
+            and not routes_path
+            and identity is not None
+            and identity == memo.identity
+            and _memories_stored(memo.memories())
+        ):
             report.records = report.unchanged = memo.records  # the file as the last pass read it
             return report
         # First without a transaction (no write lock: SQLite takes it at BEGIN): most passes
@@ -311,14 +328,17 @@ def _pass(source: Source, routes_path: str | os.PathLike[str] | None, actor: str
         found = _scan(lines)
         if found is not None and not routes_path and _nothing_to_write(lines, *found):
             report.records = report.unchanged = lines.count
-            _remember(source.name, lines, token, identity, opened)
+            # Stored for other processes when what is stored is not this (a write, but rare:
+            # the source changed and nothing to write, or the memo's first pass).
+            store = memo is None or memo.chunks != lines.chunks
+            _remember(source.name, lines, token, identity, opened, store)
             return report
         with transaction.atomic():
             if memo and _token() != token:  # a pass of another source wrote since: read afresh
                 found, memo = None, None
             lines = _write(report, source, stream, lines, found, memo, routes_path, actor)
             token = _bump()
-    _remember(source.name, lines, token, identity, opened)
+            _remember(source.name, lines, token, identity, opened, store=True)
     return report
 
 
@@ -336,14 +356,89 @@ def _bump() -> int:
 
 
 def _remember(
-    name: str, lines: "_Lines", token: int, identity: tuple[int, ...] | None, opened: int
+    name: str,
+    lines: "_Lines",
+    token: int,
+    identity: tuple[int, ...] | None,
+    opened: int,
+    store: bool,
 ) -> None:
-    """Keep this good pass's chunks of the source for the next pass of this process. Its
-    file identity only when the file was last modified RACY_NS before the pass opened it
-    (so a change made as the pass read it cannot keep the same modification time)."""
+    """Keep this good pass's chunks of the source for the next pass of this process, and
+    (`store`) of any process. Its file identity, for this process only, and only when the
+    file was last modified RACY_NS before the pass opened it (so a change made as the pass
+    read it cannot have kept the same modification time)."""
     if identity is not None and identity[-1] > opened - RACY_NS:
         identity = None
-    _memos[name] = _Memo(token, lines.chunks, identity, lines.count, (lines.count, lines.sum))
+    memo = _Memo(token, lines.chunks, identity, lines.count, (lines.count, lines.sum))
+    _memos[name] = memo
+    if store:
+        SyncMemo.objects.update_or_create(
+            source=name, defaults={"token": token, "chunks": _encode(memo)}
+        )
+
+
+def _load(name: str, token: int) -> "_Memo | None":
+    """The memo another process stored of its last good pass over this source, if it still
+    holds (its token is `token`)."""
+    blob = (
+        SyncMemo.objects.filter(source=name, token=token).values_list("chunks", flat=True).first()
+    )
+    if blob is None:
+        return None
+    memo = _decode(token, bytes(blob))
+    _memos[name] = memo
+    return memo
+
+
+def _encode(memo: "_Memo") -> bytes:
+    """A memo as stored (JSON; its file identity left out: another process reads it)."""
+    return orjson.dumps(
+        {
+            "records": memo.records,
+            "present": [memo.present[0], format(memo.present[1], "x")],
+            "chunks": [
+                [
+                    c.digest.hex(),
+                    c.size,
+                    c.head.decode("latin-1"),
+                    c.lines,
+                    c.count,
+                    format(c.total, "x"),
+                    [list(m) for m in c.memories],
+                ]
+                for c in memo.chunks
+            ],
+        }
+    )
+
+
+def _decode(token: int, blob: bytes) -> "_Memo":
+    """A stored memo (`_encode`)."""
+    data = orjson.loads(blob)
+    chunks = [
+        _Chunk(
+            bytes.fromhex(digest),
+            size,
+            head.encode("latin-1"),
+            lines,
+            count,
+            int(total, 16),
+            tuple(beadfile.MemoryLine(*m) for m in memories),
+        )
+        for digest, size, head, lines, count, total, memories in data["chunks"]
+    ]
+    count, total = data["present"]
+    return _Memo(token, chunks, None, data["records"], (count, int(total, 16)))
+
+
+def _memories_stored(memories: list[beadfile.MemoryLine]) -> bool:
+    """Whether these memory lines are stored as they are."""
+    if not memories:
+        return True
+    stored = dict(
+        Memory.objects.filter(key__in=[m.key for m in memories]).values_list("key", "line")
+    )
+    return all(stored.get(m.key) == m.line for m in memories)
 
 
 def _records(
@@ -393,12 +488,7 @@ def _nothing_to_write(
 ) -> bool:
     """True when the scan found every record line known, the memory lines stored as they
     are, and the records stored as present those read."""
-    if pending:
-        return False
-    stored = dict(
-        Memory.objects.filter(key__in=[m.key for m in memories]).values_list("key", "line")
-    )
-    if any(stored.get(m.key) != m.line for m in memories):
+    if pending or not _memories_stored(memories):
         return False
     return lines.present() == (lines.count, lines.sum)
 
@@ -460,14 +550,20 @@ def _present_ids(name: str) -> Iterator[list[str]]:
             yield [row[0] for row in chunk]
 
 
+def _id_hash(item_id: str) -> int:
+    """A 64-bit hash of an id, the same in every process (a memo is shared)."""
+    data = item_id.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
 def _id_sum(chunks: Iterable[list[str]]) -> tuple[int, int]:
     """Count and sum (mod 2**64) of the hashes of the ids in `chunks` (lists of ids): equal
     for two id lists exactly when they hold the same ids, duplicates included (but for a
-    2**-64 chance; Python's string hash is the same throughout one process)."""
+    2**-64 chance)."""
     count = total = 0
     for ids in chunks:
         count += len(ids)
-        total = (total + sum(map(hash, ids))) & ID_SUM_MASK
+        total = (total + sum(map(_id_hash, ids))) & ID_SUM_MASK
     return count, total
 
 
@@ -497,6 +593,10 @@ class _Memo:
     identity: tuple[int, ...] | None
     records: int
     present: tuple[int, int]
+
+    def memories(self) -> list[beadfile.MemoryLine]:
+        """The memory lines of its chunks."""
+        return [m for chunk in self.chunks for m in chunk.memories]
 
 
 _memos: dict[str, _Memo] = {}
