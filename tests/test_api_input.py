@@ -160,8 +160,16 @@ def test_well_typed_bodies_still_work(token):
 def test_an_unknown_api_path_is_a_json_404(db):
     from django.test import Client
 
-    for method, url in (("patch", "/api/beads/"), ("patch", "/api/beads/a%2Fb"), ("get", "/api/x")):
-        response = getattr(Client(), method)(url)
+    # With CSRF checks on, as for a real client: a POST to no operation is a JSON 404 too,
+    # not the CSRF failure page (nothing is written there).
+    paths = (
+        ("patch", "/api/beads/"),
+        ("patch", "/api/beads/a%2Fb"),
+        ("post", "/api/convoys/a%2Fb/pause"),
+        ("get", "/api/x"),
+    )
+    for method, url in paths:
+        response = getattr(Client(enforce_csrf_checks=True), method)(url)
         assert response.status_code == 404
         assert response["Content-Type"] == "application/json"
         assert response.json()["detail"].startswith("no API operation at /api/")
