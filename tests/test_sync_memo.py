@@ -230,3 +230,20 @@ def test_ids_sum_the_same_in_every_process():
         for seed in (1, 2)
     }
     assert runs == {f"{sync._id_sum([['gt-a', 'gt-b']])}\n"}
+
+
+def test_chunks_moved_or_many_dropped_are_still_found(routes, town, small_chunks):
+    source = sync.FileSource(town)
+    sync.sync(source)
+    lines = town.read_text().splitlines(keepends=True)
+    town.write_text("".join(lines[21:] + lines[:21]))  # the first half moved to the end
+    seen, lookups = looked_up()
+    with lookups:
+        report = sync.sync(source)
+    assert report.changed == 0 and report.records == 40 and len(seen) <= 8
+    lines = town.read_text().splitlines(keepends=True)
+    town.write_text("".join(lines[:5] + lines[25:]))  # twenty lines in a row dropped
+    seen, lookups = looked_up()
+    with lookups:
+        report = sync.sync(source)
+    assert report.missing == 20 and report.records == 20 and len(seen) <= 8

@@ -92,14 +92,13 @@ ID_SUM_MASK = 2**64 - 1
 # more, it reads the source again inside its transaction.
 SCAN_KEPT = 2 * jsonl.BATCH
 LEADING_ID = re.compile(rb'\{\s*"id"\s*:\s*"([^"\\]+)"')  # a line that starts with its id
-# A process keeps the chunks of its last good pass over a source (`_Memo`): whole lines of
-# at least CHUNK bytes, each known by a digest and its first HEAD bytes. A pass reads the
-# source WINDOW bytes at a time, skips a chunk found byte for byte, and where one is not,
-# looks for the next LOOK chunks in the next WINDOW bytes.
+# The memo of the last good pass over a source (`_Memo`) holds its chunks: whole lines of at
+# least CHUNK bytes, each known by a digest and its first HEAD bytes. A pass reads the
+# source WINDOW bytes at a time, skips a chunk found byte for byte, and where the next one
+# is not, looks for any at the line starts of the next WINDOW bytes.
 CHUNK = 64 * 1024
 HEAD = 64
 WINDOW = 1024 * 1024
-LOOK = 8
 # The memo is good while the database holds its token: every pass that writes (any
 # source's) sets a new one, in the Cursor row of this name.
 TOKEN = "sync"
@@ -611,17 +610,20 @@ class _Segments:
     """A source's stream in big blocks, as (True, chunk) for each chunk of the last good
     pass found here byte for byte, and (False, bytes) for the lines between (whole lines, up
     to about WINDOW bytes at a time; a line longer than max_line is handed on as it is, for
-    the checks to refuse). Where a chunk is not found, the next LOOK chunks are looked for
-    in the next WINDOW bytes, at a line start."""
+    the checks to refuse). Chunks are expected in their order; where the next one is not
+    found, any chunk is looked for at each line start of the next WINDOW bytes (by its first
+    HEAD bytes), so a line changed, added or dropped costs the chunk it is in."""
 
     def __init__(self, stream: IO[bytes], chunks: list[_Chunk], max_line: int) -> None:
         self.stream, self.chunks, self.max_line = stream, chunks, max_line
+        self.heads: dict[bytes, list[int]] | None = None  # first HEAD bytes -> chunk indexes
         self.buf = b""
         self.pos = 0
         self.eof = False
 
     def _fill(self, need: int) -> None:
-        """At least `need` bytes from `pos` in the buffer, unless the stream ends first."""
+        """At least `need` bytes from `pos` in the buffer, unless the stream ends first (the
+        buffer may start afresh at `pos`: offsets from `pos` hold, positions do not)."""
         if len(self.buf) - self.pos >= need or self.eof:
             return
         parts = [self.buf[self.pos :]]
@@ -635,27 +637,33 @@ class _Segments:
             have += len(block)
         self.buf, self.pos = b"".join(parts), 0
 
-    def _is(self, chunk: _Chunk, at: int) -> bool:
-        """Whether the chunk's bytes are at `at` (an offset from `pos`)."""
-        self._fill(at + chunk.size)
-        start = self.pos + at
+    def _is(self, chunk: _Chunk, offset: int) -> bool:
+        """Whether the chunk's bytes are at `offset` from `pos`."""
+        self._fill(offset + chunk.size)
+        start = self.pos + offset
         if len(self.buf) - start < chunk.size:
             return False
         return _digest(memoryview(self.buf)[start : start + chunk.size]) == chunk.digest
 
-    def _found(self, index: int) -> tuple[int, int] | None:
-        """(chunk index, offset from `pos`) of the first of the LOOK chunks from `index` that
-        is in the next WINDOW bytes at a line start, or None."""
-        self._fill(WINDOW)
-        for j in range(index, min(index + LOOK, len(self.chunks))):
-            chunk = self.chunks[j]
-            at = self.buf.find(chunk.head, self.pos, self.pos + WINDOW)
-            while at != -1:
-                if at == self.pos or self.buf[at - 1] == 0x0A:
-                    offset = at - self.pos
-                    if self._is(chunk, offset):
-                        return j, offset
-                at = self.buf.find(chunk.head, at + 1, self.pos + WINDOW)
+    def _found(self) -> tuple[int, int] | None:
+        """(chunk index, offset from `pos`) of the first chunk found at a line start in the
+        next WINDOW bytes, or None."""
+        if self.heads is None:
+            self.heads = {}
+            for index, chunk in enumerate(self.chunks):
+                if len(chunk.head) == HEAD:  # (a shorter one is only found where expected)
+                    self.heads.setdefault(chunk.head, []).append(index)
+        self._fill(WINDOW + HEAD)
+        offset, limit = 0, min(WINDOW, len(self.buf) - self.pos)
+        while offset < limit:
+            at = self.pos + offset
+            for index in self.heads.get(self.buf[at : at + HEAD], ()):
+                if self._is(self.chunks[index], offset):
+                    return index, offset
+            end = self.buf.find(b"\n", self.pos + offset, self.pos + limit)
+            if end == -1:
+                break
+            offset = end + 1 - self.pos
         return None
 
     def _lines(self) -> bytes:
@@ -672,26 +680,25 @@ class _Segments:
         return piece
 
     def __iter__(self) -> Iterator[tuple[bool, Any]]:
-        index = 0
+        index = 0  # the chunk expected next
         while True:
             self._fill(1)
             if self.pos >= len(self.buf):
                 return
-            if index < len(self.chunks):
-                if self._is(self.chunks[index], 0):
-                    self.pos += self.chunks[index].size
-                    index += 1
-                    yield True, self.chunks[index - 1]
-                    continue
-                found = self._found(index)
-                if found is not None:
-                    index, offset = found
-                    if offset:
-                        piece = self.buf[self.pos : self.pos + offset]
-                        self.pos += offset
-                        yield False, piece
-                    continue
-            yield False, self._lines()
+            if index < len(self.chunks) and self._is(self.chunks[index], 0):
+                self.pos += self.chunks[index].size
+                index += 1
+                yield True, self.chunks[index - 1]
+                continue
+            found = self._found() if self.chunks else None
+            if found is None:
+                yield False, self._lines()
+                continue
+            index, offset = found
+            if offset:
+                piece = self.buf[self.pos : self.pos + offset]
+                self.pos += offset
+                yield False, piece
 
 
 class _Lines:
