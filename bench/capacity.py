@@ -178,7 +178,7 @@ def main():
     from django_q.brokers import get_broker
 
     get_broker().purge_queue()  # nothing left over from an earlier run on this Redis
-    from convoys.api import create_token
+    from convoys.services.tokens import create_token
 
     token = create_token(User.objects.create_superuser("bench", "b@localhost", "x"), "bench")
     port = free_port()

@@ -43,9 +43,9 @@ def main():
     url = setup()
     from django.contrib.auth.models import User
 
-    from convoys.api import create_token
     from convoys.models import Bead
     from convoys.services import beads, convoys, rigs
+    from convoys.services.tokens import create_token
 
     rigs.upsert_route("gt-", "gastown")
     user = User.objects.create_superuser("soak", "soak@localhost", "pw-pw-pw-123")

@@ -38,7 +38,7 @@ from .selectors import convoy_graph
 from .services import beads as bead_service
 from .services import controls, escalation, feeding, launch, staging
 from .services.errors import NotFound, ServiceError
-from .services.tokens import create_token, digest  # noqa: F401 (create_token: tests import it here)
+from .services.tokens import digest
 
 
 class BearerToken(HttpBearer):

@@ -510,7 +510,7 @@ def token_admin(client):
 
 def test_a_token_cannot_be_pointed_at_another_user(token_admin):
     client, mallory, root = token_admin
-    from convoys.api import create_token
+    from convoys.services.tokens import create_token
 
     raw = create_token(mallory, "laptop")
     token = ApiToken.objects.get()

@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from convoys.api import create_token
 from convoys.models import Bead, Event
+from convoys.services.tokens import create_token
 
 from .factories import bead
 

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 from schemathesis.core.parameters import ParameterLocation
 
-from convoys.api import api, create_token
+from convoys.api import api
 from convoys.models import Bead, Event
+from convoys.services.tokens import create_token
 
 from .factories import bead, blocks
 

@@ -5,9 +5,9 @@ from django.contrib.auth.models import Permission, User
 from django.core.management.base import CommandError
 from django.test import Client
 
-from convoys.api import create_token
 from convoys.models import Convoy, Event
 from convoys.services import staging
+from convoys.services.tokens import create_token
 
 from .factories import bead, blocks, child, epic_of, staged_on_parked_rig
 from .factories import command as cli

@@ -18,9 +18,9 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from convoys.api import create_token
 from convoys.models import Bead, Convoy
 from convoys.services import convoys, notify
+from convoys.services.tokens import create_token
 
 from .conftest import ROOT
 

@@ -11,11 +11,11 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 
 from convoys import ids
-from convoys.api import create_token
 from convoys.dispatchers import CommandDispatcher
 from convoys.models import Bead, Convoy, Dependency, Rig, TrackedBead
 from convoys.services import beads, convoys, jsonl, rigs, sling
 from convoys.services.errors import ServiceError
+from convoys.services.tokens import create_token
 
 from .factories import bead
 

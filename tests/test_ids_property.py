@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
 
 from convoys import ids
-from convoys.api import create_token
 from convoys.models import Bead, Convoy
 from convoys.services import beads, convoys, sling
+from convoys.services.tokens import create_token
 
 from .test_live import communicator, has, make_user, receive_until, session_cookie
 

@@ -14,8 +14,8 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from convoys.api import create_token
 from convoys.models import Convoy
+from convoys.services.tokens import create_token
 
 from .conftest import (
     child_env,

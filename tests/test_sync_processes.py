@@ -16,8 +16,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db.models import Count
 
-from convoys.api import create_token
 from convoys.models import Bead, Convoy, Dispatch
+from convoys.services.tokens import create_token
 
 from .conftest import free_port, log_file
 from .test_processes import FAST, _real_cluster, output, start, stop, survivors, wait_for  # noqa: F401

@@ -9,9 +9,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from convoys.api import create_token
 from convoys.models import Bead, Convoy, Event, Notification, Subscription
 from convoys.services import beads, convoys, staging
+from convoys.services.tokens import create_token
 
 from .factories import bead, blocks, child
 
