@@ -20,10 +20,3 @@ def die_with_parent(parent_pid: int, sig: signal.Signals = signal.SIGKILL) -> bo
     if os.getppid() != parent_pid:  # the parent died before the request took effect
         os.kill(os.getpid(), sig)
     return True
-
-
-def supported() -> bool:
-    try:
-        return hasattr(ctypes.CDLL(None), "prctl")
-    except OSError:
-        return False

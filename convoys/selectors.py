@@ -36,7 +36,7 @@ from .models import (
     TrackedBead,
     Worker,
 )
-from .readiness import blocked_by, ready_beads
+from .readiness import blocked_by, is_ready, ready_beads
 from .rows import (  # noqa: F401  (Changes, changes_since, TrackedRow: read through selectors too)
     GRAPH_KINDS,
     LISTING_KINDS,
@@ -703,11 +703,6 @@ class ConvoyPage:
     bpage: int = 1
     critical_length: int = 0
 
-    @property
-    def cause_summary(self) -> str:
-        """ "3 blocked, 1 gated, 2 working"."""
-        return ", ".join(f"{n} {causemod.word(kind)}" for kind, n in self.causes)
-
     def affected(self, bead_ids: Iterable[str]) -> set[str]:
         """The tracked beads whose row or node a change of `bead_ids` may alter: those beads
         and the beads they block (their readiness and blockers change)."""
@@ -973,7 +968,7 @@ class BeadState:
 
 def bead_state(bead: Bead, now: datetime | None = None) -> BeadState:
     return BeadState(
-        ready=ready_beads(Bead.objects.filter(pk=bead.pk), now).exists(),
+        ready=is_ready(bead, now),
         blocked_by=blocked_by([bead.pk]).get(bead.pk, []),
         cause=causemod.for_bead(bead.pk, now),
     )

@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Any
 
 import networkx as nx
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
 
@@ -302,7 +301,3 @@ def since_visit(convoy: Convoy, previous: ConvoyVisit | None, as_of: int) -> Sin
         )
     )
     return SinceVisit(previous.at, previous.seq, changed)
-
-
-def previous_visit(user: AbstractBaseUser, convoy: Convoy) -> ConvoyVisit | None:
-    return ConvoyVisit.objects.filter(user=user, convoy_id=convoy.pk).first()

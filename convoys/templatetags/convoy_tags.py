@@ -1,7 +1,6 @@
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
 
 from django import template
 from django.template import Context
@@ -12,14 +11,6 @@ from .. import formatting
 from ..selectors import status_class
 
 register = template.Library()
-
-
-@register.simple_tag(takes_context=True)
-def qs(context: Context, **changes: Any) -> str:
-    """The current query string with some keys changed (every view state lives in the URL)."""
-    data = {k: v for k, v in context["request"].GET.items() if v}
-    data.update(changes)
-    return "?" + urlencode({k: v for k, v in data.items() if v not in ("", None)})
 
 
 @register.filter
