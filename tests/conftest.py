@@ -252,3 +252,11 @@ def django_db_setup(django_db_setup, django_db_blocker):
         for conn in connections.all(initialized_only=True):
             if getattr(conn, "pool", None) is not None:
                 conn.close_pool()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Browser tests start a server, a cluster and Chromium: each is `slow` (out of the fast
+    loop, `-m "not slow"`) whether or not its module says so."""
+    for item in items:
+        if item.get_closest_marker("browser") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)

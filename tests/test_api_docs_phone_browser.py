@@ -21,7 +21,7 @@ def test_api_docs_fit_a_phone(browser, server):  # noqa: F811
     page.goto(server + "/api/docs")
     page.wait_for_selector(".opblock", timeout=20000)
     page.locator(".opblock-summary").first.click()  # an operation opened: its body fits too
-    page.wait_for_timeout(300)
+    page.wait_for_selector(".opblock.is-open .opblock-body", timeout=10000)
     layout_width, scroll_width = page.evaluate(
         "[window.innerWidth, document.scrollingElement.scrollWidth]"
     )
