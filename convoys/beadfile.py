@@ -162,11 +162,12 @@ def export_timestamp(value: datetime | None, kept: str | None = None) -> str | N
     return format_timestamp(value, zone)
 
 
-def _text_of(value: datetime, kept: str) -> tuple[str | None, tzinfo | None]:
-    """(the imported text, were it of `value`; its zone) from a whole text or a tail."""
+def _text_of(value: datetime, kept: str) -> tuple[str | None, tzinfo]:
+    """(the imported text, were it of `value`; its zone) from a whole text or a tail.
+    (A parsed time always has a zone: `parse_timestamp` refuses a naive one.)"""
     if kept[0].isdigit():
         parsed = _parsed(kept)
-        return kept, parsed.tzinfo if parsed else UTC
+        return kept, (parsed.tzinfo or UTC) if parsed else UTC
     parsed = _parsed("2000-01-01T00:00:00" + kept)
     if parsed is None:
         return None, UTC
@@ -174,7 +175,7 @@ def _text_of(value: datetime, kept: str) -> tuple[str | None, tzinfo | None]:
         local = value.astimezone(parsed.tzinfo)
     except OverflowError:
         return None, UTC
-    return local.replace(tzinfo=None).isoformat()[:19] + kept, parsed.tzinfo
+    return local.replace(tzinfo=None).isoformat()[:19] + kept, parsed.tzinfo or UTC
 
 
 def _parsed(text: str) -> datetime | None:
@@ -654,7 +655,7 @@ class SeenIds:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.pending = {}
+        self.pending: dict[str, int] = {}
         self.db = sqlite3.connect("")
         self.db.execute("CREATE TABLE seen (id TEXT PRIMARY KEY, line INTEGER) WITHOUT ROWID")
 
@@ -669,14 +670,14 @@ class SeenIds:
         if not pending:
             return
         ids = list(pending)
-        earlier = {}
+        earlier: dict[str, int] = {}
         for start in range(0, len(ids), 900):
             part = ids[start : start + 900]
             marks = ", ".join("?" * len(part))
             query = f"SELECT id, line FROM seen WHERE id IN ({marks})"
             earlier.update(self.db.execute(query, part))
         if earlier:
-            bead_id = min(earlier, key=pending.get)
+            bead_id = min(earlier, key=pending.__getitem__)
             raise self._duplicate(bead_id, pending[bead_id], earlier[bead_id])
         self.db.executemany("INSERT INTO seen VALUES (?, ?)", pending.items())
 

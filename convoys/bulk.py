@@ -22,7 +22,7 @@ from django.db import connection, models
 def _sqlite_datetime(value: datetime | str) -> str:
     """What Django's SQLite backend stores: naive UTC in str(datetime) format. Takes a
     datetime, or RFC 3339 text with a time zone (as the importer has it, already checked)."""
-    if type(value) is str:
+    if isinstance(value, str):
         return _sqlite_text(value)
     if value.tzinfo is UTC:
         return value.isoformat(sep=" ")[:-6]  # drop "+00:00"
@@ -31,7 +31,7 @@ def _sqlite_datetime(value: datetime | str) -> str:
     return value.isoformat(sep=" ")
 
 
-_OFFSETS = {}
+_OFFSETS: dict[str, timedelta] = {}
 
 
 def _sqlite_text(text: str) -> str:
@@ -64,10 +64,12 @@ def _json(value: object) -> str:
 
 
 def _datetime_value(value: datetime | str) -> datetime:
-    return datetime.fromisoformat(value) if type(value) is str else value
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
-def _converters(field: models.Field) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
+def _converters(
+    field: "models.Field[Any, Any]",
+) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
     """(to stored, from stored) for a column that needs converting, else None."""
     if isinstance(field, models.DateTimeField):
         if connection.vendor == "sqlite":

@@ -101,7 +101,12 @@ def render_findings(title: str, findings: Sequence[Finding]) -> str:
 def tree_json(dag: DAG, input_kind: str, root: str | None = None) -> list[dict[str, Any]]:
     def entry(node_id: str, seen: set[str]) -> dict[str, Any]:
         node = dag.nodes[node_id]
-        data = {"id": node.id, "title": node.title, "type": node.type, "status": node.status}
+        data: dict[str, Any] = {
+            "id": node.id,
+            "title": node.title,
+            "type": node.type,
+            "status": node.status,
+        }
         if node.rig:
             data["rig"] = node.rig
         kids = [c for c in sorted(set(node.children)) if c not in seen]
@@ -116,12 +121,17 @@ def tree_json(dag: DAG, input_kind: str, root: str | None = None) -> list[dict[s
 
 
 def waves_json(dag: DAG, waves: Iterable[Iterable[str]]) -> list[dict[str, Any]]:
-    result = []
+    result: list[dict[str, Any]] = []
     for number, wave in enumerate(waves, start=1):
-        tasks = []
+        tasks: list[dict[str, Any]] = []
         for node_id in wave:
             node = dag.nodes[node_id]
-            task = {"id": node.id, "title": node.title, "type": node.type, "rig": node.rig}
+            task: dict[str, Any] = {
+                "id": node.id,
+                "title": node.title,
+                "type": node.type,
+                "rig": node.rig,
+            }
             if node.blocked_by:
                 task["blocked_by"] = sorted(node.blocked_by)
             tasks.append(task)

@@ -6,6 +6,7 @@ Rows are written only by `convoys.services`; models hold single-object rules.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Self
 
 from django.conf import settings
 from django.db import models
@@ -350,7 +351,7 @@ class SourcedRecord(models.Model):
         return self.id
 
     @classmethod
-    def of(cls, ids: Iterable[str]) -> dict[str, SourcedRecord]:
+    def of(cls, ids: Iterable[str]) -> dict[str, Self]:
         """{id: SourcedRecord} of those of `ids` that came from a sync source."""
         return cls.objects.in_bulk(list(ids))
 

@@ -147,7 +147,7 @@ def classify(
     if not open_:
         return result
     rows, status_of, ready = loaded if loaded is not None else _load(open_, now)
-    per_convoy = {c.pk: [] for c in open_}
+    per_convoy: dict[str, list[str]] = {c.pk: [] for c in open_}
     for convoy_id, bead_id in rows:
         if convoy_id in per_convoy:
             per_convoy[convoy_id].append(bead_id)
@@ -212,7 +212,8 @@ def _first_pass(
         return Verdict(STUCK, text, "complete", [], len(ids), [Cause("complete", text)])
     dispatchable = [i for i in unfinished if i in ready and i not in cooling]
     busy = [i for i in unfinished if i not in ready and statuses.get(i) in ACTIVE_WORK_STATUSES]
-    capped = bool(convoy.max_in_flight) and len(busy) >= convoy.max_in_flight
+    limit = convoy.max_in_flight
+    capped = bool(limit and len(busy) >= limit)
     if dispatchable and not capped:
         text = f"{len(dispatchable)} ready, nobody on them"
         return Verdict(FEEDABLE, text, "ready", dispatchable, len(ids))
@@ -275,7 +276,7 @@ def _explain(
             for row in beads.values_list("id", "status", "assignee", "issue_type", "rig_id")
         }
         unfinished = beads.exclude(status__in=(*DONE_STATUSES, *ACTIVE_WORK_STATUSES))
-        blockers = blocked_by(unfinished.values("pk"))
+        blockers = blocked_by(unfinished.values_list("pk", flat=True))
         targets = {t for ts in blockers.values() for t in ts}
         target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
     rig_states = dict(Rig.objects.values_list("name", "state"))
@@ -283,7 +284,7 @@ def _explain(
     for convoy_id, ids in per_convoy.items():
         verdict = verdicts[convoy_id]
         members = set(ids)
-        found = {}
+        found: dict[str, list[tuple[str, str]]] = {}
         for bead_id in ids:
             bead = info.get(bead_id)
             if bead is not None and not _stalled(bead_id, bead[0], ready, cooling):

@@ -1,17 +1,19 @@
 """Read models of a convoy's story over time: the per-wave timeline (Gantt), the time
 slider's step and "since your last visit". The replay itself is pure (`history`)."""
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import networkx as nx
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
 
+from . import dag as dagmod
 from . import history
 from .models import Convoy, ConvoyVisit, Event, TrackedBead
+from .rows import TrackedRow
 from .selectors import COLLAPSE_AT, OVERVIEW_AT, SEGMENTS, ConvoyPage, _wave_rows, bead_url_maker
 from .snapshots import Snapshot
 
@@ -28,7 +30,7 @@ PHASE_WORDS = {
 
 def blocking_edges(edges: Iterable[tuple[str, str, str]]) -> dict[str, list[tuple[str, str]]]:
     """{bead: [(target, type)]} of the blocking edges among (issue, target, type)."""
-    out = {}
+    out: dict[str, list[tuple[str, str]]] = {}
     for issue, target, dep_type in edges:
         if dep_type in history.BLOCKING_TYPES:
             out.setdefault(issue, []).append((target, dep_type))
@@ -46,9 +48,9 @@ VALUES = {
 
 
 def _as_events(rows: Iterable[Sequence[Any]]) -> list[history.Ev]:
-    out = []
+    out: list[history.Ev] = []
     for seq, kind, bead, convoy, at, status, assignee, reason in rows:
-        data = {"status": status, "assignee": assignee}
+        data: dict[str, Any] = {"status": status, "assignee": assignee}
         if reason is not None:
             data["close_reason"] = reason
         out.append(history.Ev(seq, kind, bead, convoy, at, data))
@@ -68,7 +70,7 @@ def stream(convoy: Convoy, targets: Sequence[str] = ()) -> tuple[QuerySet[Event]
 
 def events(parts: Iterable[QuerySet[Event]], upto: int | None = None) -> list[history.Ev]:
     """The events of `parts` (querysets) in log order, up to seq `upto`."""
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for part in parts:
         part = part if upto is None else part.filter(seq__lte=upto)
         rows += part.annotate(**VALUES).values_list(*FIELDS)
@@ -78,7 +80,7 @@ def events(parts: Iterable[QuerySet[Event]], upto: int | None = None) -> list[hi
 
 def seqs(parts: Iterable[QuerySet[Event]]) -> list[int]:
     """Every seq of `parts`, sorted (the slider's steps)."""
-    out = []
+    out: list[int] = []
     for part in parts:
         out += part.values_list("seq", flat=True)
     out.sort()
@@ -89,8 +91,8 @@ def seqs(parts: Iterable[QuerySet[Event]]) -> list[int]:
 @dataclass
 class Gantt:
     wave: int | None
-    waves: list  # wave numbers to choose from
-    rows: list  # [{id, href, state, bars: [{phase, x, width, title}]}]
+    waves: list[int]  # wave numbers to choose from
+    rows: list[dict[str, Any]]  # [{id, href, state, bars: [{phase, x, width, title}]}]
     hidden: int
     start: datetime | None
     end: datetime | None
@@ -102,7 +104,6 @@ class Gantt:
         return _duration(self.idle_longest)
 
     steps: int = 0  # events in the slider's stream
-    ticks: list = field(default_factory=list)
 
 
 def gantt(
@@ -200,17 +201,21 @@ class Step:
     at: datetime
     kind: str
     bead_id: str
-    states: dict  # {bead: page state}: done, active, ready, blocked, unknown (the DAG's st-*)
-    waves: list  # wave rows as the page's wave table draws them
+    states: dict[
+        str, str
+    ]  # {bead: page state}: done, active, ready, blocked, unknown (the DAG's st-*)
+    waves: list[dict[str, Any]]  # wave rows as the page's wave table draws them
     frontier: int | None
-    counts: dict  # the head's summary as it was: each segment, total, percent, percent_complete
+    counts: dict[
+        str, Any
+    ]  # the head's summary as it was: each segment, total, percent, percent_complete
 
 
 def step(
     convoy: Convoy,
     snapshot: Snapshot,
-    graph: nx.DiGraph,
-    waves: Sequence[Sequence[str]],
+    graph: dagmod.DAG,
+    waves: list[list[str]],
     number: int,
 ) -> Step | None:
     """The convoy page's progress after the `number`-th event of its stream (1-based; clamped
@@ -228,13 +233,13 @@ def step(
     tracked = snapshot.tracked
     state = {b: run.state(b) for b in tracked}
     ready = {b for b, s in state.items() if s == "ready"}
-    beads = {}
+    beads: dict[str, TrackedRow] = {}
     for b in tracked:
         row = snapshot.beads.get(b)
         status = run.status.get(b)
         if row is not None and status is not None:
             beads[b] = row._replace(status=status)
-    counts = {"done": 0, "active": 0, "ready": 0, "blocked": 0, "unknown": 0}
+    counts: dict[str, Any] = {"done": 0, "active": 0, "ready": 0, "blocked": 0, "unknown": 0}
     for s in state.values():
         counts[s] += 1
     counts["failed"] = 0  # a past dispatch failure is not replayed as a state
@@ -272,10 +277,17 @@ def step(
 
 
 def _past_wave_rows(
-    *args: Any, chips: int | None = None
+    waves: list[list[str]],
+    beads: dict[str, TrackedRow],
+    ready_ids: AbstractSet[str],
+    graph: dagmod.DAG,
+    state: Callable[[str], str],
+    href: Callable[[str], str],
+    big: bool,
+    chips: int | None = None,
 ) -> tuple[list[dict[str, Any]], int | None]:
     """The page's wave rows, without causes: why a bead waited then is not replayed."""
-    return _wave_rows(*args, why={}, chips=chips)
+    return _wave_rows(waves, beads, ready_ids, graph, state, href, big, why={}, chips=chips)
 
 
 # --- since your last visit -------------------------------------------------------------------
@@ -283,7 +295,7 @@ def _past_wave_rows(
 class SinceVisit:
     at: datetime
     seq: int
-    beads: list  # changed tracked bead ids, sorted
+    beads: list[str]  # changed tracked bead ids, sorted
     hidden: int = 0
 
 
