@@ -11,9 +11,9 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from .edit_views import actor, back, needs
 from .services import controls, escalation
 from .services.errors import NotFound, ServiceError
+from .web import actor, back, needs
 
 
 def _run(request: HttpRequest, call: Callable[[], str], target: tuple[str, str]) -> HttpResponse:

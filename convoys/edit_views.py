@@ -5,24 +5,20 @@ Forms validate shapes; every rule is the services' and a refusal is shown as a f
 (HTTP 400), with nothing written.
 """
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from .models import SLINGABLE_TYPES, Bead, Convoy, Rig
 from .services import authoring, feeding, rigs
 from .services import beads as bead_service
 from .services.errors import NotFound, ServiceError
+from .web import actor, back, needs
 
 BEAD_TYPES = [t for t in SLINGABLE_TYPES if t] + ["decision"]
 PRIORITIES = [(p, f"P{p}") for p in range(5)]
@@ -34,32 +30,6 @@ DEPENDENCY_TYPES = (
     "parent-child",
     "related",
 )
-
-
-def needs(perm: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """Login, then the model permission (403 without it)."""
-
-    def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        @wraps(view)
-        def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if not request.user.has_perm(perm):
-                raise PermissionDenied(f"You need the {perm.split('.')[1]} permission.")
-            return view(request, *args, **kwargs)
-
-        return login_required(checked)
-
-    return wrap
-
-
-def actor(request: HttpRequest) -> str:
-    return f"web:{request.user.username}"
-
-
-def back(request: HttpRequest, fallback: str) -> HttpResponse:
-    target = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        return redirect(target)
-    return redirect(fallback)
 
 
 class CreateForm(forms.Form):

@@ -13,7 +13,7 @@ from . import selectors, snapshots, timeline
 from .events import last_seq
 from .models import Convoy
 from .services import visits
-from .views import viewer
+from .web import viewer
 
 
 def _convoy(convoy_id: str) -> Convoy:

@@ -4,11 +4,11 @@ Every page is made of named fragments (`convoys.fragments`): the same templates 
 full page and answer its live requests."""
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required, permission_required
+from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -31,8 +31,8 @@ from .services import beads as bead_service
 from .services import capacity, escalation, feeding, launch, notify, staging
 from .services import convoys as convoy_service
 from .services.errors import ServiceError
+from .web import VIEW, actor, back, viewer
 
-VIEW = "convoys.view_convoy"
 DASHBOARD_SORTS = [
     ("age", "Newest"),
     ("-age", "Oldest"),
@@ -60,19 +60,6 @@ def unread_count(request: HttpRequest) -> dict[str, Any]:
         "unread_count": Notification.objects.filter(user=user, read_at__isnull=True).count(),
         "subscribed_ids": ",".join("*" if c is None else c for c in subscribed),
     }
-
-
-def viewer(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    return login_required(permission_required(VIEW, raise_exception=True)(view))
-
-
-def _actor(request: HttpRequest) -> str:
-    return f"web:{request.user.username}"
-
-
-def _back(request: HttpRequest, fallback: str) -> HttpResponse:
-    target = request.POST.get("next") or fallback
-    return redirect(target if target.startswith("/") else fallback)
 
 
 def _base(request: HttpRequest) -> dict[str, Any]:
@@ -238,31 +225,31 @@ def convoy_action(request: HttpRequest, convoy_id: str, action: str) -> HttpResp
     needed = {"subscribe": VIEW, "unsubscribe": VIEW}.get(action, "convoys.change_convoy")
     if not request.user.has_perm(needed):
         raise PermissionDenied("You may not change convoys.")
-    actor = _actor(request)
+    who = actor(request)
     try:
         if action == "launch":
-            result = launch.launch([convoy_id], force=request.POST.get("force") == "1", actor=actor)
+            result = launch.launch([convoy_id], force=request.POST.get("force") == "1", actor=who)
             ok = sum(1 for r in result.dispatched if r["ok"])
             messages.success(
                 request, f"Launched {convoy_id}: {ok} dispatched, {len(result.skipped)} skipped."
             )
         elif action == "check":  # staged: re-stage in place; open: land, or say why not
-            ok, line = feeding.check_report(convoy_id, actor=actor)
+            ok, line = feeding.check_report(convoy_id, actor=who)
             (messages.success if ok else messages.warning)(request, line)
         elif action == "close":
             convoy_service.close(
                 convoy_id,
                 reason=request.POST.get("reason", ""),
                 force=request.POST.get("force") == "1",
-                actor=actor,
+                actor=who,
             )
             messages.success(request, f"Closed {convoy_id}.")
         elif action == "land":
-            convoy_service.land(convoy_id, force=request.POST.get("force") == "1", actor=actor)
+            convoy_service.land(convoy_id, force=request.POST.get("force") == "1", actor=who)
             messages.success(request, f"Landed {convoy_id}.")
         elif action == "add":
             ids = request.POST.get("ids", "").replace(",", " ").split()
-            _, added, reopened = convoy_service.add(convoy_id, ids, actor=actor)
+            _, added, reopened = convoy_service.add(convoy_id, ids, actor=who)
             messages.success(
                 request,
                 f"Added {len(added)} bead(s)" + (" and reopened the convoy." if reopened else "."),
@@ -281,7 +268,7 @@ def convoy_action(request: HttpRequest, convoy_id: str, action: str) -> HttpResp
             raise Http404("unknown action")
     except ServiceError as exc:
         messages.error(request, str(exc))
-    return _back(request, reverse("convoy", args=[convoy_id]))
+    return back(request, reverse("convoy", args=[convoy_id]))
 
 
 # --- stage ------------------------------------------------------------------------------------
@@ -298,7 +285,7 @@ def stage(request: HttpRequest) -> HttpResponse:
             raise PermissionDenied("You may not stage convoys.")
         try:
             if request.POST.get("do") == "stage":
-                plan = staging.stage(ids, title, actor=_actor(request))
+                plan = staging.stage(ids, title, actor=actor(request))
                 if not plan.errors:
                     verb = "Re-staged" if plan.restaged else "Staged"
                     words = formatting.status_words(plan.status)
@@ -311,7 +298,7 @@ def stage(request: HttpRequest) -> HttpResponse:
                 if not request.user.has_perm("convoys.change_convoy"):
                     raise PermissionDenied("You may not launch convoys.")
                 result = launch.launch(
-                    ids, force=request.POST.get("force") == "1", title=title, actor=_actor(request)
+                    ids, force=request.POST.get("force") == "1", title=title, actor=actor(request)
                 )
                 messages.success(
                     request,
@@ -391,17 +378,17 @@ def bead_action(request: HttpRequest, bead_id: str, action: str) -> HttpResponse
     try:
         if action == "close":
             bead_service.close_bead(
-                bead_id, reason=request.POST.get("reason", ""), actor=_actor(request)
+                bead_id, reason=request.POST.get("reason", ""), actor=actor(request)
             )
             messages.success(request, f"Closed {bead_id}.")
         elif action == "reopen":
-            bead_service.reopen_bead(bead_id, actor=_actor(request))
+            bead_service.reopen_bead(bead_id, actor=actor(request))
             messages.success(request, f"Reopened {bead_id}.")
         else:
             raise Http404("unknown action")
     except ServiceError as exc:
         messages.error(request, str(exc))
-    return _back(request, reverse("bead", args=[bead_id]))
+    return back(request, reverse("bead", args=[bead_id]))
 
 
 @login_required

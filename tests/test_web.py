@@ -115,6 +115,20 @@ def test_convoy_actions(world, admin_user):
     assert Convoy.objects.get(pk=world).status == "open"
 
 
+def test_after_a_post_the_way_back_stays_on_this_site(world, admin_user):
+    """`next` may name a page of this site; another host (a protocol-relative //host too)
+    falls back to the page the button was on."""
+    client = logged_in(admin_user)
+    page = f"/convoys/{world}/"
+    for target in ("//evil.example/", "https://evil.example/", "///evil.example", ""):
+        got = client.post(f"/convoys/{world}/subscribe/", {"next": target})
+        assert (got.status_code, got["Location"]) == (302, page), target
+        got = client.post("/beads/gt-c/reopen/", {"next": target})
+        assert (got.status_code, got["Location"]) == (302, "/beads/gt-c/"), target
+    got = client.post(f"/convoys/{world}/unsubscribe/", {"next": "/subscriptions/"})
+    assert got["Location"] == "/subscriptions/"
+
+
 def test_bead_close_and_reopen_from_the_bead_page(world, admin_user):
     client = logged_in(admin_user)
     client.post("/beads/gt-c/close/", {"reason": "done"})
