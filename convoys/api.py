@@ -338,11 +338,7 @@ def list_convoys(
     limit: int = Query(200, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     need(request, "view_convoy")
-    queryset = Convoy.objects.order_by("-created_at", "id")
-    if status == "active":
-        queryset = queryset.filter(status__in=("open", "staged_ready", "staged_warnings"))
-    elif status != "all":
-        queryset = queryset.filter(status=status)
+    queryset = selectors.convoys_with_status(status).order_by("-created_at", "id")
     rows = list(queryset[:limit])
     summaries = selectors.convoy_summaries(rows)
     return [_convoy_out(c, summaries[c.pk]) for c in rows]

@@ -20,7 +20,6 @@ from .formatting import ACTOR_CHANNELS, duration, person
 from .ids import quoted_url_segment
 from .models import (
     ACTIVE_WORK_STATUSES,
-    CONVOY_CLOSED,
     CONVOY_OPEN,
     DONE_STATUSES,
     SLINGABLE_TYPES,
@@ -291,17 +290,24 @@ def filter_text(value: str) -> str:
     return value.replace("\x00", "").strip()[:SEARCH_MAX]
 
 
+def convoys_with_status(status: str) -> QuerySet[Convoy]:
+    """The convoys a status filter selects, on the dashboard and in the API: "active" (open
+    or staged), "staged" (ready or with warnings), "all", or one status; any other word
+    selects none."""
+    queryset = Convoy.objects.all()
+    if status == "active":
+        return queryset.filter(status__in=(CONVOY_OPEN, *STAGED_STATUSES))
+    if status == "staged":
+        return queryset.filter(status__in=STAGED_STATUSES)
+    if status == "all":
+        return queryset
+    return queryset.filter(status=status)
+
+
 def dashboard_convoys(params: Params) -> QuerySet[Convoy]:
     """The convoys the dashboard lists for these query parameters (a queryset, unsorted)."""
     params = {key: filter_text(params.get(key) or "") for key in ("status", "rig", "owner", "q")}
-    status = params["status"] or "active"
-    queryset = Convoy.objects.all()
-    if status == "active":
-        queryset = queryset.filter(status__in=(CONVOY_OPEN, *STAGED_STATUSES))
-    elif status == "staged":
-        queryset = queryset.filter(status__in=STAGED_STATUSES)
-    elif status in (CONVOY_OPEN, CONVOY_CLOSED):
-        queryset = queryset.filter(status=status)
+    queryset = convoys_with_status(params["status"] or "active")
     if params.get("rig"):
         rig_beads = Bead.objects.filter(rig_id=params["rig"]).values("id")
         queryset = queryset.filter(tracked__bead_id__in=rig_beads).distinct()
