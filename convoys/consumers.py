@@ -66,7 +66,8 @@ TOO_MANY_REPLAYS = 4429
 def read_db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """Run a long read-only query (a replay) off the event loop, in the default thread pool
     rather than the one database thread (each thread has its own connection, closed after)."""
-    return database_sync_to_async(func, thread_sensitive=False)
+    wrapped: Callable[..., Awaitable[T]] = database_sync_to_async(func, thread_sensitive=False)
+    return wrapped
 
 
 def _topic_groups(user: AbstractUser, topics: Sequence[str]) -> dict[str, str]:
@@ -123,7 +124,7 @@ class UserReplays:
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
-        self.rows = USER_ROWS
+        self.rows: float = USER_ROWS
         self.refilled = time.monotonic()
 
     def may_read(self) -> bool:
@@ -133,7 +134,10 @@ class UserReplays:
         return self.rows > 0
 
 
-_per_loop = weakref.WeakKeyDictionary()  # event loop -> this process's shared limits
+# event loop -> this process's shared limits
+_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _limits() -> dict[str, Any]:
@@ -144,7 +148,7 @@ def _limits() -> dict[str, Any]:
 
 
 def user_replays(pk: int) -> UserReplays:
-    users = _limits()["users"]
+    users: dict[int, UserReplays] = _limits()["users"]
     if pk not in users:
         users[pk] = UserReplays()
     return users[pk]
@@ -175,7 +179,7 @@ def parse_frame(text: str | None) -> dict[str, Any]:
     return message
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels ships no types
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -185,10 +189,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.closing = False
         self.replay_requests = 0
         self.last_request = float("-inf")
-        self.pending_since = None
-        self.replay_timer = None
-        self.sent = collections.deque(maxlen=20000)
-        self.sent_set = set()
+        self.pending_since: int | None = None
+        self.replay_timer: asyncio.Task[None] | None = None
+        self.sent: collections.deque[int] = collections.deque(maxlen=20000)
+        self.sent_set: set[int] = set()
         self.unacked = 0
         relay.ensure_running()
         # Accept before this consumer's own reads (the session was read by wsgate): daphne
@@ -229,8 +233,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 await self.channel_layer.group_add(group, self.channel_name)
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "replay_timer", None):
-            self.replay_timer.cancel()
+        timer = getattr(self, "replay_timer", None)  # None before connect accepted
+        if timer:
+            timer.cancel()
         async with _limits()["layer"]:
             for group in getattr(self, "groups_joined", []):
                 await self.channel_layer.group_discard(group, self.channel_name)

@@ -7,13 +7,14 @@ or `?fragments=a,b`) renders those same templates from the same read model and a
 <seq>` (the sequence number the page shows) lets a view answer only what changed after it.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.template import RequestContext
+from django.template import RequestContext, Template
+from django.template.backends.django import Template as BackendTemplate
 from django.template.loader import get_template
 from django.utils.cache import patch_vary_headers
 
@@ -76,7 +77,7 @@ def respond(
 
 
 def render_fragments(
-    request: HttpRequest, context: Mapping[str, Any], fragments: Sequence[Fragment]
+    request: HttpRequest, context: dict[str, Any], fragments: Sequence[Fragment]
 ) -> dict[str, str]:
     """{id: html}; context processors run once for all of them."""
     if not fragments:
@@ -85,7 +86,7 @@ def render_fragments(
     drawn = [f for f in fragments if f.html is None]
     if not drawn:
         return out
-    templates = {f.template: get_template(f.template).template for f in drawn}
+    templates = {f.template: _django_template(f.template) for f in drawn}
     bound = RequestContext(request, context)
     with bound.bind_template(templates[drawn[0].template]):
         for fragment in drawn:
@@ -93,3 +94,9 @@ def render_fragments(
                 # Only the element: the whitespace around it stays in the page as it was.
                 out[fragment.id] = templates[fragment.template].render(bound).strip()
     return out
+
+
+def _django_template(name: str) -> Template:
+    """The engine's Template inside the Django backend's wrapper, to render with one bound
+    RequestContext (the stubs' engine-neutral wrapper does not name `.template`)."""
+    return cast(BackendTemplate, get_template(name)).template

@@ -14,7 +14,7 @@ from channels.layers import InMemoryChannelLayer as BaseInMemoryChannelLayer
 CLEAN_EVERY = 1.0
 
 
-class InMemoryChannelLayer(BaseInMemoryChannelLayer):
+class InMemoryChannelLayer(BaseInMemoryChannelLayer):  # type: ignore[misc]  # channels ships no types
     _cleaned_at = float("-inf")
 
     def _clean_expired(self) -> None:

@@ -109,9 +109,9 @@ class Relay:
         self.shared = shared  # True with a shared (Redis) layer: lead by lease
         self.layer = get_channel_layer()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:relay"
-        self.prev = {}  # group -> last seq sent to it
-        self.sent_at = {}  # group -> loop time of that send
-        self.position = None
+        self.prev: dict[str, int] = {}  # group -> last seq sent to it
+        self.sent_at: dict[str, float] = {}  # group -> loop time of that send
+        self.position: int | None = None
 
     async def run(self) -> None:
         interval = settings.CONVOY_RELAY_INTERVAL

@@ -15,9 +15,9 @@ import asyncio
 import functools
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 from channels.auth import AuthMiddleware, get_user
@@ -35,6 +35,7 @@ SESSION_SECONDS = 5.0
 MAX_SESSIONS = 10000
 T = TypeVar("T")
 _quick = ThreadPoolExecutor(QUICK_THREADS, thread_name_prefix="ws-quick")
+_Lookups = dict[str | None, tuple[float, asyncio.Future[Any]]]  # session key: (expiry, lookup)
 
 
 def _read_keeping_connection(func: Callable[..., T], *args: Any) -> T:
@@ -66,7 +67,9 @@ class Handshake(HttpRequest):
     def __init__(self, scope: Scope) -> None:
         super().__init__()
         self.secure = scope.get("scheme") == "wss"
-        for name, value in scope.get("headers", []):
+        # Only a websocket's scope reaches here (a lifespan scope, which has no headers, does not).
+        headers = cast("Iterable[tuple[bytes, bytes]]", scope.get("headers", []))
+        for name, value in headers:
             key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
             self.META[key] = value.decode("latin-1")
 
@@ -83,7 +86,8 @@ def origin_allowed(scope: Scope) -> bool:
         own = f"{request.scheme}://{request.get_host()}"
     except DisallowedHost:
         return False
-    csrf = CsrfViewMiddleware(lambda request: None)
+    # Only its origin lists are read: get_response is never called.
+    csrf = CsrfViewMiddleware(lambda request: None)  # type: ignore[arg-type]
     if origin.lower() == own.lower() or origin in csrf.allowed_origins_exact:
         return True
     scheme, _, netloc = origin.partition("://")
@@ -100,25 +104,32 @@ class OriginGate:
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
         if origin_allowed(scope):
-            return await self.app(scope, receive, send)
-        return await WebsocketDenier()(scope, receive, send)
+            await self.app(scope, receive, send)
+        else:
+            await WebsocketDenier()(scope, receive, send)
 
 
-class PooledAuthMiddleware(AuthMiddleware):
+class PooledAuthMiddleware(AuthMiddleware):  # type: ignore[misc]  # channels ships no types
     """channels' AuthMiddleware, reading the session and user through quick_read, and
     remembering a logged-in session's user for SESSION_SECONDS: the pages of one browser
     reconnecting together cost one lookup (and one permission read), not one each; handshakes
     arriving while it runs wait for it. A logout or password change reaches new sockets that
     much later (open ones are not closed by it either way)."""
 
-    lookups = weakref.WeakKeyDictionary()  # event loop -> {session key: (expiry, future)}
+    # event loop -> {session key: (expiry, future)}
+    lookups: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lookups]] = (
+        weakref.WeakKeyDictionary()
+    )
 
-    async def resolve_scope(self, scope: Scope) -> None:
+    async def resolve_scope(self, scope: dict[str, Any]) -> None:
+        """`scope`: channels' scope, the ASGI one with `cookies`, `session` and `user` added."""
         key = scope["cookies"].get(settings.SESSION_COOKIE_NAME)
         recent = self.lookups.setdefault(asyncio.get_running_loop(), {})
         now = time.monotonic()
-        expiry, lookup = recent.get(key, (0, None))
-        if expiry <= now:
+        remembered = recent.get(key)
+        if remembered is not None and remembered[0] > now:
+            lookup = remembered[1]
+        else:
             if len(recent) > MAX_SESSIONS:
                 recent.clear()
             # get_user.func: channels' lookup itself, without its thread_sensitive wrapper
@@ -130,7 +141,7 @@ class PooledAuthMiddleware(AuthMiddleware):
 
 
 def _forget_unless_user(
-    recent: dict[str | None, tuple[float, asyncio.Future[Any]]],
+    recent: _Lookups,
     key: str | None,
     lookup: asyncio.Future[Any],
 ) -> None:
