@@ -2,19 +2,23 @@
 next dispatch. Each part runs in a process of its own, on a fresh database.
 
 - times: a generated bd JSONL source of --beads beads (as bench/import.py makes them), synced
-  once, then passes timed: the source unchanged, and the source with --changed records
+  once, then passes timed: the source unchanged (in this process, and as in another one:
+  what this process keeps of its last pass dropped), and the source with --changed records
   rewritten (a new title each run, every fifth one closed), each the median over --runs.
 - memory: at 1x and --scale x the size, the source synced once (creating the beads), then a
-  new process runs two unchanged passes and a pass with --changed records; its peak RSS above its own RSS before the first pass is what
-  the passes took. Flat means the 5x figure is about the 1x one.
+  new process runs two unchanged passes and a pass with --changed records; its peak RSS
+  above its own RSS before the first pass is what the passes took. Flat means the 5x figure is about the 1x one.
 - lag: a town of --filler generated beads plus a chain of --closes + 1 beads, launched; a real
   task cluster (`manage.py cluster`) with CONVOY_SYNC_SOURCES set to the town and
   CONVOY_SYNC_INTERVAL=1. The bench closes the chain's beads one at a time in the town's file
   (a random 0-1 s apart, so closes fall anywhere between two ticks) and measures from the
-  file's rename to the next bead's dispatch row: p50, p99 and max (goal p99 < 1.5 s).
+  file's rename to the next bead's dispatch row: p50, p99 and max (goal p99 < 1.5 s), and
+  the two parts of it (to the pass that wrote the bead.closed event, and from there to the
+  dispatch). --busy N runs N processes that only burn CPU meanwhile (a loaded machine);
+  --verbose prints each lag and the cluster's pass times, and keeps its log.
 
     .venv/bin/python bench/sync.py [--beads 100000] [--changed 100] [--runs 5] [--scale 5]
-        [--closes 60] [--filler 1000] [--parts times,memory,lag]
+        [--closes 60] [--filler 1000] [--busy 0] [--parts times,memory,lag] [--verbose]
 """
 
 import argparse
@@ -23,6 +27,7 @@ import json
 import logging
 import os
 import random
+import re
 import resource
 import shutil
 import subprocess
@@ -87,11 +92,15 @@ def part_times(args, folder):
     source = sync.FileSource(path)
     first, report = timed(sync.sync, source)
     print(f"first pass: {report.created:,} beads created in {first:.1f} s")
-    unchanged, changed = [], []
+    unchanged, changed, elsewhere = [], [], []
     for run in range(args.runs):
         seconds, report = timed(sync.sync, source)
         assert report.changed == 0, report
         unchanged.append(seconds)
+        getattr(sync, "_memos", {}).clear()  # as in another process: only what is stored
+        seconds, report = timed(sync.sync, source)
+        assert report.changed == 0, report
+        elsewhere.append(seconds)
         rewrite(original, path, args.beads, args.changed, run)
         seconds, report = timed(sync.sync, source)
         assert report.updated == args.changed, report
@@ -104,6 +113,10 @@ def part_times(args, folder):
         f"records {median(changed):.2f} s (goal < 2 s)"
     )
     print(f"  unchanged runs: {', '.join(f'{s:.2f}' for s in unchanged)}")
+    print(
+        f"  unchanged, in another process (nothing of this one's kept): median "
+        f"{median(elsewhere):.2f} s, runs {', '.join(f'{s:.2f}' for s in elsewhere)}"
+    )
     print(f"  changed runs:   {', '.join(f'{s:.2f}' for s in changed)}")
 
 
@@ -229,6 +242,8 @@ def part_lag(args, folder):
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    # Processes that only burn CPU (--busy): the passes and the dispatch on a loaded machine.
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     rng = random.Random(1)
     lags, seen = [], []
     try:
@@ -259,12 +274,16 @@ def part_lag(args, folder):
             )
             seen.append(closed.timestamp() - written if closed else float("nan"))
     finally:
+        for burner in busy:
+            burner.kill()
+            burner.wait()
         cluster.terminate()
         cluster.wait(60)
         log.close()
     print(
         f"close written to the source -> next dispatch, CONVOY_SYNC_INTERVAL=1, a town of "
-        f"{args.filler + len(chain):,} beads, {len(lags)} closes: p50 {median(lags):.2f} s, "
+        f"{args.filler + len(chain):,} beads, {len(lags)} closes"
+        f"{f', {args.busy} CPU burners' if args.busy else ''}: p50 {median(lags):.2f} s, "
         f"p99 {percentile(lags, 99):.2f} s (goal < 1.5 s), max {max(lags):.2f} s"
     )
     # The lag in two: the close written -> the pass that saw it wrote its bead.closed event,
@@ -278,6 +297,15 @@ def part_lag(args, folder):
     if args.verbose:
         print("  lags (close->seen+seen->dispatched):")
         print("  " + " ".join(f"{s:.2f}+{t:.2f}" for s, t in zip(seen, then, strict=True)))
+        passes = [
+            float(m[1])
+            for m in re.finditer(r"seconds=([0-9.]+)", (folder / "cluster.log").read_text())
+        ]
+        if passes:
+            print(
+                f"  the cluster's {len(passes)} passes: p50 {median(passes):.3f} s, p99 "
+                f"{percentile(passes, 99):.3f} s, max {max(passes):.3f} s"
+            )
         print(f"  the cluster's log: {folder / 'cluster.log'}")
 
 
@@ -306,6 +334,7 @@ def main():
     parser.add_argument("--filler", type=int, default=1000)
     parser.add_argument("--parts", default="times,memory,lag")
     parser.add_argument("--verbose", action="store_true", help="each lag, in two parts")
+    parser.add_argument("--busy", type=int, default=0, help="CPU-burning processes (lag)")
     parser.add_argument("--part", help=argparse.SUPPRESS)  # one part, in this process
     args = parser.parse_args()
     if args.part:
@@ -313,7 +342,7 @@ def main():
         PARTS[args.part](args, folder)
         return
     argv = []
-    for name in ("beads", "changed", "runs", "scale", "closes", "filler"):
+    for name in ("beads", "changed", "runs", "scale", "closes", "filler", "busy"):
         argv += [f"--{name}", str(getattr(args, name))]
     argv += ["--verbose"] if args.verbose else []
     for part in args.parts.split(","):
