@@ -5,7 +5,7 @@ import statistics
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple, TypedDict
 
 from django.contrib.auth.models import User
 from django.core.cache import cache
@@ -49,7 +49,38 @@ from .rows import (  # noqa: F401  (Changes, changes_since, TrackedRow: read thr
 from .services import notify
 
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
-Summary = dict[str, Any]  # a convoy's counts per segment, percents, state (see `summarise`)
+
+
+class Summary(TypedDict):
+    """A convoy's progress (`summarise`): beads per segment, their total and percents, when
+    its beads last changed, the one stranded rule's verdict."""
+
+    done: int
+    active: int
+    failed: int
+    ready: int
+    blocked: int
+    unknown: int
+    total: int
+    last_activity: datetime
+    spin: bool  # a spin warning in the last hour
+    percent: dict[str, float]  # per segment
+    percent_complete: int  # 100 only when all are done
+    state: stranding.Verdict
+    stranded: bool
+
+
+class ConvoyGraph(NamedTuple):
+    """What `convoy_graph` reads of a convoy: its tracked ids (in order), their rows, the DAG,
+    the waves and the gated beads."""
+
+    tracked: list[str]
+    beads: dict[str, TrackedRow]
+    graph: dagmod.DAG
+    waves: list[list[str]]
+    gated: list[dagmod.Gated]
+
+
 Params = Mapping[str, str]  # a page's query parameters (request.GET)
 # (graph, waves, gated, gates): what a snapshot's graph is built into
 Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[snapshots.Gate]]
@@ -172,30 +203,37 @@ def summarise(
     updated_at)}, the ready bead ids, the spinning convoy ids, `stranding.classify` and the
     beads whose last dispatch failed. With `latest` ({convoy id: its beads' latest update}),
     `beads` need only hold (status,)."""
-    result: dict[str, Summary] = {}
+    counts: dict[str, dict[str, int]] = {}
+    last: dict[str, datetime] = {}
     for convoy in convoys:
-        result[convoy.pk] = dict.fromkeys(SEGMENTS, 0) | {
-            "total": 0,
-            "last_activity": convoy.updated_at,
-            "spin": convoy.pk in spin,
-        }
+        counts[convoy.pk] = dict.fromkeys(SEGMENTS, 0)
         newest = latest.get(convoy.pk) if latest is not None else None
-        if newest is not None:
-            result[convoy.pk]["last_activity"] = max(convoy.updated_at, newest)
+        last[convoy.pk] = max(convoy.updated_at, newest) if newest else convoy.updated_at
     for convoy_id, bead_id in rows:
         status, *updated = beads.get(bead_id, (None, None))
-        summary = result[convoy_id]
-        summary[segment_for(bead_id, status, ready_ids, failed_ids)] += 1
-        summary["total"] += 1
-        if latest is None and updated[0] is not None and updated[0] > summary["last_activity"]:
-            summary["last_activity"] = updated[0]
-    for convoy_id, summary in result.items():
-        total = summary["total"] or 1
-        summary["percent"] = {k: round(100 * summary[k] / total, 2) for k in SEGMENTS}
-        summary["percent_complete"] = 100 * summary["done"] // total  # 100 only when all done
-        # The one stranded rule (stranding.py): kind, reason and badge words.
-        summary["state"] = verdicts[convoy_id]
-        summary["stranded"] = verdicts[convoy_id].stranded
+        counts[convoy_id][segment_for(bead_id, status, ready_ids, failed_ids)] += 1
+        if latest is None and updated[0] is not None and updated[0] > last[convoy_id]:
+            last[convoy_id] = updated[0]
+    result: dict[str, Summary] = {}
+    for convoy_id, n in counts.items():
+        total = sum(n.values())
+        share = total or 1
+        result[convoy_id] = Summary(
+            done=n["done"],
+            active=n["active"],
+            failed=n["failed"],
+            ready=n["ready"],
+            blocked=n["blocked"],
+            unknown=n["unknown"],
+            total=total,
+            last_activity=last[convoy_id],
+            spin=convoy_id in spin,
+            percent={k: round(100 * n[k] / share, 2) for k in SEGMENTS},
+            percent_complete=100 * n["done"] // share,  # 100 only when all are done
+            # The one stranded rule (stranding.py): kind, reason and badge words.
+            state=verdicts[convoy_id],
+            stranded=verdicts[convoy_id].stranded,
+        )
     return result
 
 
@@ -394,9 +432,7 @@ def bead_url_maker() -> Callable[[str], str]:
     return lambda bead_id: template.replace("__ID__", quoted_url_segment(bead_id))
 
 
-def convoy_graph(
-    convoy: Convoy, snapshot: snapshots.Snapshot | None = None
-) -> tuple[list[str], dict[str, TrackedRow], dagmod.DAG, list[list[str]], list[dagmod.Gated]]:
+def convoy_graph(convoy: Convoy, snapshot: snapshots.Snapshot | None = None) -> ConvoyGraph:
     """A convoy's tracked ids, {id: TrackedRow}, DAG, waves, gated beads and raw edges (read,
     or from a `snapshots.Snapshot`, whose graph is built once and carried forward)."""
     if snapshot is not None:
@@ -430,7 +466,7 @@ def convoy_graph(
         ).filter(raw_target__startswith="external:")
         for target, written in raw.values_list("depends_on_id", "raw_target"):
             graph.ghosts.setdefault(target, ("external", written, "unknown"))
-    return tracked, beads, graph, waves, gated
+    return ConvoyGraph(tracked, beads, graph, waves, gated)
 
 
 def _node(row: TrackedRow) -> dagmod.Node:
