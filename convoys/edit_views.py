@@ -5,7 +5,7 @@ Forms validate shapes; every rule is the services' and a refusal is shown as a f
 (HTTP 400), with nothing written.
 """
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
@@ -38,7 +38,9 @@ class CreateForm(forms.Form):
         initial="bead",
         widget=forms.RadioSelect,
     )
-    prefix = forms.ChoiceField(label="Rig (the id's prefix)")
+    # A field named like the form's own `prefix` attribute: the form metaclass moves fields
+    # into base_fields, so BaseForm.prefix (None, set per instance) is untouched.
+    prefix = forms.ChoiceField(label="Rig (the id's prefix)")  # type: ignore[assignment]
     title = forms.CharField(max_length=500)
     issue_type = forms.ChoiceField(
         label="Type (of a bead; an epic's children are tasks)",
@@ -57,7 +59,7 @@ class CreateForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["prefix"].choices = [
+        cast(forms.ChoiceField, self.fields["prefix"]).choices = [
             (prefix, f"{rig} ({prefix}…)") for prefix, rig in authoring.rig_prefixes()
         ]
 

@@ -13,7 +13,7 @@ from . import selectors, snapshots, timeline
 from .events import last_seq
 from .models import Convoy
 from .services import visits
-from .web import viewer
+from .web import AuthenticatedHttpRequest, viewer
 
 
 def _convoy(convoy_id: str) -> Convoy:
@@ -23,11 +23,12 @@ def _convoy(convoy_id: str) -> Convoy:
     return convoy
 
 
-def _number(value: str | None, name: str) -> tuple[int | None, JsonResponse | None]:
+def _number(value: str | None, name: str) -> int | JsonResponse:
+    """The whole number in `value`, or the 400 answer saying it is not one."""
     value = (value or "").strip()
     if not (value.isascii() and value.isdigit() and len(value) < 19):
-        return None, JsonResponse({"detail": f"{name} must be a whole number ≥ 0"}, status=400)
-    return int(value), None
+        return JsonResponse({"detail": f"{name} must be a whole number ≥ 0"}, status=400)
+    return int(value)
 
 
 @require_GET
@@ -35,14 +36,15 @@ def _number(value: str | None, name: str) -> tuple[int | None, JsonResponse | No
 def step(request: HttpRequest, convoy_id: str) -> JsonResponse:
     """`?step=N[&drawn=SEQ]`: the page's progress after the N-th event of the convoy's
     stream (`drawn`: the seq the asking page shows)."""
-    number, error = _number(request.GET.get("step"), "step")
-    if error:
-        return error
-    drawn = None
+    number = _number(request.GET.get("step"), "step")
+    if isinstance(number, JsonResponse):
+        return number
+    drawn: int | None = None
     if request.GET.get("drawn"):
-        drawn, error = _number(request.GET["drawn"], "drawn")
-        if error:
-            return error
+        given = _number(request.GET["drawn"], "drawn")
+        if isinstance(given, JsonResponse):
+            return given
+        drawn = given
     convoy = _convoy(convoy_id)
     now = timezone.now()
     # The beads, edges and waves of the page the slider is on: the snapshot that page was
@@ -94,12 +96,12 @@ def step(request: HttpRequest, convoy_id: str) -> JsonResponse:
 
 @require_POST
 @viewer
-def visit(request: HttpRequest, convoy_id: str) -> JsonResponse:
+def visit(request: AuthenticatedHttpRequest, convoy_id: str) -> JsonResponse:
     """The page reports it was shown as of `seq`: answers the beads changed since this user's
     previous visit (and records this one)."""
-    seq, error = _number(request.POST.get("seq"), "seq")
-    if error:
-        return error
+    seq = _number(request.POST.get("seq"), "seq")
+    if isinstance(seq, JsonResponse):
+        return seq
     convoy = _convoy(convoy_id)
     seq = min(seq, last_seq())
     previous = visits.visit(request.user, convoy, seq, timezone.now())

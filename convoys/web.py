@@ -3,7 +3,7 @@ the actor a change is recorded under, and the safe way back after a POST."""
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -11,8 +11,18 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.http import url_has_allowed_host_and_scheme
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 VIEW = "convoys.view_convoy"
 View = Callable[..., HttpResponse]
+
+
+class AuthenticatedHttpRequest(HttpRequest):
+    """For annotations only: the request a view behind `needs` (login_required) is given,
+    whose user is signed in (django-stubs' pattern; never instantiated)."""
+
+    user: "User"
 
 
 def needs(perm: str) -> Callable[[View], View]:
