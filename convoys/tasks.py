@@ -1,8 +1,6 @@
 """django-q2 entry points: each a few lines calling a service. Tasks are enqueued through
 convoys/queue.py (by dotted name), so nothing below imports this module."""
 
-from typing import Any
-
 from .services import escalation, feeding, notify
 
 
@@ -10,11 +8,11 @@ def feed_town() -> list[str]:
     return [r["id"] for r in feeding.feed_town("event")]
 
 
-def handle_close(seq: int) -> Any:
+def handle_close(seq: int) -> feeding.CloseHandled:
     return feeding.handle_close_event(seq, path="event")
 
 
-def catch_up() -> Any:
+def catch_up() -> feeding.CatchUp:
     return feeding.catch_up()
 
 
