@@ -36,16 +36,14 @@ from .models import (
     Worker,
 )
 from .readiness import blocked_by, is_ready, ready_beads
-from .rows import (  # noqa: F401  (Changes, changes_since, TrackedRow: read through selectors too)
-    GRAPH_KINDS,
-    LISTING_KINDS,
-    Changes,
+from .rows import Changes as Changes  # and changes_since: re-exported, views read them here
+from .rows import (
     Edge,
     TrackedRow,
-    changes_since,
     failed_beads,
     tracked_beads,
 )
+from .rows import changes_since as changes_since
 from .services import notify
 
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")

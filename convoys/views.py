@@ -31,7 +31,7 @@ from .services import beads as bead_service
 from .services import capacity, escalation, feeding, launch, notify, staging
 from .services import convoys as convoy_service
 from .services.errors import ServiceError
-from .web import VIEW, actor, back, viewer
+from .web import VIEW, AuthenticatedHttpRequest, actor, back, viewer
 
 DASHBOARD_SORTS = [
     ("age", "Newest"),
@@ -73,7 +73,8 @@ def _base(request: HttpRequest) -> dict[str, Any]:
 def dashboard(request: HttpRequest) -> HttpResponse:
     context = _base(request)
     params = request.GET
-    changes = selectors.changes_since(since(request)) if since(request) is not None else None
+    seq = since(request)
+    changes = selectors.changes_since(seq) if seq is not None else None
     if (
         changes is not None
         and not changes.touches_listing()
@@ -113,7 +114,7 @@ def _row_fragment(row: selectors.DashboardRow) -> Fragment:
 
 # --- convoy page ------------------------------------------------------------------------------
 @viewer
-def convoy_detail(request: HttpRequest, convoy_id: str) -> HttpResponse:
+def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResponse:
     context = _base(request)
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
@@ -160,8 +161,10 @@ def _convoy_fragments(
     ]
     dag = page.dag
     drawn_as = request.headers.get("X-Live-Layout", "")
-    whole = (
+    # The whole drawing, waves and table; else only the parts the changes touch.
+    if (
         changes is None
+        or dag is None
         or changes.dependencies
         or "rig.state" in changes.kinds
         or "bead.reopened" in changes.kinds
@@ -169,10 +172,8 @@ def _convoy_fragments(
         or (page.waiting and bool(changes.beads))
         or bool(changes.beads & set(page.watch_beads))
         or (page.convoy.pk in changes.convoys and changes.touches_graph())
-        or dag is None
         or drawn_as != dag.fingerprint
-    )
-    if whole:
+    ):
         return fragments + [
             Fragment("dag-card", "convoys/_convoy_dag.html"),
             Fragment("wave-card", "convoys/_convoy_waves.html"),
@@ -221,7 +222,7 @@ def _bead_row_fragments(
 
 @require_POST
 @viewer
-def convoy_action(request: HttpRequest, convoy_id: str, action: str) -> HttpResponse:
+def convoy_action(request: AuthenticatedHttpRequest, convoy_id: str, action: str) -> HttpResponse:
     needed = {"subscribe": VIEW, "unsubscribe": VIEW}.get(action, "convoys.change_convoy")
     if not request.user.has_perm(needed):
         raise PermissionDenied("You may not change convoys.")
@@ -392,7 +393,7 @@ def bead_action(request: HttpRequest, bead_id: str, action: str) -> HttpResponse
 
 
 @login_required
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
         ids = request.POST.getlist("id")  # none: all; ids that are not row numbers are ignored
         wanted = [int(i) for i in ids if i.isascii() and i.isdigit() and len(i) < 19]
@@ -406,7 +407,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 
 @viewer
-def subscriptions(request: HttpRequest) -> HttpResponse:
+def subscriptions(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
         convoy = None
         if request.POST.get("convoy"):
