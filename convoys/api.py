@@ -19,8 +19,9 @@ from django.db import DataError
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from ninja import NinjaAPI, Query, Schema, Swagger
+from ninja import NinjaAPI, Schema, Swagger
 from ninja.errors import HttpError, ValidationError
+from ninja.params.functions import Query as query  # what ninja.Query(...) calls, typed for mypy
 from ninja.security import HttpBearer, django_auth
 from pydantic import (
     AfterValidator,
@@ -165,12 +166,13 @@ class WaveOut(Schema):
 
 
 class ConvoyDetailOut(ConvoyOut):
-    tracked: list[dict]
+    tracked: list[dict[str, Any]]
     waves: list[WaveOut]
     gated: list[str]
-    paused: dict | None  # who, when, why, dispatches since the pause (None: not paused)
+    paused: dict[str, Any] | None  # who, when, why, dispatches since the pause (None: not paused)
     causes: dict[str, int] = {}  # unfinished beads per cause kind (each tracked bead: "cause")
-    escalation: dict | None  # stuck since, reminders sent, causes, acknowledged (None: never)
+    # stuck since, reminders sent, causes, acknowledged (None: never)
+    escalation: dict[str, Any] | None
 
 
 class BeadOut(Schema):
@@ -187,7 +189,9 @@ class BeadOut(Schema):
     missing_since: datetime | None = None  # since when that source no longer has it
     ready: bool | None = None
     blocked_by: list[str] | None = None
-    cause: dict | None = None  # why it is not moving: {"kind": …, …} (detail; None when done)
+    cause: dict[str, Any] | None = (
+        None  # why it is not moving: {"kind": …, …} (detail; None when done)
+    )
 
 
 def plain_text(value: str) -> str:
@@ -202,13 +206,16 @@ def plain_text(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(plain_text)]
-
-
-def text(min_length: int | None = None, max_length: int | None = None) -> Any:
-    """Text of a bounded length (checked as a string: "at most 50 characters")."""
-    bounds = StringConstraints(min_length=min_length, max_length=max_length)
-    return Annotated[str, bounds, AfterValidator(plain_text)]
+_plain = AfterValidator(plain_text)
+Text = Annotated[str, _plain]
+# Text of a bounded length (checked as a string: "at most 50 characters").
+TextUpTo50 = Annotated[str, StringConstraints(max_length=50), _plain]
+TextUpTo100 = Annotated[str, StringConstraints(max_length=100), _plain]
+TextUpTo255 = Annotated[str, StringConstraints(max_length=255), _plain]
+TextUpTo500 = Annotated[str, StringConstraints(max_length=500), _plain]
+NonEmptyText = Annotated[str, StringConstraints(min_length=1), _plain]
+NonEmptyUpTo50 = Annotated[str, StringConstraints(min_length=1, max_length=50), _plain]
+NonEmptyUpTo255 = Annotated[str, StringConstraints(min_length=1, max_length=255), _plain]
 
 
 class Body(BaseModel):
@@ -230,10 +237,10 @@ class Body(BaseModel):
 class BeadUpdateIn(Body):
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    status: text(1, 50) | None = None
-    assignee: text(max_length=255) | None = None
+    status: NonEmptyUpTo50 | None = None
+    assignee: TextUpTo255 | None = None
     priority: int | None = Field(None, ge=0, le=4)
-    title: text(min_length=1) | None = None
+    title: NonEmptyText | None = None
 
 
 class CloseIn(Body):
@@ -241,7 +248,7 @@ class CloseIn(Body):
 
 
 class HeartbeatIn(Body):
-    worker: text(1, 255)
+    worker: NonEmptyUpTo255
 
 
 class StageIn(Body):
@@ -258,7 +265,7 @@ class Detail(Schema):
 
 
 class ValidationErrors(Schema):
-    detail: list[dict]
+    detail: list[dict[str, Any]]
 
 
 def responses(ok: Any, *errors: int) -> dict[int, Any]:
@@ -275,7 +282,7 @@ def responses(ok: Any, *errors: int) -> dict[int, Any]:
     }
 
 
-def _convoy_out(convoy: Convoy, summary: dict[str, Any]) -> dict[str, Any]:
+def _convoy_out(convoy: Convoy, summary: selectors.Summary) -> dict[str, Any]:
     return {
         "id": convoy.id,
         "title": convoy.title,
@@ -285,20 +292,17 @@ def _convoy_out(convoy: Convoy, summary: dict[str, Any]) -> dict[str, Any]:
         "closed_at": convoy.closed_at,
         "close_reason": convoy.close_reason,
         "progress": {
-            k: summary[k]
-            for k in (
-                "total",
-                "done",
-                "active",
-                "ready",
-                "blocked",
-                "unknown",
-                "failed",
-                "stranded",
-                "spin",
-            )
-        }
-        | {"percent": summary["percent_complete"]},
+            "total": summary["total"],
+            "done": summary["done"],
+            "active": summary["active"],
+            "ready": summary["ready"],
+            "blocked": summary["blocked"],
+            "unknown": summary["unknown"],
+            "failed": summary["failed"],
+            "stranded": summary["stranded"],
+            "spin": summary["spin"],
+            "percent": summary["percent_complete"],
+        },
     }
 
 
@@ -334,8 +338,8 @@ def _bead_out(
 @api.get("/convoys", response=responses(list[ConvoyOut]), tags=["convoys"])
 def list_convoys(
     request: HttpRequest,
-    status: text(max_length=50) = "active",
-    limit: int = Query(200, ge=1, le=1000),
+    status: TextUpTo50 = "active",
+    limit: int = query(200, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     need(request, "view_convoy")
     queryset = selectors.convoys_with_status(status).order_by("-created_at", "id")
@@ -384,12 +388,12 @@ def get_convoy(request: HttpRequest, convoy_id: Text) -> dict[str, Any]:
 @api.get("/beads", response=responses(list[BeadOut]), tags=["beads"])
 def list_beads(
     request: HttpRequest,
-    status: text(max_length=50) | None = None,
-    rig: text(max_length=100) | None = None,
-    assignee: text(max_length=255) | None = None,
-    q: text(max_length=500) | None = None,  # SQLite refuses LIKE patterns over 50 kB
+    status: TextUpTo50 | None = None,
+    rig: TextUpTo100 | None = None,
+    assignee: TextUpTo255 | None = None,
+    q: TextUpTo500 | None = None,  # SQLite refuses LIKE patterns over 50 kB
     ready: bool = False,
-    limit: int = Query(200, ge=1, le=2000),
+    limit: int = query(200, ge=1, le=2000),
 ) -> list[dict[str, Any]]:
     need(request, "view_bead")
     queryset = Bead.objects.all()
@@ -436,7 +440,7 @@ def heartbeat(request: HttpRequest, payload: HeartbeatIn) -> dict[str, str]:
     return {"worker": payload.worker, "at": bead_service.heartbeat(payload.worker).isoformat()}
 
 
-@api.get("/stranded", response=responses(list[dict]), tags=["convoys"])
+@api.get("/stranded", response=responses(list[dict[str, Any]]), tags=["convoys"])
 def stranded(request: HttpRequest) -> list[dict[str, Any]]:
     need(request, "view_convoy")
     return [{k: v for k, v in row.items()} for row in feeding.stranded()]
@@ -458,7 +462,7 @@ def launch_convoy(request: HttpRequest, payload: LaunchIn) -> dict[str, Any]:
 
 
 class PauseIn(Body):
-    reason: text(max_length=500) = ""
+    reason: TextUpTo500 = ""
 
 
 @api.post("/convoys/{convoy_id}/pause", response=responses(dict, 404, 413), tags=["convoys"])
@@ -481,6 +485,7 @@ NO_BODY = {
 def no_body(request: HttpRequest) -> None:
     """422, nothing done, for a body an operation does not take ({"actor": 7} was accepted and
     the convoy acknowledged: a client that thinks it sent something must hear it was not read)."""
+    body: Any
     if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
         body = {} if not (request.POST or request.FILES) else None
     elif raw := request.body.strip():
