@@ -7,10 +7,12 @@ rolls back everything the save wrote; the same POST is then rendered again with 
 a form error. Services know nothing about forms; the admin never writes model rows itself.
 """
 
+from __future__ import annotations
+
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -52,6 +54,19 @@ from .services import launch, notify
 from .services import rigs as rig_service
 from .services.errors import ServiceError
 from .services.tokens import create_token, digest
+
+if TYPE_CHECKING:  # django-stubs' generic classes; Django's own take no parameters at run time
+    from django.contrib.auth.models import User
+
+    _ModelAdmin = admin.ModelAdmin[Any]
+    _TabularInline = admin.TabularInline[Any, Any]
+    _ModelForm = forms.ModelForm[Any]
+    _InlineFormSet = BaseInlineFormSet[Any, Any, Any]
+else:
+    _ModelAdmin = admin.ModelAdmin
+    _TabularInline = admin.TabularInline
+    _ModelForm = forms.ModelForm
+    _InlineFormSet = BaseInlineFormSet
 
 # bd's built-in issue types and Gas Town's orchestrator ones (reference/beads-model.md §1.4).
 KNOWN_TYPES = (
@@ -100,7 +115,7 @@ def choices_keeping(
 
 
 def each(
-    model_admin: admin.ModelAdmin,
+    model_admin: admin.ModelAdmin[Any],
     request: HttpRequest,
     queryset: QuerySet[Any],
     action: Callable[..., object],
@@ -120,7 +135,7 @@ def each(
         model_admin.message_user(request, message, messages.WARNING)
 
 
-class SearchAdmin(admin.ModelAdmin):
+class SearchAdmin(_ModelAdmin):
     """Search text as the pages take it (NUL dropped, length capped)."""
 
     def get_search_results(
@@ -160,10 +175,10 @@ class StoredTextField(forms.CharField):
         return value.replace("\r\n", "\n") if isinstance(value, str) else value
 
 
-class ServiceForm(forms.ModelForm):
+class ServiceForm(_ModelForm):
     """A form whose save was refused by a service shows the reason as a non-field error."""
 
-    refusal = None
+    refusal: str | None = None
 
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
@@ -178,7 +193,7 @@ class ServiceAdmin(SearchAdmin):
     form = ServiceForm
 
     def formfield_for_dbfield(
-        self, db_field: models.Field, request: HttpRequest, **kwargs: Any
+        self, db_field: models.Field[Any, Any], request: HttpRequest, **kwargs: Any
     ) -> forms.Field | None:
         if isinstance(db_field, models.TextField):
             kwargs["form_class"] = StoredTextField
@@ -190,8 +205,9 @@ class ServiceAdmin(SearchAdmin):
         obj: models.Model | None = None,
         change: bool = False,
         **kwargs: Any,
-    ) -> type[forms.ModelForm]:
-        form = super().get_form(request, obj, change, **kwargs)
+    ) -> type[ServiceForm]:
+        # self.form is a ServiceForm (this class's or a subclass's): get_form derives from it.
+        form = cast("type[ServiceForm]", super().get_form(request, obj, change, **kwargs))
         form.refusal = getattr(request, "service_refusal", None)
         return form
 
@@ -206,7 +222,8 @@ class ServiceAdmin(SearchAdmin):
             return super().changeform_view(request, object_id, form_url, extra_context)
         except ServiceError as exc:
             # The refusal left the admin's transaction: nothing of this save was kept.
-            request.service_refusal = str(exc)
+            # Carried on the request to get_form of the second rendering.
+            request.service_refusal = str(exc)  # type: ignore[attr-defined]
             return super().changeform_view(request, object_id, form_url, extra_context)
 
     def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
@@ -214,14 +231,16 @@ class ServiceAdmin(SearchAdmin):
 
 
 def inline_changes(
-    formset: BaseInlineFormSet,
-) -> tuple[list[forms.ModelForm], list[forms.ModelForm], list[forms.ModelForm]]:
+    formset: BaseInlineFormSet[Any, Any, Any],
+) -> tuple[list[forms.ModelForm[Any]], list[forms.ModelForm[Any]], list[forms.ModelForm[Any]]]:
     """A valid inline formset as (deleted, changed, added) forms; unchanged rows are left out.
 
     The formset's new/changed/deleted_objects (read by the admin's change message) start empty
     and are filled by the caller as its services write."""
     formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
-    deleted, changed, added = [], [], []
+    deleted: list[forms.ModelForm[Any]] = []
+    changed: list[forms.ModelForm[Any]] = []
+    added: list[forms.ModelForm[Any]] = []
     for form in formset.initial_forms:
         if form.cleaned_data.get("DELETE"):
             deleted.append(form)
@@ -233,7 +252,7 @@ def inline_changes(
     return deleted, changed, added
 
 
-class FirstRowsFormSet(BaseInlineFormSet):
+class FirstRowsFormSet(_InlineFormSet):
     def get_queryset(self) -> QuerySet[Any]:
         if not hasattr(self, "_queryset"):
             self._queryset = super().get_queryset()[:INLINE_ROWS]
@@ -247,7 +266,7 @@ def rows_note(total: int, nouns: tuple[str, str], where: str) -> str:
     return f"{total} {noun}; the first {INLINE_ROWS} are editable below, all of them on {where}"
 
 
-class ServiceInline(admin.TabularInline):
+class ServiceInline(_TabularInline):
     """Inline rows are written by the parent's services, so the parent's permissions apply.
     Only the first INLINE_ROWS rows are shown."""
 
@@ -262,7 +281,9 @@ class ServiceInline(admin.TabularInline):
             obj is None and self._parent_may(request, "add")
         )
 
-    def has_add_permission(self, request: HttpRequest, obj: models.Model | None) -> bool:
+    # InlineModelAdmin's own signature, which the stubs also mark as an override of
+    # BaseModelAdmin's (one argument fewer).
+    def has_add_permission(self, request: HttpRequest, obj: models.Model | None) -> bool:  # type: ignore[override]
         return self._may_edit(request, obj)
 
     def has_change_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
@@ -284,9 +305,11 @@ class DependencyInline(ServiceInline):
     verbose_name = "depends on"
     verbose_name_plural = "depends on (outgoing)"
 
-    def _may_edit(self, request: HttpRequest, obj: Bead | None) -> bool:
+    def _may_edit(self, request: HttpRequest, obj: models.Model | None) -> bool:
         # A sync source's bead: its dependencies are the source's too (shown, not editable).
-        return super()._may_edit(request, obj) and not (obj and owning_source(obj))
+        return super()._may_edit(request, obj) and not (
+            isinstance(obj, Bead) and owning_source(obj)
+        )
 
 
 class LabelsField(forms.Field):
@@ -313,8 +336,15 @@ def owning_source(bead: Bead) -> str | None:
     owns are read-only here: change it in bd), else None. Kept on the instance."""
     if not hasattr(bead, "_owning_source"):
         record = bead.sourced if bead.pk else None
-        bead._owning_source = record.source if record and not record.missing_since else None
-    return bead._owning_source
+        # A per-instance cache, not a field.
+        bead._owning_source = record.source if record and not record.missing_since else None  # type: ignore[attr-defined]
+    source: str | None = bead._owning_source  # type: ignore[attr-defined]
+    return source
+
+
+def _choices(form: forms.BaseForm, name: str) -> forms.ChoiceField:
+    """A choice field of `form` (declared as one), to set its choices."""
+    return cast(forms.ChoiceField, form.fields[name])
 
 
 BEAD_FORM_FIELDS = (
@@ -349,24 +379,24 @@ class BeadAdminForm(ServiceForm):
             return  # a sync source's bead: these fields are read-only
         for name in ("status", "issue_type", "priority"):
             self.fields[name].initial = getattr(bead, name)
-        self.fields["status"].choices = choices_keeping(KNOWN_STATUSES, bead.status)
-        self.fields["issue_type"].choices = choices_keeping(
+        _choices(self, "status").choices = choices_keeping(KNOWN_STATUSES, bead.status)
+        _choices(self, "issue_type").choices = choices_keeping(
             KNOWN_TYPES, bead.issue_type, blank_label="(none: slingable)"
         )
         priorities = dict(PRIORITIES)
         priorities.setdefault(bead.priority, f"{bead.priority} (imported)")
-        self.fields["priority"].choices = sorted(priorities.items())
+        _choices(self, "priority").choices = sorted(priorities.items())
 
     def clean_id(self) -> str:
         """The one id rule (convoys/ids.py) as a field error, before any service runs."""
-        bead_id = self.cleaned_data["id"]
+        bead_id: str = self.cleaned_data["id"]
         problem = id_problem(bead_id)
         if problem:
             raise ValidationError(f"bead id {bead_id!r} {problem}")
         return bead_id
 
 
-def save_bead(bead_id: str, form: forms.ModelForm, actor: str) -> None:
+def save_bead(bead_id: str, form: forms.ModelForm[Any], actor: str) -> None:
     """A changed bead through the services: a close is close_bead (its event feeds the next
     bead), leaving closed is reopen_bead, anything else update_bead."""
     fields = {
@@ -439,7 +469,9 @@ class BeadAdmin(ServiceAdmin):
             return fields + [f for f in BEAD_FORM_FIELDS if f not in fields]
         return fields + ["id"]
 
-    def get_fields(self, request: HttpRequest, obj: Bead | None = None) -> Sequence[Any]:
+    def get_fields(
+        self, request: HttpRequest, obj: Bead | None = None
+    ) -> list[Any] | tuple[Any, ...]:
         fields = super().get_fields(request, obj)
         return fields if obj is not None else [f for f in fields if f != "source"]
 
@@ -522,7 +554,11 @@ class BeadAdmin(ServiceAdmin):
             bead_service.update_bead(created.id, actor=actor, **rest)
 
     def save_formset(
-        self, request: HttpRequest, form: BeadAdminForm, formset: BaseInlineFormSet, change: bool
+        self,
+        request: HttpRequest,
+        form: BeadAdminForm,
+        formset: BaseInlineFormSet[Any, Any, Any],
+        change: bool,
     ) -> None:
         actor, bead_id = actor_of(request), form.instance.pk
         deleted, changed, added = inline_changes(formset)
@@ -587,14 +623,14 @@ class ConvoyAdminForm(ServiceForm):
         # Only the moves the transition table allows from here, in words; launch and re-stage
         # have their own pages and commands, so a staged convoy may only be cancelled here.
         allowed = admin_statuses(convoy.status)
-        field = self.fields["status"]
+        field = _choices(self, "status")
         field.choices = [
             (value, label if label.endswith("(imported)") else formatting.status_words(value))
             for value, label in choices_keeping(CONVOY_STATUSES, convoy.status)
             if value in allowed
         ]
         field.error_messages["invalid_choice"] = self.transition_error(convoy.status)
-        self.fields["merge_strategy"].choices = choices_keeping(
+        _choices(self, "merge_strategy").choices = choices_keeping(
             Convoy.MERGE_STRATEGIES, convoy.merge_strategy, blank_label="(none)"
         )
 
@@ -615,7 +651,8 @@ class ConvoyAdminForm(ServiceForm):
     def clean_status(self) -> str:
         """The one transition table (services), as offered by the choices; a forged value
         is refused with the same words."""
-        target, current = self.cleaned_data["status"], self.instance.status
+        target: str = self.cleaned_data["status"]
+        current = self.instance.status
         if target == current:
             return target
         try:
@@ -689,7 +726,11 @@ class ConvoyAdmin(ServiceAdmin):
             convoy_service.reopen(obj.pk, actor=actor)
 
     def save_formset(
-        self, request: HttpRequest, form: ConvoyAdminForm, formset: BaseInlineFormSet, change: bool
+        self,
+        request: HttpRequest,
+        form: ConvoyAdminForm,
+        formset: BaseInlineFormSet[Any, Any, Any],
+        change: bool,
     ) -> None:
         actor, convoy_id = actor_of(request), form.instance.pk
         deleted, changed, added = inline_changes(formset)
@@ -778,7 +819,7 @@ class WorkerAdmin(ReadOnlyAdmin):
     list_display = ("name", "rig", "last_seen")
 
 
-class SubscriptionAdminForm(forms.ModelForm):
+class SubscriptionAdminForm(_ModelForm):
     class Meta:
         model = Subscription
         fields = ("user", "convoy", "email")
@@ -786,8 +827,8 @@ class SubscriptionAdminForm(forms.ModelForm):
     def clean(self) -> dict[str, Any] | None:
         """Landing reports reach only users who may view convoys: say so instead of saving a
         subscription that would never deliver."""
-        cleaned = super().clean()
-        user = cleaned.get("user")
+        cleaned = super().clean()  # self.cleaned_data
+        user = self.cleaned_data.get("user")
         if user is not None and not (user.is_active and user.has_perm("convoys.view_convoy")):
             raise ValidationError(
                 f"{user} may not view convoys, so no landing report would reach them"
@@ -796,7 +837,7 @@ class SubscriptionAdminForm(forms.ModelForm):
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(_ModelAdmin):
     form = SubscriptionAdminForm
     list_display = ("user", "convoy", "email")
 
@@ -815,7 +856,7 @@ class NotificationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(_ModelAdmin):
     """A token's user is chosen once, at creation (non-superusers: only themselves), and never
     changed: rebinding a token would let its holder act as someone else. The raw token is
     shown once, on the page after creation; only its SHA-256 is stored."""
@@ -829,15 +870,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return ("user", "created_at") if obj else ("created_at",)
 
     def formfield_for_foreignkey(
-        self, db_field: models.ForeignKey, request: HttpRequest, **kwargs: Any
-    ) -> forms.ModelChoiceField | None:
+        self, db_field: models.ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> forms.ModelChoiceField[Any] | None:
         if db_field.name == "user" and not request.user.is_superuser:
-            kwargs["queryset"] = get_user_model().objects.filter(pk=request.user.pk)
-            kwargs["initial"] = request.user.pk
+            user = cast("User", request.user)  # the admin's views need a signed-in staff user
+            kwargs["queryset"] = get_user_model().objects.filter(pk=user.pk)
+            kwargs["initial"] = user.pk
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(
-        self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool
+        self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm[Any], change: bool
     ) -> None:
         if change:
             obj.save(update_fields=["name"])
@@ -845,7 +887,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         token = create_token(obj.user, obj.name)
         saved = ApiToken.objects.get(digest=digest(token))
         obj.pk, obj.digest, obj.created_at = saved.pk, saved.digest, saved.created_at
-        request.new_api_token = token
+        request.new_api_token = token  # type: ignore[attr-defined]  # for response_add, next
 
     def response_add(
         self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
@@ -854,7 +896,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": "API token created",
-            "token": request.new_api_token,
+            "token": request.new_api_token,  # type: ignore[attr-defined]  # set by save_model
             "token_row": obj,
         }
         return TemplateResponse(request, "admin/convoys/apitoken/created.html", context)
