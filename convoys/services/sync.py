@@ -603,7 +603,7 @@ _memos: dict[str, _Memo] = {}
 
 def _digest(data: bytes | memoryview) -> bytes:
     """A chunk's digest (16 bytes)."""
-    return hashlib.blake2b(data, digest_size=16).digest()
+    return hashlib.sha256(data).digest()[:16]
 
 
 class _Segments:
