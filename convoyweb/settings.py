@@ -254,11 +254,12 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "convoys.layers.InMemoryChannelLayer"}}
 
+# A task must finish before `retry`, or the ORM broker hands it out again (reliability §1.1).
+CONVOY_TASK_TIMEOUT = env_int("CONVOY_TASK_TIMEOUT", 60)
 Q_CLUSTER = {
     "name": "convoyweb",
     "workers": env_int("CONVOY_WORKERS", 2),
-    # A task must finish before `retry`, or the ORM broker hands it out again (reliability §1.1).
-    "timeout": env_int("CONVOY_TASK_TIMEOUT", 60),
+    "timeout": CONVOY_TASK_TIMEOUT,
     "retry": env_int("CONVOY_TASK_RETRY", 90),
     "max_attempts": 3,
     "ack_failures": True,

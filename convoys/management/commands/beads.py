@@ -139,7 +139,7 @@ class Command(ServiceCommand):
                 count = jsonl.export_to(stream)
             self.stderr.write(f"Exported {count} records to {output}")
         else:
-            jsonl.export_to(self.stdout)
+            jsonl.export_to(self.stdout)  # type: ignore[arg-type]  # Django's OutputWrapper writes text as a TextIO does
 
     def do_show(self, id: str, json: bool, **_: Any) -> None:
         bead = bead_service.get_bead(id)
@@ -245,7 +245,7 @@ class Command(ServiceCommand):
         json: bool,
         **_: Any,
     ) -> None:
-        fields = {
+        fields: dict[str, Any] = {
             k: v
             for k, v in dict(
                 status=status, assignee=assignee, priority=priority, title=title
@@ -269,7 +269,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"{verb} {bead.id}: {bead.title} [{bead.status}]")
 
     def do_dep(
-        self, dep_action: str, issue: str, target: str, type: str | None = None, **_: Any
+        self, dep_action: str, issue: str, target: str, type: str = "blocks", **_: Any
     ) -> None:
         if dep_action == "add":
             dep = bead_service.add_dependency(issue, target, type, actor="cli")

@@ -41,7 +41,7 @@ from ...services import ticker
 POLL = 0.2
 
 
-class Sentinel(q_cluster.Sentinel):
+class Sentinel(q_cluster.Sentinel):  # type: ignore[misc]  # django-q2 ships no types
     """django-q2's sentinel, in its own process group, handing queued tasks back on stop."""
 
     def __init__(
@@ -98,7 +98,7 @@ class Command(BaseCommand):
         stopping = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, frame: stopping.set())
-        timeout = settings.Q_CLUSTER["timeout"]
+        timeout = settings.CONVOY_TASK_TIMEOUT
         cluster_id = uuid.uuid4()
         name = humanize(cluster_id.hex)
         context = multiprocessing.get_context("fork")
@@ -137,7 +137,7 @@ class Command(BaseCommand):
         sentinel.join(max(deadline - time.monotonic(), POLL))
         if sentinel.is_alive():
             self.stderr.write(f"cluster {name} did not stop within {timeout}s; killing it")
-            if os.getpgid(sentinel.pid) == sentinel.pid:
+            if sentinel.pid is not None and os.getpgid(sentinel.pid) == sentinel.pid:
                 os.killpg(sentinel.pid, signal.SIGKILL)
             sentinel.kill()
             sentinel.join()

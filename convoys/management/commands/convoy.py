@@ -268,13 +268,13 @@ class Command(ServiceCommand):
                 if verdict.kind:  # open: what it waits for (the one stranded rule)
                     self.stdout.write(f"  {verdict.label}: {verdict.reason}")
             return
-        closed = [(row, info) for row, was_closed, info in results if was_closed]
-        if not closed:
+        landed = [(row, info) for row, was_closed, info in results if was_closed]
+        if not landed:
             self.stdout.write("No convoys ready to close.")
             return
         verb = "⚠ Would auto-close" if dry_run else "✓ Auto-closed"
-        self.stdout.write(f"{verb} {len(closed)} convoy(s):")
-        for row, _ in closed:
+        self.stdout.write(f"{verb} {len(landed)} convoy(s):")
+        for row, _info in landed:
             self.stdout.write(f"  🚚 {row.id}: {row.title}")
 
     def do_close(self, convoy: str, reason: str, notify: str, force: bool, **_: Any) -> None:
@@ -383,9 +383,9 @@ class Command(ServiceCommand):
         paused = controls.pause_summary(row)
         if paused:
             self.stdout.write(_pause_line(paused))
-        why = [item["cause"] for item in data["tracked"]]
-        if any(why):
-            self.stdout.write(f"  Not done: {causes.summary(why)}")
+        found = [item["cause"] for item in data["tracked"]]
+        if any(found):
+            self.stdout.write(f"  Not done: {causes.summary(found)}")
         stuck = escalation.state(row)
         if stuck is not None and stuck.current:
             self.stdout.write(_escalation_line(stuck))
@@ -415,7 +415,9 @@ class Command(ServiceCommand):
             self.stdout.write(f"⏸ Paused convoy 🚚 {row.id}: nothing is dispatched until resumed")
         else:
             self.stdout.write(f"○ Convoy {row.id} is already paused")
-            self.stdout.write(_pause_line(controls.pause_summary(row)))
+            paused = controls.pause_summary(row)
+            if paused:
+                self.stdout.write(_pause_line(paused))
 
     def do_resume(self, convoy: str, actor: str, json: bool, **_: Any) -> None:
         row, changed, fed = controls.resume(convoy, actor=actor)
@@ -431,16 +433,16 @@ class Command(ServiceCommand):
         changed = None
         if set is not None or unset:
             old, new, fed = controls.set_cap(None if unset else set, actor=actor)
-            changed = {"old": old, "new": new, "dispatched": [r["id"] for r in fed]}
+            dispatched = [r["id"] for r in fed]
+            changed = {"old": old, "new": new, "dispatched": dispatched}
         report = capacity.report()
         if json:
             self.write_json({**report, **({"changed": changed} if changed else {})})
             return
         if changed:
-            moved = ", ".join(changed["dispatched"]) or "nothing"
+            moved = ", ".join(dispatched) or "nothing"
             self.stdout.write(
-                f"✓ Town cap {_cap_words(changed['old'])} → {_cap_words(changed['new'])}; "
-                f"dispatched {moved}"
+                f"✓ Town cap {_cap_words(old)} → {_cap_words(new)}; dispatched {moved}"
             )
         source = report["source"]
         if report["set_by"]:

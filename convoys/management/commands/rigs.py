@@ -25,7 +25,7 @@ class Command(ServiceCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "list":
-            rows = []
+            rows: list[dict[str, Any]] = []
             for rig in Rig.objects.all():
                 prefixes = list(Route.objects.filter(rig=rig).values_list("prefix", flat=True))
                 rows.append(
@@ -46,8 +46,8 @@ class Command(ServiceCommand):
                     f"{' '.join(row['prefixes'])}"
                 )
         elif action == "route":
-            rig = rigs.upsert_route(options["prefix"], options["path"], actor="cli")
-            self.stdout.write(f"Route {options['prefix']} -> {rig or '(town level)'}")
+            routed = rigs.upsert_route(options["prefix"], options["path"], actor="cli")
+            self.stdout.write(f"Route {options['prefix']} -> {routed or '(town level)'}")
         else:
             rig = rigs.set_rig_state(options["name"], STATE_FOR[action], actor="cli")
             self.stdout.write(f"Rig {rig.name} is {rig.state}")

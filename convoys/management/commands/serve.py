@@ -92,7 +92,7 @@ class Command(BaseCommand):
             died = next((label for label, proc in children if proc.poll() is not None), None)
             if died:
                 break
-        timeout = settings.Q_CLUSTER["timeout"]
+        timeout = settings.CONVOY_TASK_TIMEOUT
         deadline = time.monotonic() + timeout - 1
         self.stdout.write("stopping: running tasks finish, queued ones go back to the queue")
         # one at a time, clients first: the swarm, then the cluster, then the web server
@@ -111,6 +111,6 @@ class Command(BaseCommand):
         self.stdout.write(f"stopped ({codes})")
 
     def _pump(self, label: str, proc: subprocess.Popen[str], lock: threading.Lock) -> None:
-        for line in proc.stdout:
+        for line in proc.stdout or ():
             with lock:
                 self.stdout.write(f"[{label:<5}] {line.rstrip()}")
