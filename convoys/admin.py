@@ -53,7 +53,7 @@ from .services import convoys as convoy_service
 from .services import launch, notify
 from .services import rigs as rig_service
 from .services.errors import ServiceError
-from .services.tokens import create_token, digest
+from .services.tokens import create_token, digest, rename_token
 
 if TYPE_CHECKING:  # django-stubs' generic classes; Django's own take no parameters at run time
     from django.contrib.auth.models import User
@@ -882,7 +882,7 @@ class ApiTokenAdmin(_ModelAdmin):
         self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm[Any], change: bool
     ) -> None:
         if change:
-            obj.save(update_fields=["name"])
+            rename_token(obj.pk, obj.name)
             return
         token = create_token(obj.user, obj.name)
         saved = ApiToken.objects.get(digest=digest(token))

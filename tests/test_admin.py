@@ -515,9 +515,9 @@ def test_a_token_cannot_be_pointed_at_another_user(token_admin):
     raw = create_token(mallory, "laptop")
     token = ApiToken.objects.get()
     url = f"/admin/convoys/apitoken/{token.pk}/change/"
-    response = client.post(url, {"user": root.pk, "name": "laptop", "_save": "Save"})
+    response = client.post(url, {"user": root.pk, "name": "desk", "_save": "Save"})
     assert response.status_code == 302  # the name saves; the user field is not even read
-    assert ApiToken.objects.get().user == mallory
+    assert (ApiToken.objects.get().user, ApiToken.objects.get().name) == (mallory, "desk")
     # the token still acts as mallory, who may not list convoys (root could)
     me = client.get("/api/convoys", headers={"Authorization": f"Bearer {raw}"})
     assert me.status_code == 403

@@ -20,3 +20,8 @@ def create_token(user: "User", name: str) -> str:
     token = "cvw_" + secrets.token_urlsafe(32)
     ApiToken.objects.create(user=user, name=name, digest=digest(token))
     return token
+
+
+def rename_token(token_id: int, name: str) -> None:
+    """A token's label; the token, its digest and its user never change."""
+    ApiToken.objects.filter(pk=token_id).update(name=name)
