@@ -212,6 +212,9 @@ def test_the_memo_is_shared_with_the_next_pass_in_another_process(routes, town, 
     SyncMemo.objects.update(chunks=b"")  # would fail to decode: not read when not current
     sync._bump()
     assert sync.sync(source).changed == 0
+    SyncMemo.objects.update(chunks=b"[1, 2]")  # current, but not a memo: the source is read
+    sync._memos.clear()
+    assert sync.sync(source).changed == 0
 
 
 def test_ids_sum_the_same_in_every_process():

@@ -118,7 +118,9 @@ class SyncFailed(ServiceError):
 class Source(ABC):
     """Where bd JSONL comes from. A new kind of source is one subclass: a `name` (shown on the
     dashboard, at most NAME_MAX characters) and `open()`, a seekable binary stream of JSONL
-    lines (a pass may read it twice) that raises SyncFailed when the source cannot be read."""
+    lines (a pass may read it twice) that raises SyncFailed when the source cannot be read;
+    and, if it can tell that a stream holds what an earlier one did without reading it,
+    `identity()`."""
 
     name = ""
 
@@ -384,7 +386,11 @@ def _load(name: str, token: int) -> "_Memo | None":
     )
     if blob is None:
         return None
-    memo = _decode(token, bytes(blob))
+    try:
+        memo = _decode(token, bytes(blob))
+    except (ValueError, TypeError, KeyError):  # not a memo this code wrote: read the source
+        log.warning("sync memo of %s unreadable: ignored", name)
+        return None
     _memos[name] = memo
     return memo
 
