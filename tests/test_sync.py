@@ -369,8 +369,8 @@ def test_passes_repeat_every_interval_until_stopped(routes, town):
 def test_a_bead_from_a_source_is_changed_in_bd_not_here(routes, town, client):
     from django.contrib.auth.models import User
 
-    from convoys.services.tokens import create_token
     from convoys.services import beads
+    from convoys.services.tokens import create_token
 
     run_sync(town)
     refusal = f"bead 'gt-s0' comes from {town}: change it in bd"
