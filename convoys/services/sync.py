@@ -53,7 +53,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 from django.conf import settings
@@ -62,7 +62,7 @@ from django.utils import timezone
 
 from .. import beadfile
 from ..beadfile import BadLine
-from ..events import record_many
+from ..events import EventItem, record_many
 from ..models import (
     Bead,
     Convoy,
@@ -78,7 +78,7 @@ from .errors import ServiceError
 
 log = logging.getLogger("convoys.sync")
 
-NAME_MAX = SyncSource._meta.get_field("name").max_length
+NAME_MAX: int = SyncSource._meta.get_field("name").max_length or 500
 # A pass longer than this loses its lease to the next one (a pass is one transaction, so the
 # lease cannot be renewed during it); a cluster killed mid-pass holds the source this long,
 # unless the next pass runs on the same host (it sees the holder's process is gone).
@@ -459,12 +459,15 @@ def _records(
             memories.extend(item.memories)
             continue
         lines.start(item)
-        for number, record in beadfile.read_records(lines, lines.name, max_line, lines.number + 1):
-            if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
+        stream = cast(IO[bytes], lines)  # what read_records uses of a stream: readline
+        for number, record in beadfile.read_records(stream, lines.name, max_line, lines.number + 1):
+            if isinstance(record, beadfile.MemoryLine):
                 lines.hashes.pop(number, None)
-                if type(record) is beadfile.MemoryLine:
-                    memories.append(record)
-                    lines.memories[number] = record
+                memories.append(record)
+                lines.memories[number] = record
+                continue
+            if beadfile.skipped(record):
+                lines.hashes.pop(number, None)
                 continue
             lines.ids[number] = record["id"]
             yield number, record
@@ -792,7 +795,7 @@ class _Lines:
         return raw
 
     def _look_ahead(self, size: int) -> None:
-        raws = []
+        raws: list[bytes] = []
         while len(raws) < jsonl.BATCH:
             raw = self.piece.readline(size)
             if not raw:
@@ -901,7 +904,9 @@ def _compare(
             "id", "source", "digest", "missing_since"
         )
     }
-    batch, rows, back = [], [], []
+    batch: list[tuple[int, Any, Any]] = []
+    rows: list[SourcedRecord] = []
+    back: list[str] = []
     for number, record in pending:
         item_id = record["id"]
         content = digest(record)
@@ -942,7 +947,7 @@ def _gone(lines: _Lines, stream: IO[bytes]) -> list[str]:
     first: dict[str, int] = {}
     max_line = settings.CONVOY_IMPORT_MAX_LINE
     for number, record in beadfile.read_records(stream, lines.name, max_line):
-        if type(record) is beadfile.MemoryLine or beadfile.skipped(record):
+        if isinstance(record, beadfile.MemoryLine) or beadfile.skipped(record):
             continue
         seen = first.setdefault(record["id"], number)
         if seen != number:
@@ -956,20 +961,22 @@ def _mark(name: str, ids: list[str], since: datetime | None, actor: str) -> int:
     """Mark records as missing from their source since `since` (never deleted), or clear the
     mark (`since` None); each bead and convoy among them gets an event saying so. Returns
     the number of events."""
-    events = []
+    events: list[EventItem] = []
     for start in range(0, len(ids), jsonl.BATCH):
         part = ids[start : start + jsonl.BATCH]
         SourcedRecord.objects.filter(pk__in=part).update(missing_since=since)
         for model, kind, key in PRESENCE_EVENTS:
             for row in model.objects.filter(pk__in=part).only("id", "status", "title"):
-                data = {
+                data: dict[str, Any] = {
                     "status": row.status,
                     "title": row.title,
                     "source": name,
                     "missing_from_source": since is not None,
                     "changes": ["missing_from_source"],
                 }
-                events.append(dict(kind=kind, actor=actor, data=data, **{key: row.id}))
+                item: EventItem = {"kind": kind, "actor": actor, "data": data}
+                item[key] = row.id  # type: ignore[literal-required]  # bead_id or convoy_id
+                events.append(item)
     return len(record_many(events, instances=False))  # marks only: no close among them
 
 
