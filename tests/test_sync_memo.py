@@ -197,7 +197,7 @@ def test_a_long_line_across_windows_is_read_whole(routes, town, small_chunks):
 def test_the_memo_is_shared_with_the_next_pass_in_another_process(routes, town, small_chunks):
     source = sync.FileSource(town)
     sync.sync(source)
-    assert SyncMemo.objects.get(source=str(town)).token == sync._token()
+    assert SyncMemo.objects.get(source=str(town)).token == sync._token(str(town))
     sync._memos.clear()  # another process: only the stored memo
     write(town, [bead(i, status="closed") if i == 20 else bead(i) for i in range(40)])
     seen, lookups = looked_up()
@@ -210,7 +210,7 @@ def test_the_memo_is_shared_with_the_next_pass_in_another_process(routes, town, 
         report = sync.sync(source)  # the memo the writing pass stored
     assert report.changed == 0 and seen == []
     SyncMemo.objects.update(chunks=b"")  # would fail to decode: not read when not current
-    sync._bump()
+    sync._new_token(str(town))
     assert sync.sync(source).changed == 0
     SyncMemo.objects.update(chunks=b"[1, 2]")  # current, but not a memo: the source is read
     sync._memos.clear()
@@ -251,3 +251,37 @@ def test_chunks_moved_or_many_dropped_are_still_found(routes, town, small_chunks
     with lookups:
         report = sync.sync(source)
     assert report.missing == 20 and report.records == 20 and len(seen) <= 8
+
+
+def test_a_pass_of_another_source_leaves_the_memo_when_it_takes_nothing(routes, town, tmp_path):
+    source = sync.FileSource(town)
+    sync.sync(source)
+    other = tmp_path / "other.jsonl"
+    write(other, [bead(100 + i) for i in range(3)])
+    assert sync.sync(sync.FileSource(other)).created == 3
+    del sync._memos[str(town)]  # the stored memo only, as in another process
+    seen, lookups = looked_up()
+    with lookups:
+        report = sync.sync(source)
+    assert report.changed == 0 and seen == []
+
+
+def test_a_record_taken_while_a_pass_writes_leaves_no_memo(routes, town, monkeypatch):
+    source = sync.FileSource(town)
+    sync.sync(source)
+    write(town, [bead(i, status="closed") if i == 1 else bead(i) for i in range(40)])
+    write_pass = sync._write
+
+    def taken_meanwhile(*args, **kwargs):
+        sync._new_token(str(town))  # another source's pass took one of the town's records
+        return write_pass(*args, **kwargs)
+
+    monkeypatch.setattr(sync, "_write", taken_meanwhile)
+    assert sync.sync(source).updated == 1
+    assert str(town) not in sync._memos
+    assert SyncMemo.objects.get(source=str(town)).token != sync._token(str(town))
+    monkeypatch.setattr(sync, "_write", write_pass)
+    seen, lookups = looked_up()
+    with lookups:
+        report = sync.sync(source)  # read afresh, line by line
+    assert report.changed == 0 and len(seen) == 40

@@ -17,13 +17,13 @@ for the others: the task cluster's workers take turns): the source cut in chunks
 lines (about CHUNK bytes), each with a digest, its line count, the count and hash sum of its
 ids and its memory lines. A pass finds those chunks byte for byte in the source and skips them
 (a digest over 64 KB rather than a lookup per line), reading line by line only what lies
-between; the memo holds while the token it saw (a Cursor row every pass that writes sets anew,
-in its transaction) is still the database's. A file source whose identity (device, inode,
-size, modification time) is the one this process's last pass read, modified at least RACY_NS
-before it, is not read at all.
+between; the memo holds while the source's token (a Cursor row, set anew in its transaction
+by every pass that writes the source's records, or takes one of them for another source) is
+the one it saw. A file source whose identity (device, inode, size, modification time) is the
+one this process's last pass read, modified at least RACY_NS before it, is not read at all.
 
-A pass streams: it holds a batch of lines, not the source (a command's output is spooled to a
-temporary file). Records the source no longer has are found by comparing the count and a hash
+A pass streams: it holds a window of the source (a megabyte), not the source (a command's
+output is spooled to a temporary file). Records the source no longer has are found by comparing the count and a hash
 sum of the ids read with those of the records stored as present; only when they differ (a
 record dropped, an id twice) is the source read again for its ids.
 
@@ -99,9 +99,10 @@ LEADING_ID = re.compile(rb'\{\s*"id"\s*:\s*"([^"\\]+)"')  # a line that starts w
 CHUNK = 64 * 1024
 HEAD = 64
 WINDOW = 1024 * 1024
-# The memo is good while the database holds its token: every pass that writes (any
-# source's) sets a new one, in the Cursor row of this name.
-TOKEN = "sync"
+# A memo is good while the database holds its token (a Cursor row per source, TOKEN_PREFIX
+# and a hash of its name): every pass that writes sets its source's anew, and that of any
+# source it took a record from.
+TOKEN_PREFIX = "sync:"
 # A file whose identity (device, inode, size, modification time) is what the last good pass
 # read is not read again, when that pass saw it last modified this long before (a change
 # within the file system's timestamp granularity may keep the time).
@@ -305,9 +306,9 @@ def _pass(source: Source, routes_path: str | os.PathLike[str] | None, actor: str
     when it raises."""
     report = SyncReport(source=source.name)
     opened = time.time_ns()
-    token = _token()  # before reading: a write by anyone after it makes the memo it keeps stale
-    if token is None:  # none set yet (a database new, or older than the token)
-        token = _bump()
+    token = _token(source.name)  # before reading: a write after it makes the memo kept stale
+    if token is None:  # none set yet (a source new, or a database older than the token)
+        token = _new_token(source.name)
     memo = _memos.get(source.name)
     if memo is None or memo.token != token:
         memo = _load(source.name, token)  # the last good pass ran in another process
@@ -335,25 +336,46 @@ def _pass(source: Source, routes_path: str | os.PathLike[str] | None, actor: str
             _remember(source.name, lines, token, identity, opened, store)
             return report
         with transaction.atomic():
-            if memo and _token() != token:  # a pass of another source wrote since: read afresh
+            now = _token(source.name)
+            if now != token:  # another source took a record of this one since: read afresh
                 found, memo = None, None
+                token = now if now is not None else _new_token(source.name)
             lines = _write(report, source, stream, lines, found, memo, routes_path, actor)
-            token = _bump()
-            _remember(source.name, lines, token, identity, opened, store=True)
+            for other in sorted(lines.taken):
+                _new_token(other)
+            written = _bump(source.name, token)
+            if written is not None:
+                _remember(source.name, lines, written, identity, opened, store=True)
+            else:  # taken from during the pass: what it read of the source may be stale
+                _memos.pop(source.name, None)
     return report
 
 
-def _token() -> int | None:
-    """The value every pass that writes sets anew (in its transaction): a process's memo of
-    a source is good while it holds the value the memo's pass saw or set."""
-    return Cursor.objects.filter(name=TOKEN).values_list("position", flat=True).first()
+def _token_name(name: str) -> str:
+    """The name of a source's token row (at most 40 characters)."""
+    return TOKEN_PREFIX + hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
 
 
-def _bump() -> int:
-    """Set a new token (any source's pass that writes may have changed what a memo says)."""
+def _token(name: str) -> int | None:
+    """A source's token: set anew by every pass that writes its records (in its transaction);
+    a memo of the source is good while the token is the one its pass saw or set."""
+    row = Cursor.objects.filter(name=_token_name(name))
+    return row.values_list("position", flat=True).first()
+
+
+def _new_token(name: str) -> int:
+    """Set a new token for a source (its memos no longer hold) and return it."""
     value = secrets.randbits(62) + 1
-    Cursor.objects.update_or_create(name=TOKEN, defaults={"position": value})
+    Cursor.objects.update_or_create(name=_token_name(name), defaults={"position": value})
     return value
+
+
+def _bump(name: str, expected: int) -> int | None:
+    """Set a new token for a source if it is still `expected` and return it, else None
+    (another pass took a record of this source meanwhile)."""
+    value = secrets.randbits(62) + 1
+    row = Cursor.objects.filter(name=_token_name(name), position=expected)
+    return value if row.update(position=value) else None
 
 
 def _remember(
@@ -724,6 +746,7 @@ class _Lines:
         self.segments = _Segments(stream, memo.chunks if memo else [], max_line)
         self.base = memo.present if memo else None  # stored as present when the pass began
         self.gained: list[str] = []  # ids made present for this source by this pass
+        self.taken: set[str] = set()  # sources whose records this pass took
         self.number = 0
         self.piece = io.BytesIO()
         self.first = 1  # the number of the piece's first line
@@ -915,6 +938,8 @@ def _compare(
         source, stored_digest, missing = stored.get(item_id, (None, None, None))
         if missing:
             back.append(item_id)
+        if source is not None and source != lines.name:
+            lines.taken.add(source)  # its memos no longer hold
         if source != lines.name or missing:
             lines.gained.append(item_id)  # present for this source from now on
         if source == lines.name and stored_digest == content and not missing:
