@@ -16,8 +16,7 @@ class ConvoysConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Django: the services import the models, which load only once the registry is ready.
-        from .services import guard
+        from .services import guard  # noqa: PLC0415  (Django: models load once the registry is ready)
 
         guard.connect()
         gc.set_threshold(*GC_THRESHOLDS)

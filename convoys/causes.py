@@ -21,7 +21,7 @@ holds, in this order, is the cause:
   ready                 the next feed takes it (the open convoys that feed it)
 
 The rules are not derived again here: readiness (`readiness.ready_beads`, `blocked_by`,
-`worker_dead`), the breaker and cooldown (`services.dispatch`), the pause (the convoy rows the
+`worker_dead`), the breaker and cooldown (`services.breaker`), the pause (the convoy rows the
 claim reads) and the town capacity queue (`services.capacity`) decide; this module only names
 the first that holds. `load` reads a fixed number of queries whatever the number of beads.
 The convoy page (each row and a summary), the bead page, the API and `convoy status` all ask
