@@ -16,7 +16,6 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema, Swagger
@@ -34,8 +33,6 @@ from pydantic import (
 
 from . import causes, selectors
 from .models import ApiToken, Bead, Convoy, SourcedRecord
-from .readiness import ready_beads
-from .selectors import convoy_graph
 from .services import beads as bead_service
 from .services import controls, escalation, feeding, launch, staging
 from .services.errors import NotFound, ServiceError
@@ -354,31 +351,15 @@ def get_convoy(request: HttpRequest, convoy_id: Text) -> dict[str, Any]:
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
         raise NotFound(f"convoy '{convoy_id}' not found")
-    tracked, beads, graph, waves, gated = convoy_graph(convoy)
-    summary, _ = selectors.convoy_summary(convoy, tracked, beads)
+    found, summary, waves = selectors.wave_tasks(convoy)
     status = selectors.convoy_status_json(convoy)
     return {
         **_convoy_out(convoy, summary),
         "source": status["source"],
         "missing_from_source": status["missing_from_source"],
         "tracked": [{k: v for k, v in t.items() if k != "worker_seen"} for t in status["tracked"]],
-        "waves": [
-            {
-                "number": n,
-                "tasks": [
-                    {
-                        "id": i,
-                        "title": graph.nodes[i].title,
-                        "status": graph.nodes[i].status,
-                        "rig": graph.nodes[i].rig,
-                        "blocked_by": sorted(graph.nodes[i].blocked_by),
-                    }
-                    for i in wave
-                ],
-            }
-            for n, wave in enumerate(waves, start=1)
-        ],
-        "gated": [g.id for g in gated],
+        "waves": waves,
+        "gated": [g.id for g in found.gated],
         "paused": controls.pause_json(convoy),
         "causes": status["causes"],
         "escalation": escalation.state_json(convoy),
@@ -396,17 +377,9 @@ def list_beads(
     limit: int = query(200, ge=1, le=2000),
 ) -> list[dict[str, Any]]:
     need(request, "view_bead")
-    queryset = Bead.objects.all()
-    if status:
-        queryset = queryset.filter(status=status)
-    if rig:
-        queryset = queryset.filter(rig_id=rig)
-    if assignee:
-        queryset = queryset.filter(assignee__startswith=assignee)
-    if q:
-        queryset = queryset.filter(Q(id__icontains=q) | Q(title__icontains=q))
-    queryset = ready_beads(queryset) if ready else queryset.order_by("id")
-    rows = list(queryset[:limit])
+    rows = selectors.find_beads(
+        status=status, rig=rig, assignee=assignee, q=q, ready=ready, limit=limit
+    )
     origins = SourcedRecord.of(b.pk for b in rows)
     return [_bead_out(b, origins=origins) for b in rows]
 

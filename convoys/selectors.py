@@ -1089,3 +1089,51 @@ def subscriptions_page(user: User) -> SubscriptionsPage:
         all_sub=next((s for s in subs if s.convoy_id is None), None),
         delivery=notify.preference(user),
     )
+
+
+def find_beads(
+    *,
+    status: str | None = None,
+    rig: str | None = None,
+    assignee: str | None = None,
+    q: str | None = None,
+    ready: bool = False,
+    limit: int = 200,
+) -> list[Bead]:
+    """The beads the filters select (the API's list, `beads ready`): ready ones in the feed's
+    order (priority, id), the others by id; `assignee` matches a prefix, `q` the id or title."""
+    queryset = Bead.objects.all()
+    if status:
+        queryset = queryset.filter(status=status)
+    if rig:
+        queryset = queryset.filter(rig_id=rig)
+    if assignee:
+        queryset = queryset.filter(assignee__startswith=assignee)
+    if q:
+        queryset = queryset.filter(Q(id__icontains=q) | Q(title__icontains=q))
+    queryset = ready_beads(queryset) if ready else queryset.order_by("id")
+    return list(queryset[:limit])
+
+
+def wave_tasks(convoy: Convoy) -> tuple[ConvoyGraph, Summary, list[dict[str, Any]]]:
+    """A convoy's graph, summary and waves as lists of tasks (the API's convoy detail)."""
+    found = convoy_graph(convoy)
+    summary, _ = convoy_summary(convoy, found.tracked, found.beads)
+    nodes = found.graph.nodes
+    waves = [
+        {
+            "number": number,
+            "tasks": [
+                {
+                    "id": i,
+                    "title": nodes[i].title,
+                    "status": nodes[i].status,
+                    "rig": nodes[i].rig,
+                    "blocked_by": sorted(nodes[i].blocked_by),
+                }
+                for i in wave
+            ],
+        }
+        for number, wave in enumerate(found.waves, start=1)
+    ]
+    return found, summary, waves

@@ -5,8 +5,8 @@ from typing import Any
 
 import orjson
 
+from ... import selectors
 from ...models import Bead, Dependency, TrackedBead
-from ...readiness import blocked_by, ready_beads
 from ...services import beads as bead_service
 from ...services import breaker, controls, jsonl, sync
 from ..base import ServiceCommand, error
@@ -154,8 +154,8 @@ class Command(ServiceCommand):
         convoys = list(
             TrackedBead.objects.filter(bead_id=bead.id).values_list("convoy_id", flat=True)
         )
-        blockers = blocked_by([bead.id]).get(bead.id, [])
-        ready = ready_beads(Bead.objects.filter(pk=bead.pk)).exists()
+        state = selectors.bead_state(bead)  # as the bead page and the API say
+        blockers, ready = state.blocked_by, state.ready
         origin = bead.sourced
         if json:
             record.update(
@@ -279,8 +279,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"Removed dependency {issue} -> {target}")
 
     def do_ready(self, rig: str | None, limit: int, json: bool, **_: Any) -> None:
-        queryset = Bead.objects.filter(rig_id=rig) if rig else None
-        beads = list(ready_beads(queryset)[:limit])
+        beads = selectors.find_beads(rig=rig, ready=True, limit=limit)
         if json:
             self.write_json(
                 [
