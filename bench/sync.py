@@ -34,23 +34,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, median, percentile, setup, timed  # noqa: E402
 
 
-def generator():
+def generator() -> Callable[..., Any]:
     """bench/import.py's generate (its module name is a keyword: loaded from its path)."""
     spec = importlib.util.spec_from_file_location(
         "bench_import", Path(__file__).with_name("import.py")
     )
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.generate
+    generate: Callable[..., Any] = module.generate
+    return generate
 
 
-def rewrite(original, path, count, changed, run):
+def rewrite(original: Path, path: Path, count: int, changed: int, run: int) -> None:
     """`path` becomes `original` with `changed` records spread over it given a new title
     (every fifth one closed), written line by line (nothing held) and renamed into place."""
     step = max(count // changed, 1)
@@ -67,21 +72,24 @@ def rewrite(original, path, count, changed, run):
     os.replace(f"{path}.new", path)
 
 
-def restore(original, path):
+def restore(original: Path, path: Path) -> None:
+    """`path` becomes a copy of `original` (renamed into place)."""
     shutil.copyfile(original, f"{path}.new")
     os.replace(f"{path}.new", path)
 
 
-def quiet():
+def quiet() -> None:
     """No INFO lines (django-q's "Enqueued" for every close), once Django set up logging."""
     logging.disable(logging.INFO)
 
 
-def rss_mb():
+def rss_mb() -> float:
+    """This process's peak RSS in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def part_times(args, folder):
+def part_times(args: argparse.Namespace, folder: Path) -> None:
+    """The pass times (see the module's docstring)."""
     setup()
     quiet()
     from convoys.services import sync
@@ -120,7 +128,7 @@ def part_times(args, folder):
     print(f"  changed runs:   {', '.join(f'{s:.2f}' for s in changed)}")
 
 
-def part_memory_passes(args, folder):
+def part_memory_passes(args: argparse.Namespace, folder: Path) -> None:
     """In a process of its own: the passes whose memory is measured."""
     setup(os.environ["BENCH_SYNC_DATABASE"])
     quiet()
@@ -139,7 +147,8 @@ def part_memory_passes(args, folder):
     print(json.dumps({"before": before, "peak": rss_mb(), "passes": passes}))
 
 
-def part_memory(args, folder):
+def part_memory(args: argparse.Namespace, folder: Path) -> None:
+    """The memory of the passes at 1x and --scale x (each in processes of its own)."""
     results = {}
     for scale in (1, args.scale):
         beads = args.beads * scale
@@ -167,7 +176,8 @@ def part_memory(args, folder):
     print(f"memory of the passes, {args.scale}x vs 1x: {big / max(small, 1):.2f}x (flat: ~1x)")
 
 
-def part_memory_create(args, folder):
+def part_memory_create(args: argparse.Namespace, folder: Path) -> None:
+    """In a process of its own: the first pass, creating the beads."""
     setup(os.environ["BENCH_SYNC_DATABASE"])
     quiet()
     from convoys.services import sync
@@ -175,7 +185,8 @@ def part_memory_create(args, folder):
     sync.sync(sync.FileSource(folder / "town.jsonl"))
 
 
-def child(argv, folder, url):
+def child(argv: list[str], folder: Path, url: str) -> str:
+    """Run this script with `argv` on the database `url`; its standard output."""
     env = {**os.environ, "BENCH_SYNC_DATABASE": url, "BENCH_SYNC_FOLDER": str(folder)}
     done = subprocess.run(
         [sys.executable, __file__, *argv], env=env, capture_output=True, text=True, check=False
@@ -185,7 +196,7 @@ def child(argv, folder, url):
     return done.stdout
 
 
-def close_in(path, bead_id):
+def close_in(path: Path, bead_id: str) -> float:
     """Rewrite the town's record of `bead_id` closed, as a worker would; returns the moment
     the new file is in place."""
     with open(path) as source, open(f"{path}.new", "w") as out:
@@ -200,7 +211,8 @@ def close_in(path, bead_id):
     return time.time()
 
 
-def part_lag(args, folder):
+def part_lag(args: argparse.Namespace, folder: Path) -> None:
+    """The lag from a close written to the source to the next dispatch, under a cluster."""
     url = setup()
     quiet()
     from convoys.models import Dispatch, Event, SyncSource
@@ -309,9 +321,8 @@ def part_lag(args, folder):
         print(f"  the cluster's log: {folder / 'cluster.log'}")
 
 
-def _aware(seconds):
-    from datetime import UTC, datetime
-
+def _aware(seconds: float) -> datetime:
+    """A Unix time as an aware datetime (UTC)."""
     return datetime.fromtimestamp(seconds, UTC)
 
 
@@ -324,7 +335,7 @@ PARTS = {
 }
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--beads", type=int, default=100_000)
     parser.add_argument("--changed", type=int, default=100)
