@@ -329,6 +329,8 @@ class SyncSource(models.Model):
     last_pass_at = models.DateTimeField(null=True, blank=True)
     records = models.IntegerField(default=0)
     changed = models.IntegerField(default=0)
+    # Records its last good pass took from another source (the newest source wins).
+    taken = models.IntegerField(default=0)
     error = models.TextField(blank=True, default="")
     failing_since = models.DateTimeField(null=True, blank=True)
 
@@ -345,6 +347,9 @@ class SourcedRecord(models.Model):
     digest = models.CharField(max_length=32)
     # A hash of the line it was last read from: a pass skips the lines it finds here.
     line = models.CharField(max_length=32, blank=True, default="", db_index=True)
+    # A digest of the fields a dispatch claim writes (status, assignee) as the source last
+    # showed them: a claim of ours stands while the source still shows them so ("" unknown).
+    claimed = models.CharField(max_length=32, blank=True, default="")
     missing_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:

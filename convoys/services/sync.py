@@ -6,7 +6,12 @@ writes only the records whose content changed since the last pass (a digest per 
 computed counts left out: `updated_at` from another clock is not trusted). Changed records go
 through the import service, which compares field by field and writes each change with its
 event, so a close in bd is a `bead.closed` event that feeds the next bead as a local close
-does. A record the source no longer has is never deleted: it is marked missing.
+does. A record the source no longer has is never deleted: it is marked missing. A dispatch
+claim of ours (status hooked, a worker as assignee) stands while the source shows those two
+fields as it did before the claim (a digest of them per record, `claimed_digest`): its other
+fields are applied around the claim; a change of either in bd wins. A record another source
+owned is taken (the newest source wins), with an event naming both sources and a line in the
+report. `forget` makes a source no longer configured let go of its records (they become local).
 
 Most lines of a pass are the lines of the last one: each record's row keeps a hash of the line
 it was last read from, and a line whose hash is stored (looked up a batch of lines at a time)
@@ -50,8 +55,8 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import IO, Any, cast
 
@@ -60,13 +65,14 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .. import beadfile
+from .. import beadfile, bulk
 from ..beadfile import BadLine
 from ..events import EventItem, record_many
 from ..models import (
     Bead,
     Convoy,
     Cursor,
+    Dispatch,
     Lease,
     Memory,
     SourcedRecord,
@@ -217,6 +223,8 @@ class SyncReport:
     unchanged: int = 0
     missing: int = 0
     returned: int = 0
+    taken: int = 0  # records another source owned until this pass (the newest source wins)
+    taken_from: dict[str, int] = field(default_factory=dict)  # {that source: records}
     events: int = 0
     seconds: float = 0.0
 
@@ -237,6 +245,13 @@ def digest(record: dict[str, Any]) -> str:
         text = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # integers beyond 64 bits
         text = json.dumps(content, sort_keys=True).encode()
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+def claimed_digest(record: dict[str, Any]) -> str:
+    """The fields a dispatch claim of ours writes as a record shows them (status, assignee;
+    updated_at, the claim's third, moves with any change in bd), as 32 hex digits."""
+    text = orjson.dumps([record.get("status") or "", record.get("assignee") or ""])
     return hashlib.blake2b(text, digest_size=16).hexdigest()
 
 
@@ -564,6 +579,10 @@ def _write(
         # being rewritten) is a bad source, not a town whose every record went away
         raise SyncFailed(f"{source.name}: no records, where {len(gone)} were: nothing changed")
     report.missing, report.returned = len(gone), lines.returned
+    report.taken_from = dict(sorted(lines.taken_from.items()))
+    report.taken = sum(report.taken_from.values())
+    for owner, count in report.taken_from.items():
+        log.warning("sync of %s took %d records from %s", source.name, count, owner)
     gone_events = _mark(source.name, gone, timezone.now(), actor)
     report.events = imported.events + lines.events + gone_events
     return lines
@@ -747,6 +766,7 @@ class _Lines:
         self.base = memo.present if memo else None  # stored as present when the pass began
         self.gained: list[str] = []  # ids made present for this source by this pass
         self.taken: set[str] = set()  # sources whose records this pass took
+        self.taken_from: dict[str, int] = {}  # {source: records this pass took from it}
         self.number = 0
         self.piece = io.BytesIO()
         self.first = 1  # the number of the piece's first line
@@ -870,6 +890,14 @@ class _Lines:
             self.returned += len(ids)
             self.events += _mark(self.name, ids, None, self.actor)
 
+    def take(self, taken: list[tuple[str, str]]) -> None:
+        """Records this pass took from another source, as (id, that source): counted, and
+        an event each naming both sources."""
+        for _, owner in taken:
+            self.taken_from[owner] = self.taken_from.get(owner, 0) + 1
+        if taken:
+            self.events += _moved(self.name, taken, self.actor)
+
 
 def _stored(ids: Iterable[str], lines: Iterable[str]) -> list[tuple[str, str, str, bool]]:
     """(line, id, source, missing) of the stored records with one of these ids or last read
@@ -909,7 +937,9 @@ def _compare(
 ) -> None:
     """A batch of records read: the changed ones to the importer; every one's digest and
     line kept (an unchanged record read from a new line, key order say, keeps its new line).
-    An id twice in the batch is refused here (one across batches, by `_gone`)."""
+    An id twice in the batch is refused here (one across batches, by `_gone`). A changed bead
+    whose claimed fields the source still shows as it did keeps a dispatch claim of ours
+    (`_keep_claims`); a record another source owned is taken, with an event (`_take`)."""
     if not pending:
         return
     ids = [record["id"] for _, record in pending]
@@ -922,42 +952,87 @@ def _compare(
                     f"{lines.name}:{number}: duplicate id '{record['id']}' (first on line {seen})"
                 )
     stored = {
-        i: (source, digest, missing)
-        for i, source, digest, missing in SourcedRecord.objects.filter(pk__in=ids).values_list(
-            "id", "source", "digest", "missing_since"
-        )
+        i: (source, digest, missing, claimed)
+        for i, source, digest, missing, claimed in SourcedRecord.objects.filter(
+            pk__in=ids
+        ).values_list("id", "source", "digest", "missing_since", "claimed")
     }
     batch: list[tuple[int, Any, Any]] = []
     rows: list[SourcedRecord] = []
     back: list[str] = []
+    taken: list[tuple[str, str]] = []  # (id, the source that owned it)
+    held: list[int] = []  # indexes in `batch` of beads whose claimed fields the source kept
     for number, record in pending:
         item_id = record["id"]
         content = digest(record)
         line = lines.hashes.pop(number)
-        rows.append(SourcedRecord(id=item_id, source=lines.name, digest=content, line=line))
-        source, stored_digest, missing = stored.get(item_id, (None, None, None))
+        convoy = beadfile.is_convoy_record(record)
+        claimed = "" if convoy else claimed_digest(record)
+        rows.append(
+            SourcedRecord(id=item_id, source=lines.name, digest=content, line=line, claimed=claimed)
+        )
+        source, stored_digest, missing, stored_claimed = stored.get(item_id, (None,) * 4)
         if missing:
             back.append(item_id)
         if source is not None and source != lines.name:
             lines.taken.add(source)  # its memos no longer hold
+            taken.append((item_id, source))
         if source != lines.name or missing:
             lines.gained.append(item_id)  # present for this source from now on
         if source == lines.name and stored_digest == content and not missing:
             continue
-        if beadfile.is_convoy_record(record):
+        if convoy:
             batch.append((number, record, None))
-        else:
-            batch.append((number, None, jsonl._prepare(record, importer.routes, importer.now)))
+            continue
+        if source == lines.name and not missing and stored_claimed == claimed:
+            held.append(len(batch))
+        batch.append((number, None, jsonl._prepare(record, importer.routes, importer.now)))
     lines.note(ids)
+    _keep_claims(batch, held)
     importer.add(batch)
     SourcedRecord.objects.bulk_create(
         rows,
         batch_size=jsonl.BATCH,
         update_conflicts=True,
         unique_fields=["id"],
-        update_fields=["source", "digest", "line"],
+        update_fields=["source", "digest", "line", "claimed"],
     )
     lines.back(back)
+    lines.take(taken)
+
+
+def _keep_claims(batch: list[tuple[int, Any, Any]], held: list[int]) -> None:
+    """Changed beads of `batch` (at the indexes `held`) whose source still shows the fields a
+    dispatch claim writes as it did before: where a claim of ours stands (the bead hooked by
+    us, the source showing it otherwise), the claim's status and assignee are kept, and its
+    updated_at when later than the source's; the source's other fields are applied. A source
+    that changed one of those fields (bd hooked, closed or reassigned the bead) wins."""
+    if not held:
+        return
+    table = bulk.table(Bead)
+    at = table.index
+    rows = {batch[i][2][0][at["id"]]: i for i in held}
+    beads = {
+        bead_id: (assignee, updated_at)
+        for bead_id, assignee, updated_at in Bead.objects.filter(pk__in=list(rows), status="hooked")
+        .exclude(assignee="")
+        .values_list("id", "assignee", "updated_at")
+    }
+    ours = set(
+        Dispatch.objects.filter(bead_id__in=list(beads)).order_by().values_list("bead_id", "worker")
+    )
+    for bead_id, index in rows.items():
+        if bead_id not in beads or (bead_id, beads[bead_id][0]) not in ours:
+            continue
+        number, _, (row, deps) = batch[index]
+        values = table.values(row)
+        assignee, updated_at = beads[bead_id]
+        if (values["status"], values["assignee"]) == ("hooked", assignee):
+            continue  # the source shows our claim: nothing to keep
+        values["status"], values["assignee"] = "hooked", assignee
+        if values["updated_at"] is None or updated_at > values["updated_at"]:
+            values["updated_at"] = updated_at
+        batch[index] = (number, None, (table.row(values), deps))
 
 
 def _gone(lines: _Lines, stream: IO[bytes]) -> list[str]:
@@ -982,27 +1057,55 @@ def _gone(lines: _Lines, stream: IO[bytes]) -> list[str]:
     return [i for i in present.values_list("id", flat=True) if i not in first]
 
 
+def _source_events(
+    ids: list[str],
+    actor: str,
+    data: Callable[[str], dict[str, Any]],
+    before: Callable[[list[str]], Any] | None = None,
+) -> int:
+    """An event for each bead and convoy among `ids` (bead.updated, convoy.updated): its
+    status and title, and `data(id)`; `before` runs on each batch of ids first. None of them
+    is a close. Returns the number of events."""
+    events: list[EventItem] = []
+    for start in range(0, len(ids), jsonl.BATCH):
+        part = ids[start : start + jsonl.BATCH]
+        if before is not None:
+            before(part)
+        for model, kind, key in PRESENCE_EVENTS:
+            for row in model.objects.filter(pk__in=part).only("id", "status", "title"):
+                fields = {"status": row.status, "title": row.title, **data(row.id)}
+                item: EventItem = {"kind": kind, "actor": actor, "data": fields}
+                item[key] = row.id  # type: ignore[literal-required]  # bead_id or convoy_id
+                events.append(item)
+    return len(record_many(events, instances=False))
+
+
 def _mark(name: str, ids: list[str], since: datetime | None, actor: str) -> int:
     """Mark records as missing from their source since `since` (never deleted), or clear the
     mark (`since` None); each bead and convoy among them gets an event saying so. Returns
     the number of events."""
-    events: list[EventItem] = []
-    for start in range(0, len(ids), jsonl.BATCH):
-        part = ids[start : start + jsonl.BATCH]
+    data = {
+        "source": name,
+        "missing_from_source": since is not None,
+        "changes": ["missing_from_source"],
+    }
+
+    def mark(part: list[str]) -> None:
         SourcedRecord.objects.filter(pk__in=part).update(missing_since=since)
-        for model, kind, key in PRESENCE_EVENTS:
-            for row in model.objects.filter(pk__in=part).only("id", "status", "title"):
-                data: dict[str, Any] = {
-                    "status": row.status,
-                    "title": row.title,
-                    "source": name,
-                    "missing_from_source": since is not None,
-                    "changes": ["missing_from_source"],
-                }
-                item: EventItem = {"kind": kind, "actor": actor, "data": data}
-                item[key] = row.id  # type: ignore[literal-required]  # bead_id or convoy_id
-                events.append(item)
-    return len(record_many(events, instances=False))  # marks only: no close among them
+
+    return _source_events(ids, actor, lambda _: data, mark)
+
+
+def _moved(name: str, taken: list[tuple[str, str]], actor: str) -> int:
+    """An event for each bead and convoy a pass of source `name` took from the source that
+    owned it, as (id, that source); the move is not refused (the newest source wins), only
+    made visible. Returns the number of events."""
+    owners = dict(taken)
+
+    def data(item_id: str) -> dict[str, Any]:
+        return {"source": name, "previous_source": owners[item_id], "changes": ["source"]}
+
+    return _source_events(list(owners), actor, data)
 
 
 def _failed(name: str, failure: SyncFailed) -> bool:
@@ -1024,9 +1127,50 @@ def _succeeded(name: str, report: SyncReport) -> None:
     if row.error:
         log.info("sync of %s works again (failing since %s)", name, row.failing_since)
     row.last_pass_at = timezone.now()
-    row.records, row.changed = report.records, report.changed
+    row.records, row.changed, row.taken = report.records, report.changed, report.taken
     row.error, row.failing_since = "", None
     row.save()
+
+
+def configured() -> set[str]:
+    """The names of the sources CONVOY_SYNC_SOURCES configures."""
+    names = set()
+    for spelling in settings.CONVOY_SYNC_SOURCES:
+        try:
+            names.add(source_for(spelling).name)
+        except SyncFailed:
+            names.add(spelling.strip()[:NAME_MAX])
+    return names
+
+
+def forget(name: str, actor: str = "sync") -> tuple[int, int]:
+    """Forget a source that is no longer configured: its records stay as they are and become
+    local (editable here again, no longer owned by it), each with an event; its dashboard row,
+    memo and token go. Returns (records made local, events). Refused (SyncFailed) for a
+    source CONVOY_SYNC_SOURCES names, one not known, or one a pass is reading now."""
+    name = name.strip()
+    if name in configured():
+        raise SyncFailed(f"{name} is in CONVOY_SYNC_SOURCES: take it out before forgetting it")
+    owned = SourcedRecord.objects.filter(source=name)
+    if not SyncSource.objects.filter(name=name).exists() and not owned.exists():
+        raise SyncFailed(f"no sync source {name!r} to forget")
+    holder, lease = default_holder(), lease_name(name)
+    if not leases.acquire(lease, holder, ttl=LEASE_TTL) and not _take_from_the_dead(lease, holder):
+        raise SyncFailed(f"{name}: another process is syncing it now; try again")
+    try:
+        with transaction.atomic():
+            ids = list(owned.values_list("id", flat=True))
+            data = {"source": name, "source_forgotten": True, "changes": ["source"]}
+            count = _source_events(ids, actor, lambda _: data)
+            owned.delete()
+            SyncSource.objects.filter(name=name).delete()
+            SyncMemo.objects.filter(source=name).delete()
+            Cursor.objects.filter(name=_token_name(name)).delete()
+        _memos.pop(name, None)
+    finally:
+        leases.release(lease, holder)
+    log.info("forgot sync source %s: %d records are local now", name, len(ids))
+    return len(ids), count
 
 
 def passes(

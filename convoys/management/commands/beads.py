@@ -22,10 +22,17 @@ class Command(ServiceCommand):
         p.add_argument("--routes", help="a routes.jsonl mapping prefixes to rigs")
         self.add_json(p)
         p = sub.add_parser("sync", help="mirror a bd JSONL file or `cmd:<command>` (changes only)")
-        p.add_argument("source", help="a bd JSONL file, or cmd:<command line> printing one")
+        p.add_argument(
+            "source", nargs="?", help="a bd JSONL file, or cmd:<command line> printing one"
+        )
         p.add_argument("--once", action="store_true", help="one pass (the default)")
         p.add_argument("--every", type=float, metavar="SECONDS", help="a pass every SECONDS")
         p.add_argument("--routes", help="a routes.jsonl mapping prefixes to rigs")
+        p.add_argument(
+            "--forget",
+            metavar="SOURCE",
+            help="forget a source no longer in CONVOY_SYNC_SOURCES: its records become local",
+        )
         self.add_json(p)
         p = sub.add_parser("export", help="write bd-compatible JSONL")
         p.add_argument("-o", "--output", help="file to write (default: stdout)")
@@ -100,8 +107,22 @@ class Command(ServiceCommand):
             self.stdout.write(f"  {report.routes} routes")
 
     def do_sync(
-        self, source: str, once: bool, every: float | None, routes: str | None, json: bool, **_: Any
+        self,
+        source: str | None,
+        once: bool,
+        every: float | None,
+        routes: str | None,
+        forget: str | None,
+        json: bool,
+        **_: Any,
     ) -> None:
+        if forget is not None:
+            if source is not None or every is not None or once or routes:
+                raise error("--forget SOURCE takes no other source, --once, --every or --routes")
+            self._forget(forget, json)
+            return
+        if source is None:
+            raise error("sync needs a SOURCE (or --forget SOURCE)")
         if every is not None and (once or every <= 0):
             raise error("--every needs a positive number of seconds, without --once")
         try:
@@ -132,6 +153,15 @@ class Command(ServiceCommand):
                     f"{result.updated} updated, {result.missing} missing, {result.returned} "
                     f"back, {result.events} events in {result.seconds:.2f} s"
                 )
+                for owner, count in result.taken_from.items():
+                    self.stdout.write(f"  took {count} records from {owner}")
+
+    def _forget(self, source: str, json: bool) -> None:
+        records, events = sync.forget(source, actor="cli")  # a refusal: one line, status 1
+        if json:
+            self.write_json({"forgotten": source.strip(), "records": records, "events": events})
+        else:
+            self.stdout.write(f"Forgot {source.strip()}: its {records} records are local now")
 
     def do_export(self, output: str | None, **_: Any) -> None:
         if output:

@@ -1,0 +1,198 @@
+"""`beads sync` after a trial user's findings (issue 18): a dispatch claim of ours stands
+through a source change that does not touch the fields it writes; a source no longer
+configured can be forgotten (its records become local); a record moving from one source to
+another says so (event, report, dashboard)."""
+
+import io
+import json
+import shutil
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from convoys.models import Bead, Event, SourcedRecord, SyncMemo, SyncSource
+from convoys.services import beads, dispatch
+
+from .test_sync import FIXTURE, rewrite, run_sync
+
+pytestmark = pytest.mark.django_db
+
+LATER = "2026-11-30T10:00:00Z"
+
+
+@pytest.fixture
+def town(tmp_path):
+    path = tmp_path / "town.jsonl"
+    path.write_bytes(FIXTURE.read_bytes())
+    return path
+
+
+@pytest.fixture
+def synced(routes, town):
+    run_sync(town)
+    return town
+
+
+def claim(bead_id):
+    """Our claim of a bead, as the feeder makes it: hooked, a worker as its assignee."""
+    won = dispatch.claim(Bead.objects.get(pk=bead_id), path="manual", actor="test")
+    assert won is not None
+    return won.worker
+
+
+def hook(bead_id):
+    bead = Bead.objects.get(pk=bead_id)
+    return bead.status, bead.assignee
+
+
+def dashboard(client):
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
+    return client.get("/").content.decode()
+
+
+# --- 1. a claim of ours stands through a change that does not touch it ---------------------
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"labels": ["urgent"]}, {"title": "Lay the track, quickly"}, {"priority": 0}],
+    ids=["label", "title", "priority"],
+)
+def test_a_claim_stands_through_a_source_change_of_other_fields(synced, edit):
+    worker = claim("gt-s0")
+    rewrite(synced, "gt-s0", updated_at=LATER, **edit)
+    [report] = run_sync(synced)
+    assert report["updated"] == 1
+    bead = Bead.objects.get(pk="gt-s0")
+    assert hook("gt-s0") == ("hooked", worker)  # the claim stands
+    for name, value in edit.items():  # the source's other fields are applied
+        assert getattr(bead, name) == value
+    # So the feeder does not sling it a second time: a second claim loses.
+    assert dispatch.claim(bead, path="manual", actor="test") is None
+    [event] = Event.objects.filter(bead_id="gt-s0", kind="bead.updated")
+    assert "status" not in event.data["changes"] and "assignee" not in event.data["changes"]
+    run_sync(synced)  # and the next, unchanged pass keeps it too
+    assert hook("gt-s0") == ("hooked", worker)
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        ({"status": "closed", "closed_at": LATER}, ("closed", "")),
+        (
+            {"status": "hooked", "assignee": "gastown/polecats/other"},
+            ("hooked", "gastown/polecats/other"),
+        ),
+        ({"assignee": "someone"}, ("open", "someone")),
+    ],
+    ids=["closed", "hooked-elsewhere", "reassigned"],
+)
+def test_a_source_change_of_a_claimed_field_wins(synced, edit, expected):
+    claim("gt-s0")
+    rewrite(synced, "gt-s0", updated_at=LATER, title="Renamed in bd", **edit)
+    run_sync(synced)
+    assert hook("gt-s0") == expected
+    assert Bead.objects.get(pk="gt-s0").title == "Renamed in bd"
+
+
+def test_once_the_source_showed_the_hook_a_later_unhook_wins(synced):
+    worker = claim("gt-s0")
+    rewrite(synced, "gt-s0", status="hooked", assignee=worker, updated_at=LATER)
+    run_sync(synced)  # bd shows our hook
+    assert hook("gt-s0") == ("hooked", worker)
+    # bd unhooks it (the pre-claim values again): a change in the source, which wins.
+    rewrite(synced, "gt-s0", status="open", assignee="", updated_at="2026-11-30T11:00:00Z")
+    run_sync(synced)
+    assert hook("gt-s0") == ("open", "")
+
+
+def test_a_released_claim_leaves_the_source_record_whole(synced):
+    claim("gt-s0")
+    Bead.objects.filter(pk="gt-s0").update(status="open", assignee="")  # a failed dispatch
+    rewrite(synced, "gt-s0", labels=["urgent"], updated_at=LATER)
+    run_sync(synced)
+    assert hook("gt-s0") == ("open", "")
+    assert Bead.objects.get(pk="gt-s0").labels == ["urgent"]
+
+
+# --- 2. forgetting a source no longer configured -------------------------------------------
+
+
+def forget(source, *options):
+    out = io.StringIO()
+    call_command("beads", "sync", "--forget", str(source), *options, stdout=out)
+    return out.getvalue()
+
+
+def test_a_configured_source_is_not_forgotten(synced, settings):
+    settings.CONVOY_SYNC_SOURCES = [str(synced)]
+    with pytest.raises(CommandError) as refused:
+        forget(synced)
+    assert (
+        str(refused.value)
+        == f"{synced} is in CONVOY_SYNC_SOURCES: take it out before forgetting it"
+    )
+    assert SourcedRecord.objects.filter(source=str(synced)).count() == 3
+    assert SyncSource.objects.filter(name=str(synced)).exists()
+
+
+def test_an_unknown_source_is_not_forgotten(synced, tmp_path):
+    with pytest.raises(CommandError, match="no sync source"):
+        forget(tmp_path / "elsewhere.jsonl")
+
+
+def test_a_forgotten_source_leaves_its_records_local_and_the_dashboard(synced, client):
+    before = {b.id: (b.title, b.status, b.priority) for b in Bead.objects.all()}
+    assert str(synced) in dashboard(client)
+    output = forget(synced)
+    assert output.strip() == f"Forgot {synced}: its 3 records are local now"
+    assert {b.id: (b.title, b.status, b.priority) for b in Bead.objects.all()} == before
+    assert not SourcedRecord.objects.exists()
+    assert not SyncSource.objects.exists() and not SyncMemo.objects.exists()
+    events = Event.objects.filter(data__source_forgotten=True)
+    assert sorted(e.bead_id for e in events) == ["gt-s0", "gt-s1", "gt-s2"]
+    assert {e.data["source"] for e in events} == {str(synced)}
+    beads.close_bead("gt-s0", actor="test")  # editable here now
+    assert Bead.objects.get(pk="gt-s0").status == "closed"
+    assert "Sync sources" not in client.get("/").content.decode()
+
+
+def test_forget_answers_in_json(synced):
+    answer = json.loads(forget(synced, "--json"))
+    assert answer == {"forgotten": str(synced), "records": 3, "events": 3}
+
+
+# --- 3. a record moving from one source to another says so ---------------------------------
+
+
+def test_a_record_taken_from_another_source_is_an_event_a_report_line_and_on_the_dashboard(
+    synced, tmp_path, client
+):
+    other = tmp_path / "other.jsonl"
+    shutil.copy(synced, other)
+    rewrite(other, "gt-s2", title="Sell the tickets elsewhere")
+    [report] = run_sync(other)
+    assert report["taken"] == 3 and report["taken_from"] == {str(synced): 3}
+    moves = Event.objects.filter(data__previous_source=str(synced))
+    assert sorted(e.bead_id for e in moves) == ["gt-s0", "gt-s1", "gt-s2"]
+    assert {e.data["source"] for e in moves} == {str(other)}
+    assert set(SourcedRecord.objects.values_list("source", flat=True)) == {str(other)}
+    assert SyncSource.objects.get(name=str(other)).taken == 3
+    assert "3 taken from another source" in dashboard(client)
+    out = io.StringIO()
+    rewrite(synced, "gt-s0", title="Lay the track again")
+    call_command("beads", "sync", str(synced), stdout=out)  # the newest source wins
+    assert f"  took 3 records from {other}" in out.getvalue().splitlines()
+    assert Bead.objects.get(pk="gt-s0").title == "Lay the track again"
+    [report] = run_sync(synced)  # nothing taken in its next pass
+    assert report["taken"] == 0 and report["taken_from"] == {}
+    assert SyncSource.objects.get(name=str(synced)).taken == 0
+
+
+def test_sync_needs_a_source_or_forget(db):
+    with pytest.raises(CommandError, match="needs a SOURCE"):
+        call_command("beads", "sync")
+    with pytest.raises(CommandError, match="--forget SOURCE takes no other"):
+        call_command("beads", "sync", "a.jsonl", "--forget", "b.jsonl")
