@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from convoys.models import Bead, Event, SourcedRecord, SyncMemo, SyncSource
-from convoys.services import beads, dispatch
+from convoys.services import beads, dispatch, leases, sync
 
 from .test_sync import FIXTURE, rewrite, run_sync
 
@@ -196,3 +196,10 @@ def test_sync_needs_a_source_or_forget(db):
         call_command("beads", "sync")
     with pytest.raises(CommandError, match="--forget SOURCE takes no other"):
         call_command("beads", "sync", "a.jsonl", "--forget", "b.jsonl")
+
+
+def test_a_source_being_synced_now_is_not_forgotten(synced):
+    assert leases.acquire(sync.lease_name(str(synced)), "elsewhere:1:1", ttl=60)
+    with pytest.raises(CommandError, match="another process is syncing it now"):
+        forget(synced)
+    assert SourcedRecord.objects.filter(source=str(synced)).count() == 3
