@@ -159,9 +159,12 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         or os.path.join(tempfile.gettempdir(), f"convoyweb-test-{os.getpid()}.sqlite3")
     }
 elif _db["ENGINE"] == "django.db.backends.postgresql":
+    # A connection attempt gives up after this long instead of waiting forever (a thread
+    # stuck in connect held a test run open after its last test).
+    _db["OPTIONS"] = {"connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 10, minimum=1)}
     # Persistent connections leak under ASGI: CONN_MAX_AGE stays 0; use the pool instead.
     if env_bool("DATABASE_POOL", False):
-        _db["OPTIONS"] = {"pool": {"min_size": 1, "max_size": env_int("DATABASE_POOL_SIZE", 10)}}
+        _db["OPTIONS"]["pool"] = {"min_size": 1, "max_size": env_int("DATABASE_POOL_SIZE", 10)}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
