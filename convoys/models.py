@@ -331,6 +331,8 @@ class SyncSource(models.Model):
     changed = models.IntegerField(default=0)
     # Records its last good pass took from another source (the newest source wins).
     taken = models.IntegerField(default=0)
+    # Records its last good pass did not take: their ids are local beads or convoys.
+    conflicts = models.IntegerField(default=0)
     error = models.TextField(blank=True, default="")
     failing_since = models.DateTimeField(null=True, blank=True)
 

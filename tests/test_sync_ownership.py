@@ -137,13 +137,18 @@ def test_a_bead_back_in_its_source_takes_the_source_record_again(editor, synced)
     assert again["events"] == 0, again
 
 
-def test_a_bead_becoming_sourced_between_page_and_save_is_a_form_error(editor, routes, town):
-    beads.create_bead("Soon from bd", bead_id="gt-s0", actor="test")
+def test_a_bead_becoming_sourced_between_page_and_save_is_a_form_error(editor, synced):
+    """Missing from its source (editable here), back in it before the page is saved. (A
+    bead created here never becomes sourced: a source's record with its id is not taken.)"""
+    original = synced.read_bytes()
+    drop(synced, "gt-s0")
+    run_sync(synced)
     data = page_data(editor, bead_url("gt-s0"))
-    run_sync(town)  # the town now has gt-s0: its record wins
+    synced.write_bytes(original)
+    run_sync(synced)  # the town has gt-s0 again: its record wins
     data["title"] = "Edited on a stale page"
     errors = form_errors(editor.post(bead_url("gt-s0"), data))
-    assert errors == [f"bead 'gt-s0' comes from {town}: change it in bd"]
+    assert errors == [f"bead 'gt-s0' comes from {synced}: change it in bd"]
     assert Bead.objects.get(pk="gt-s0").title == "Lay the track"
 
 

@@ -5,12 +5,17 @@ another says so (event, report, dashboard)."""
 
 import io
 import json
+import logging
 import shutil
+import subprocess
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from convoys.models import Bead, Event, SourcedRecord, SyncMemo, SyncSource
 from convoys.services import beads, dispatch, leases, sync
@@ -120,7 +125,12 @@ def test_a_released_claim_leaves_the_source_record_whole(synced):
 # --- 2. forgetting a source no longer configured -------------------------------------------
 
 
-def forget(source, *options):
+def forget(source, *options, synced_ago=3600):
+    """`beads sync --forget SOURCE`, its last good pass `synced_ago` seconds back (a source
+    synced within a minute is refused: a running process may be syncing it)."""
+    SyncSource.objects.filter(name=str(source)).update(
+        last_pass_at=timezone.now() - timedelta(seconds=synced_ago)
+    )
     out = io.StringIO()
     call_command("beads", "sync", "--forget", str(source), *options, stdout=out)
     return out.getvalue()
@@ -203,3 +213,140 @@ def test_a_source_being_synced_now_is_not_forgotten(synced):
     with pytest.raises(CommandError, match="another process is syncing it now"):
         forget(synced)
     assert SourcedRecord.objects.filter(source=str(synced)).count() == 3
+
+
+# --- 4. the second trial: README recipe, local beads, one-off failures, --forget, output ------
+
+
+def test_the_readme_town_env_recipe_sets_every_variable(tmp_path):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("cat > town.env <<'ENV'\n")
+    recipe = readme[start : readme.index("\nENV\n", start) + len("\nENV\n")]
+    script = recipe + "set -a; . ./town.env; set +a\nenv | grep ^CONVOY_\n"
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert done.stderr == ""
+    variables = dict(line.split("=", 1) for line in done.stdout.splitlines())
+    assert variables["CONVOY_SYNC_SOURCES"] == "cmd:bd export --all"
+    assert variables["CONVOY_DISPATCH_COMMAND"] == "gt sling {bead} {rig}"
+    assert variables["CONVOY_SYNC_INTERVAL"] == "2" and variables["CONVOY_DISPATCHER"] == "command"
+
+
+def test_a_local_bead_with_a_source_id_is_not_taken(routes, town, client, caplog):
+    beads.create_bead("Our own track", bead_id="gt-s0", prefix="gt-")
+    before = Event.objects.order_by("-pk").values_list("pk", flat=True).first()
+    with caplog.at_level(logging.WARNING, logger="convoys.sync"):  # as the cluster runs it
+        report = sync.sync(sync.source_for(str(town))).as_dict()
+    assert report["conflicts"] == 1 and report["conflict_ids"] == ["gt-s0"]
+    assert report["created"] == 2  # the rest of the pass proceeds
+    bead = Bead.objects.get(pk="gt-s0")
+    assert bead.title == "Our own track" and not bead.dependencies.exists()
+    assert not SourcedRecord.objects.filter(pk="gt-s0").exists()
+    assert not Event.objects.filter(bead_id="gt-s0", pk__gt=before).exists()
+    beads.update_bead("gt-s0", title="Still ours", actor="test")  # still editable here
+    [warning] = [r for r in caplog.records if "same id" in r.getMessage()]
+    assert "gt-s0" in warning.getMessage()
+    assert SyncSource.objects.get(name=str(town)).conflicts == 1
+    assert "1 local bead with the same id: not taken" in dashboard(client)
+    rewrite(town, "gt-s0", title="Lay the track, again")
+    [again] = run_sync(town)  # and every later pass, the file changed or not
+    assert again["conflicts"] == 1 and again["changed"] == 0
+    [again] = run_sync(town)
+    assert again["conflicts"] == 1 and again["changed"] == 0
+    assert Bead.objects.get(pk="gt-s0").title == "Still ours"
+    out = io.StringIO()
+    call_command("beads", "sync", str(town), stdout=out)
+    assert "  1 local beads with the same id: not taken (gt-s0)" in out.getvalue().splitlines()
+
+
+def test_a_bead_of_a_forgotten_source_is_local_and_not_taken_back(synced, tmp_path):
+    forget(synced)
+    other = tmp_path / "other.jsonl"
+    shutil.copy(synced, other)
+    rewrite(other, "gt-s0", title="Lay the track elsewhere")
+    [report] = run_sync(other)
+    assert report["conflicts"] == 3 and report["created"] == 0 and report["taken"] == 0
+    assert Bead.objects.get(pk="gt-s0").title == "Lay the track"
+    assert not SourcedRecord.objects.exists()
+
+
+def test_a_one_off_failing_pass_of_an_unconfigured_source_leaves_no_row(db, tmp_path, client):
+    with pytest.raises(CommandError, match="No such file"):
+        call_command("beads", "sync", str(tmp_path / "nowhere.jsonl"), "--once")
+    assert not SyncSource.objects.exists()
+    assert "Sync sources" not in dashboard(client)
+
+
+def test_a_failing_pass_keeps_the_row_of_a_source_once_synced_or_configured(
+    synced, settings, tmp_path
+):
+    synced.write_text("not json\n")
+    with pytest.raises(CommandError):
+        run_sync(synced)
+    assert SyncSource.objects.get(name=str(synced)).error
+    nowhere = str(tmp_path / "nowhere.jsonl")
+    settings.CONVOY_SYNC_SOURCES = [nowhere]
+    with pytest.raises(CommandError):
+        run_sync(nowhere)
+    assert SyncSource.objects.get(name=nowhere).error
+
+
+def test_a_source_synced_recently_is_not_forgotten_without_force(synced, settings):
+    settings.CONVOY_SYNC_INTERVAL = 10
+    with pytest.raises(CommandError) as refused:
+        forget(synced, synced_ago=5)
+    assert str(refused.value).startswith(
+        f"{synced} was synced 5 s ago by a running process: stop it first, or wait"
+    )
+    assert SourcedRecord.objects.filter(source=str(synced)).count() == 3
+    settings.CONVOY_SYNC_INTERVAL = 30  # three intervals when longer than a minute
+    with pytest.raises(CommandError, match="was synced 80 s ago"):
+        forget(synced, synced_ago=80)
+    assert forget(synced, "--force", synced_ago=5).startswith(f"Forgot {synced}")
+    assert not SourcedRecord.objects.exists()
+
+
+def test_every_prints_only_passes_that_changed_something(synced, monkeypatch):
+    rounds = iter([None, "change", None, None])
+
+    def stop_after(self, timeout=None):
+        step = next(rounds, "stop")
+        if step == "change":
+            rewrite(synced, "gt-s0", title="Lay the track, faster")
+        return step == "stop"
+
+    monkeypatch.setattr(sync.threading.Event, "wait", stop_after)
+    out = io.StringIO()
+    call_command("beads", "sync", str(synced), "--every", "1", stdout=out)
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("Synced")]
+    assert len(lines) == 2  # the first pass, and the one that changed a record
+    assert "1 updated" in lines[1]
+
+
+def test_a_failure_is_printed_once_on_the_command_line(db, tmp_path, caplog):
+    """The command prints `error: …`; the log line is the cluster's (it would print it too)."""
+    nowhere = tmp_path / "nowhere.jsonl"
+    with caplog.at_level(logging.DEBUG, logger="convoys.sync"):
+        with pytest.raises(CommandError, match="No such file"):
+            call_command("beads", "sync", str(nowhere), "--once")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="convoys.sync"):
+        with pytest.raises(sync.SyncFailed):
+            sync.sync(sync.source_for(str(nowhere)))
+    assert [r.levelno for r in caplog.records] == [logging.ERROR]
+
+
+def test_an_unchanged_pass_logs_at_debug(synced, caplog):
+    with caplog.at_level(logging.DEBUG, logger="convoys.sync"):
+        sync.sync(sync.source_for(str(synced)))
+    assert [r.levelno for r in caplog.records if "sync pass" in r.getMessage()] == [logging.DEBUG]
+
+
+def test_show_lists_labels(routes, town):
+    rewrite(town, "gt-s0", labels=["urgent", "track"])
+    run_sync(town)
+    out = io.StringIO()
+    call_command("beads", "show", "gt-s0", stdout=out)
+    assert "  labels: urgent, track" in out.getvalue().splitlines()

@@ -11,7 +11,10 @@ claim of ours (status hooked, a worker as assignee) stands while the source show
 fields as it did before the claim (a digest of them per record, `claimed_digest`): its other
 fields are applied around the claim; a change of either in bd wins. A record another source
 owned is taken (the newest source wins), with an event naming both sources and a line in the
-report. `forget` makes a source no longer configured let go of its records (they become local).
+report. A record whose id is a local bead or convoy (no SourcedRecord row: created here, or
+its source forgotten) is not taken: nothing is written for it, and the pass reports it as a
+conflict (no memo is kept then: its line is read again by every pass, and reported again).
+`forget` makes a source no longer configured let go of its records (they become local).
 
 Most lines of a pass are the lines of the last one: each record's row keeps a hash of the line
 it was last read from, and a line whose hash is stored (looked up a batch of lines at a time)
@@ -97,6 +100,7 @@ ID_SUM_MASK = 2**64 - 1
 # Lines not known that a pass keeps from its first, write-free reading of the source; with
 # more, it reads the source again inside its transaction.
 SCAN_KEPT = 2 * jsonl.BATCH
+CONFLICT_IDS = 10  # ids of local records with a source's id named in a pass's report
 LEADING_ID = re.compile(rb'\{\s*"id"\s*:\s*"([^"\\]+)"')  # a line that starts with its id
 # The memo of the last good pass over a source (`_Memo`) holds its chunks: whole lines of at
 # least CHUNK bytes, each known by a digest and its first HEAD bytes. A pass reads the
@@ -225,6 +229,10 @@ class SyncReport:
     returned: int = 0
     taken: int = 0  # records another source owned until this pass (the newest source wins)
     taken_from: dict[str, int] = field(default_factory=dict)  # {that source: records}
+    # Records whose id is a local bead or convoy (created here, or its source forgotten):
+    # not taken, nothing written for them; their count and the first CONFLICT_IDS ids.
+    conflicts: int = 0
+    conflict_ids: list[str] = field(default_factory=list)
     events: int = 0
     seconds: float = 0.0
 
@@ -293,9 +301,12 @@ def sync(
     routes_path: str | os.PathLike[str] | None = None,
     holder: str | None = None,
     actor: str = "sync",
+    quiet: bool = False,
 ) -> SyncReport | None:
     """One pass over `source` under its lease. Returns a SyncReport, or None when another
-    holder is syncing that source now; raises SyncFailed (nothing written) for a bad source."""
+    holder is syncing that source now; raises SyncFailed (nothing written) for a bad source.
+    `quiet`: the caller shows failures and conflicts itself (the command line), so they are
+    not logged."""
     holder = holder or default_holder()
     lease = lease_name(source.name)
     if not leases.acquire(lease, holder, ttl=LEASE_TTL) and not _take_from_the_dead(lease, holder):
@@ -306,11 +317,20 @@ def sync(
             report = _pass(source, routes_path, actor)
         except (SyncFailed, BadLine, ServiceError) as exc:
             failure = SyncFailed(str(exc))
-            failure.first = _failed(source.name, failure)
+            failure.first = _failed(source.name, failure, quiet)
             raise failure from None
         report.seconds = round(time.monotonic() - started, 3)
         _succeeded(source.name, report)
-        log.debug("sync pass: %s", report)
+        if report.conflicts and not quiet:
+            log.warning(
+                "sync of %s: %d local beads with the same id, not taken: %s",
+                source.name,
+                report.conflicts,
+                ", ".join(report.conflict_ids),
+            )
+        if not quiet:  # a pass that changed nothing is at DEBUG (one every interval)
+            changed = report.changed or report.taken
+            log.log(logging.INFO if changed else logging.DEBUG, "sync pass: %s", report)
         return report
     finally:
         leases.release(lease, holder)
@@ -359,7 +379,9 @@ def _pass(source: Source, routes_path: str | os.PathLike[str] | None, actor: str
             for other in sorted(lines.taken):
                 _new_token(other)
             written = _bump(source.name, token)
-            if written is not None:
+            # No memo while local records share ids with the source: the next pass reads
+            # their lines again (they are never stored as known) and reports them again.
+            if written is not None and not report.conflicts:
                 _remember(source.name, lines, written, identity, opened, store=True)
             else:  # taken from during the pass: what it read of the source may be stale
                 _memos.pop(source.name, None)
@@ -570,6 +592,8 @@ def _write(
         if memories:
             importer.memories(memories)
     report.records = lines.count
+    report.conflicts = len(lines.conflicts)
+    report.conflict_ids = sorted(lines.conflicts)[:CONFLICT_IDS]
     discovered.join(importer.discovered_edges, actor=actor)
     report.created = imported.beads_created + imported.convoys_created
     report.updated = imported.beads_updated + imported.convoys_updated
@@ -767,6 +791,7 @@ class _Lines:
         self.gained: list[str] = []  # ids made present for this source by this pass
         self.taken: set[str] = set()  # sources whose records this pass took
         self.taken_from: dict[str, int] = {}  # {source: records this pass took from it}
+        self.conflicts: list[str] = []  # ids of local records the source has too: not taken
         self.number = 0
         self.piece = io.BytesIO()
         self.first = 1  # the number of the piece's first line
@@ -957,6 +982,9 @@ def _compare(
             pk__in=ids
         ).values_list("id", "source", "digest", "missing_since", "claimed")
     }
+    unowned = [i for i in ids if i not in stored]
+    local = set(Bead.objects.filter(pk__in=unowned).values_list("id", flat=True))
+    local |= set(Convoy.objects.filter(pk__in=unowned).values_list("id", flat=True))
     batch: list[tuple[int, Any, Any]] = []
     rows: list[SourcedRecord] = []
     back: list[str] = []
@@ -964,8 +992,11 @@ def _compare(
     held: list[int] = []  # indexes in `batch` of beads whose claimed fields the source kept
     for number, record in pending:
         item_id = record["id"]
-        content = digest(record)
         line = lines.hashes.pop(number)
+        if item_id in local:  # created here (or its source forgotten): stays local
+            lines.conflicts.append(item_id)
+            continue
+        content = digest(record)
         convoy = beadfile.is_convoy_record(record)
         claimed = "" if convoy else claimed_digest(record)
         rows.append(
@@ -987,7 +1018,7 @@ def _compare(
         if source == lines.name and not missing and stored_claimed == claimed:
             held.append(len(batch))
         batch.append((number, None, jsonl._prepare(record, importer.routes, importer.now)))
-    lines.note(ids)
+    lines.note([i for i in ids if i not in local])
     _keep_claims(batch, held)
     importer.add(batch)
     SourcedRecord.objects.bulk_create(
@@ -1108,13 +1139,23 @@ def _moved(name: str, taken: list[tuple[str, str]], actor: str) -> int:
     return _source_events(list(owners), actor, data)
 
 
-def _failed(name: str, failure: SyncFailed) -> bool:
+def _failed(name: str, failure: SyncFailed, quiet: bool = False) -> bool:
     """Keep the error on the source's row; True when it starts a failure streak (then it is
-    logged; later failures of the same streak are not)."""
-    row, _ = SyncSource.objects.get_or_create(name=name)
+    logged, unless `quiet`; later failures of the same streak are not). A source neither
+    configured nor ever synced well (a one-off `beads sync SOURCE` that failed) gets no row."""
+    if name not in configured():
+        SyncSource.objects.filter(name=name, last_pass_at__isnull=True).delete()
+        row = SyncSource.objects.filter(name=name).first()
+        if row is None:
+            if not quiet:
+                log.error("sync failed, nothing changed: %s", failure)
+            return True
+    else:
+        row, _ = SyncSource.objects.get_or_create(name=name)
     first = not row.error
     if first:
-        log.error("sync failed, nothing changed: %s", failure)
+        if not quiet:
+            log.error("sync failed, nothing changed: %s", failure)
         row.failing_since = timezone.now()
     row.error = str(failure)
     row.save(update_fields=["error", "failing_since"])
@@ -1128,6 +1169,7 @@ def _succeeded(name: str, report: SyncReport) -> None:
         log.info("sync of %s works again (failing since %s)", name, row.failing_since)
     row.last_pass_at = timezone.now()
     row.records, row.changed, row.taken = report.records, report.changed, report.taken
+    row.conflicts = report.conflicts
     row.error, row.failing_since = "", None
     row.save()
 
@@ -1143,17 +1185,27 @@ def configured() -> set[str]:
     return names
 
 
-def forget(name: str, actor: str = "sync") -> tuple[int, int]:
+def forget(name: str, actor: str = "sync", force: bool = False) -> tuple[int, int]:
     """Forget a source that is no longer configured: its records stay as they are and become
     local (editable here again, no longer owned by it), each with an event; its dashboard row,
     memo and token go. Returns (records made local, events). Refused (SyncFailed) for a
-    source CONVOY_SYNC_SOURCES names, one not known, or one a pass is reading now."""
+    source CONVOY_SYNC_SOURCES names, one not known, or one a pass is reading now; and,
+    unless `force`, one a pass synced recently (within `recent()` seconds: a process with
+    another configuration, a server, may still be syncing it)."""
     name = name.strip()
     if name in configured():
         raise SyncFailed(f"{name} is in CONVOY_SYNC_SOURCES: take it out before forgetting it")
     owned = SourcedRecord.objects.filter(source=name)
-    if not SyncSource.objects.filter(name=name).exists() and not owned.exists():
+    row = SyncSource.objects.filter(name=name).first()
+    if row is None and not owned.exists():
         raise SyncFailed(f"no sync source {name!r} to forget")
+    if row is not None and row.last_pass_at is not None and not force:
+        ago = (timezone.now() - row.last_pass_at).total_seconds()
+        if ago < recent():
+            raise SyncFailed(
+                f"{name} was synced {max(int(ago), 0)} s ago by a running process: stop it "
+                f"first, or wait {int(recent() - ago) + 1} s (or --force)"
+            )
     holder, lease = default_holder(), lease_name(name)
     if not leases.acquire(lease, holder, ttl=LEASE_TTL) and not _take_from_the_dead(lease, holder):
         raise SyncFailed(f"{name}: another process is syncing it now; try again")
@@ -1173,21 +1225,29 @@ def forget(name: str, actor: str = "sync") -> tuple[int, int]:
     return len(ids), count
 
 
+def recent() -> float:
+    """Seconds since its last good pass within which a source may still be synced by a
+    running process (`forget` refuses it): three intervals, at least a minute."""
+    return max(3 * float(settings.CONVOY_SYNC_INTERVAL), 60.0)
+
+
 def passes(
     sources: list[Source],
     routes_path: str | os.PathLike[str] | None = None,
     every: float | None = None,
     stop: threading.Event | None = None,
+    quiet: bool = False,
 ) -> Iterator[tuple[Source, SyncReport | SyncFailed | None]]:
     """Sync each source once, or every `every` seconds until `stop` (a threading.Event) is
-    set; yields (source, SyncReport, or None when another holder had it, or SyncFailed)."""
+    set; yields (source, SyncReport, or None when another holder had it, or SyncFailed).
+    `quiet`: failures and conflicts are not logged (see `sync`)."""
     stop = stop or threading.Event()
     holder = default_holder()
     while True:
         due = time.monotonic() + (every or 0)
         for source in sources:
             try:
-                yield source, sync(source, routes_path, holder)
+                yield source, sync(source, routes_path, holder, quiet=quiet)
             except SyncFailed as failure:
                 yield source, failure
         if every is None or stop.wait(max(due - time.monotonic(), 0)):

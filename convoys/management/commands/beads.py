@@ -33,6 +33,11 @@ class Command(ServiceCommand):
             metavar="SOURCE",
             help="forget a source no longer in CONVOY_SYNC_SOURCES: its records become local",
         )
+        p.add_argument(
+            "--force",
+            action="store_true",
+            help="with --forget: forget a source even if a pass synced it recently",
+        )
         self.add_json(p)
         p = sub.add_parser("export", help="write bd-compatible JSONL")
         p.add_argument("-o", "--output", help="file to write (default: stdout)")
@@ -113,14 +118,17 @@ class Command(ServiceCommand):
         every: float | None,
         routes: str | None,
         forget: str | None,
+        force: bool,
         json: bool,
         **_: Any,
     ) -> None:
         if forget is not None:
             if source is not None or every is not None or once or routes:
                 raise error("--forget SOURCE takes no other source, --once, --every or --routes")
-            self._forget(forget, json)
+            self._forget(forget, json, force)
             return
+        if force:
+            raise error("--force goes with --forget SOURCE")
         if source is None:
             raise error("sync needs a SOURCE (or --forget SOURCE)")
         if every is not None and (once or every <= 0):
@@ -133,8 +141,10 @@ class Command(ServiceCommand):
     def _sync_passes(
         self, source: str, every: float | None, routes: str | None, json: bool
     ) -> None:
-        failing = False
-        for _, result in sync.passes([sync.source_for(source)], routes, every):
+        failing, first = False, True
+        # quiet: the errors and conflicts are printed here, once, not logged as well
+        for _, result in sync.passes([sync.source_for(source)], routes, every, quiet=True):
+            shown, first = first, False  # the first pass is always shown
             if isinstance(result, sync.SyncFailed):
                 if every is None:
                     raise error(str(result))
@@ -147,7 +157,8 @@ class Command(ServiceCommand):
                 self.stderr.write(f"{source}: another process is syncing it; skipped")
             elif json:
                 self.stdout.write(orjson.dumps(result.as_dict()).decode())
-            else:
+            elif shown or result.changed or result.taken or result.events:
+                # with --every, a pass that changed nothing prints nothing
                 self.stdout.write(
                     f"Synced {result.source}: {result.records} records, {result.created} new, "
                     f"{result.updated} updated, {result.missing} missing, {result.returned} "
@@ -155,9 +166,17 @@ class Command(ServiceCommand):
                 )
                 for owner, count in result.taken_from.items():
                     self.stdout.write(f"  took {count} records from {owner}")
+                if result.conflicts:
+                    more = ", …" if result.conflicts > len(result.conflict_ids) else ""
+                    self.stdout.write(
+                        f"  {result.conflicts} local beads with the same id: not taken "
+                        f"({', '.join(result.conflict_ids)}{more})"
+                    )
 
-    def _forget(self, source: str, json: bool) -> None:
-        records, events = sync.forget(source, actor="cli")  # a refusal: one line, status 1
+    def _forget(self, source: str, json: bool, force: bool) -> None:
+        records, events = sync.forget(
+            source, actor="cli", force=force
+        )  # a refusal: one line, status 1
         if json:
             self.write_json({"forgotten": source.strip(), "records": records, "events": events})
         else:
@@ -213,6 +232,8 @@ class Command(ServiceCommand):
             f"  status: {bead.status}   priority: P{bead.priority}   rig: {bead.rig_id or '-'}"
             f"   assignee: {bead.assignee or '-'}   ready: {'yes' if ready else 'no'}"
         )
+        if bead.labels:
+            self.stdout.write(f"  labels: {', '.join(bead.labels)}")
         if bead.close_reason:
             self.stdout.write(f"  close reason: {bead.close_reason}")
         if origin and origin.missing_since:
