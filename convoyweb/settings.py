@@ -319,6 +319,15 @@ def _one_line_for_client_errors(record: logging.LogRecord) -> bool:
     return True
 
 
+def _sync_ticks_at_debug(record: logging.LogRecord) -> bool:
+    """django-q's line for each sync task the ticker runs (one every CONVOY_SYNC_INTERVAL) is
+    at DEBUG: a pass that changed something logs its own line (convoys.sync, INFO)."""
+    if record.levelno == logging.INFO and "services.sync.sync_configured" in record.getMessage():
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+    return True
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -327,11 +336,13 @@ LOGGING = {
         "client_errors": {
             "()": "django.utils.log.CallbackFilter",
             "callback": _one_line_for_client_errors,
-        }
+        },
+        "sync_ticks": {"()": "django.utils.log.CallbackFilter", "callback": _sync_ticks_at_debug},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "convoys": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
         "django.request": {"filters": ["client_errors"]},
+        "django-q": {"filters": ["sync_ticks"]},
     },
 }

@@ -350,3 +350,13 @@ def test_show_lists_labels(routes, town):
     out = io.StringIO()
     call_command("beads", "show", "gt-s0", stdout=out)
     assert "  labels: urgent, track" in out.getvalue().splitlines()
+
+
+def test_the_cluster_logs_an_unchanged_sync_task_at_debug(caplog):
+    """django-q logs each task it ran at INFO: the sync task's (every interval) is at DEBUG."""
+    from django_q.conf import logger  # what the cluster's monitor logs with
+
+    with caplog.at_level(logging.INFO, logger="django-q"):
+        logger.info("Processed 'convoys.services.sync.sync_configured' (sync-tick)")
+        logger.info("Processed 'convoys.tasks.feed' (feed)")
+    assert [r.getMessage() for r in caplog.records] == ["Processed 'convoys.tasks.feed' (feed)"]
