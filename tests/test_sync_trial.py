@@ -260,15 +260,28 @@ def test_a_local_bead_with_a_source_id_is_not_taken(routes, town, client, caplog
     assert "  1 local beads with the same id: not taken (gt-s0)" in out.getvalue().splitlines()
 
 
-def test_a_bead_of_a_forgotten_source_is_local_and_not_taken_back(synced, tmp_path):
+def test_records_that_came_from_bd_are_a_sources_to_take(synced, tmp_path):
+    """Only beads made here stay local: a forgotten source's records, and beads brought in
+    by `beads import`, came from bd, and a source that has them takes them."""
     forget(synced)
+    beads.update_bead("gt-s0", title="Edited while local", actor="test")
     other = tmp_path / "other.jsonl"
     shutil.copy(synced, other)
     rewrite(other, "gt-s0", title="Lay the track elsewhere")
     [report] = run_sync(other)
-    assert report["conflicts"] == 3 and report["created"] == 0 and report["taken"] == 0
-    assert Bead.objects.get(pk="gt-s0").title == "Lay the track"
-    assert not SourcedRecord.objects.exists()
+    assert report["conflicts"] == 0 and report["updated"] >= 1
+    assert Bead.objects.get(pk="gt-s0").title == "Lay the track elsewhere"
+    assert SourcedRecord.objects.get(pk="gt-s0").source == str(other)
+
+
+def test_a_town_imported_first_is_followed_by_its_source(routes, town):
+    call_command("beads", "import", str(town), stdout=io.StringIO())
+    imported = Bead.objects.count()
+    rewrite(town, "gt-s0", title="Changed in bd after the import")
+    [report] = run_sync(town)
+    assert report["conflicts"] == 0
+    assert SourcedRecord.objects.count() == imported
+    assert Bead.objects.get(pk="gt-s0").title == "Changed in bd after the import"
 
 
 def test_a_one_off_failing_pass_of_an_unconfigured_source_leaves_no_row(db, tmp_path, client):

@@ -11,10 +11,12 @@ claim of ours (status hooked, a worker as assignee) stands while the source show
 fields as it did before the claim (a digest of them per record, `claimed_digest`): its other
 fields are applied around the claim; a change of either in bd wins. A record another source
 owned is taken (the newest source wins), with an event naming both sources and a line in the
-report. A record whose id is a local bead or convoy (no SourcedRecord row: created here, or
-its source forgotten) is not taken: nothing is written for it, and the pass reports it as a
-conflict (no memo is kept then: its line is read again by every pass, and reported again).
-`forget` makes a source no longer configured let go of its records (they become local).
+report. A record whose id is a bead or convoy made here (no SourcedRecord row and no import
+behind it: `_made_here`) is not taken: nothing is written for it, and the pass reports it as
+a conflict (no memo is kept then: its line is read again by every pass, and reported again).
+Records that came from bd (`beads import`, a forgotten source's) are a source's to take.
+`forget` makes a source no longer configured let go of its records (editable here until a
+source has them again).
 
 Most lines of a pass are the lines of the last one: each record's row keeps a hash of the line
 it was last read from, and a line whose hash is stored (looked up a batch of lines at a time)
@@ -76,6 +78,7 @@ from ..models import (
     Convoy,
     Cursor,
     Dispatch,
+    Event,
     Lease,
     Memory,
     SourcedRecord,
@@ -983,8 +986,7 @@ def _compare(
         ).values_list("id", "source", "digest", "missing_since", "claimed")
     }
     unowned = [i for i in ids if i not in stored]
-    local = set(Bead.objects.filter(pk__in=unowned).values_list("id", flat=True))
-    local |= set(Convoy.objects.filter(pk__in=unowned).values_list("id", flat=True))
+    local = _made_here(unowned)
     batch: list[tuple[int, Any, Any]] = []
     rows: list[SourcedRecord] = []
     back: list[str] = []
@@ -1265,3 +1267,24 @@ def sync_configured() -> None:
             _failed(spelling[:NAME_MAX], failure)
     for _source, _result in passes(sources):
         pass
+
+
+def _made_here(ids: list[str]) -> set[str]:
+    """Those of `ids` that are beads or convoys made in convoyweb (a page, the CLI, the API),
+    owned by no source: they stay local. Records that came from bd (`beads import`, or a
+    source since forgotten) are a source's to take: their creation event says "import"."""
+    beads = set(Bead.objects.filter(pk__in=ids).values_list("id", flat=True))
+    if beads:
+        beads -= set(
+            Event.objects.filter(
+                kind="bead.created", bead_id__in=sorted(beads), data__source="import"
+            ).values_list("bead_id", flat=True)
+        )
+    convoys = set(Convoy.objects.filter(pk__in=ids).values_list("id", flat=True))
+    if convoys:
+        convoys -= set(
+            Event.objects.filter(kind="convoy.imported", convoy_id__in=sorted(convoys)).values_list(
+                "convoy_id", flat=True
+            )
+        )
+    return beads | convoys
