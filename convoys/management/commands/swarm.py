@@ -17,12 +17,13 @@ import json
 import logging
 import random
 import signal
+import threading
 import time
 import urllib.error
 import urllib.request
 from argparse import ArgumentParser
 from types import FrameType
-from typing import Any, Never
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -39,11 +40,24 @@ REPORT_EVERY = 60.0  # seconds between "what the workers did" lines
 
 
 class Stopped(BaseException):
-    """SIGTERM: stop as Ctrl-C does (a BaseException, so no `except Exception` swallows it)."""
+    """A stop signal was seen (a BaseException, so no `except Exception` swallows it)."""
 
 
-def _stop(signum: int, frame: FrameType | None) -> Never:
-    raise Stopped()
+_stopping = threading.Event()
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM or Ctrl-C: the swarm stops at its next pause, never inside a request or a
+    transaction (an exception raised there left a connection mid-commit)."""
+    _stopping.set()
+
+
+def _pause(seconds: float) -> None:
+    """Wait `seconds` (a stop seen now or during it ends the swarm after it)."""
+    if seconds:
+        time.sleep(seconds)  # a signal's handler returns; the sleep goes on (PEP 475)
+    if _stopping.is_set():
+        raise Stopped()
 
 
 class Command(BaseCommand):
@@ -84,13 +98,15 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         self.verbose = options.get("verbosity", 1) >= 2
-        previous = signal.signal(signal.SIGTERM, _stop)
+        _stopping.clear()
+        previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             self.work(url, user, min_work, max_work, token, **options)
         except (KeyboardInterrupt, Stopped):  # Ctrl-C, or SIGTERM (from `serve`, systemd, …)
             self.report(self.total, "stopped after")
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def count(self, what: str, line: str | None = None, always: bool = False) -> None:
         """Count what a worker did; its own line only with -v 2 (or `always`)."""
@@ -154,13 +170,14 @@ class Command(BaseCommand):
                 if not waiting:  # once per outage, not every 2 s
                     self.stdout.write(f"swarm: waiting for the server ({exc})")
                 waiting = True
-                time.sleep(2)
+                _pause(2)
                 continue
             if waiting:
                 self.stdout.write("swarm: the server answers again")
                 waiting = False
             now = time.monotonic()
             for bead in hooked + working:
+                _pause(0)  # between two beads' calls, never inside one
                 if bead["id"] not in due:
                     due[bead["id"]] = now + rng.uniform(min_work, max_work)
                     self.count("picked up", f"swarm: {bead['assignee']} picked up {bead['id']}")
@@ -173,7 +190,7 @@ class Command(BaseCommand):
                     self.call("POST", f"/beads/{bead['id']}/close", {"reason": "Done by swarm"})
                     self.count("closed", f"swarm: {bead['assignee']} closed {bead['id']}")
                     due.pop(bead["id"], None)
-            time.sleep(poll)
+            _pause(poll)
 
     def discover(self, bead: dict[str, Any]) -> None:
         worker = bead["assignee"]
