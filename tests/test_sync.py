@@ -32,6 +32,13 @@ def town(tmp_path):
     return path
 
 
+@pytest.fixture
+def synced(routes, town):
+    """The fixture town after one sync pass."""
+    run_sync(town)
+    return town
+
+
 def records(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

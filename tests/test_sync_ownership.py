@@ -16,7 +16,7 @@ from convoys.models import Bead, Dependency, Event
 from convoys.services import beads, staging
 
 from .test_admin import EDITOR_PERMISSIONS, bead_url, form_errors, page_data, saved, staff_user
-from .test_sync import FIXTURE, drop, run_sync
+from .test_sync import FIXTURE, drop, run_sync, synced, town  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 
@@ -25,19 +25,6 @@ pytestmark = pytest.mark.django_db
 def editor(client):
     client.force_login(staff_user("ada", EDITOR_PERMISSIONS))
     return client
-
-
-@pytest.fixture
-def town(tmp_path):
-    path = tmp_path / "town.jsonl"
-    path.write_bytes(FIXTURE.read_bytes())
-    return path
-
-
-@pytest.fixture
-def synced(routes, town):
-    run_sync(town)
-    return town
 
 
 def snapshot(bead_id):

@@ -20,24 +20,11 @@ from django.utils import timezone
 from convoys.models import Bead, Event, SourcedRecord, SyncMemo, SyncSource
 from convoys.services import beads, dispatch, leases, sync
 
-from .test_sync import FIXTURE, rewrite, run_sync
+from .test_sync import FIXTURE, rewrite, run_sync, synced, town  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 
 LATER = "2026-11-30T10:00:00Z"
-
-
-@pytest.fixture
-def town(tmp_path):
-    path = tmp_path / "town.jsonl"
-    path.write_bytes(FIXTURE.read_bytes())
-    return path
-
-
-@pytest.fixture
-def synced(routes, town):
-    run_sync(town)
-    return town
 
 
 def claim(bead_id):
