@@ -300,9 +300,86 @@ def _known_rows(
 
 class Causes(dict[str, "Cause"]):
     """{bead id: cause}, and `blockers`: every unfinished blocker of those beads, named by a
-    cause or not (a paused bead's blockers too)."""
+    cause or not (a paused bead's blockers too). `limited`: a max in flight (a convoy's or the
+    town's) applied, so a dispatch anywhere in a queue may move every position in it."""
 
     blockers: frozenset[str] = frozenset()
+    limited: bool = False
+
+
+# Events that change the cause only of the beads they name and of the beads those block: any
+# other kind (a convoy's, a rig's, a setting) may change the cause of beads it does not name.
+CARRY_KINDS = frozenset(
+    {
+        "bead.created",
+        "bead.updated",
+        "bead.status",
+        "bead.closed",
+        "bead.reopened",
+        "bead.dispatched",
+        "dispatch.failed",
+        "bead.parked",
+        "bead.retried",
+        "spin",
+        "stranded.found",
+        "notification",
+    }
+)
+# Causes that time alone changes (a silent worker's rescue is due by a time taken from now;
+# a queue position moves with any dispatch): never carried.
+TIMED_KINDS = frozenset({"dead-worker", "waiting-for-capacity"})
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Part of what a caller read (`Known`): the rows of some beads, the rule sets whole."""
+
+    tracked: list[str]
+    beads: dict[str, TrackedRow]
+    ready: frozenset[str]
+    blockers: dict[str, list[str]]
+    target_types: dict[str, str]
+
+
+def carry(
+    previous: "Causes",
+    affected: Collection[str],
+    kinds: Collection[str],
+    known: Known,
+    now: datetime,
+) -> "Causes | None":
+    """The causes of `known.tracked` now, from `previous` (their causes after fewer events)
+    and `affected` read again: the beads the events after it named and the beads those block.
+    None (load them all) when the events or the causes may have changed others: a kind outside
+    CARRY_KINDS, a max in flight, a timed cause, a cooldown that ran out since."""
+    if previous.limited or not set(kinds) <= CARRY_KINDS:
+        return None
+    for cause in previous.values():
+        if cause["kind"] in TIMED_KINDS or (
+            cause["kind"] == "cooling-down" and cause["until"] <= now
+        ):
+            return None
+    wanted = [i for i in known.tracked if i in affected]
+    part = _Part(
+        wanted,
+        {i: known.beads[i] for i in wanted if i in known.beads},
+        known.ready,
+        known.blockers,
+        known.target_types,
+    )
+    fresh = load(wanted, wanted, now, part)
+    if fresh.limited:
+        return None
+    result = Causes()
+    for bead_id in known.tracked:
+        cause: Cause | None = (fresh if bead_id in affected else previous).get(bead_id)
+        if cause is not None:
+            result[bead_id] = cause
+    # As `load` names them: every unfinished blocker of the tracked beads, when any is left.
+    result.blockers = (
+        frozenset(b for ids in known.blockers.values() for b in ids) if result else frozenset()
+    )
+    return result
 
 
 def outside_blockers(causes: Causes, tracked: Iterable[str], limit: int = 200) -> list[str]:
@@ -456,9 +533,10 @@ def load(
                 listed.sort()
     if capped:
         _convoy_capacity(facts, capped, done, now)
-    _town_capacity(facts, now)
+    town_capped = _town_capacity(facts, now)
     result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
     result.blockers = frozenset(b for ids in blocking.values() for b in ids)
+    result.limited = bool(capped) or town_capped
     return result
 
 
@@ -549,12 +627,13 @@ def _convoy_capacity(facts: dict[str, Facts], capped: Any, done: set[str], now: 
             }
 
 
-def _town_capacity(facts: dict[str, Facts], now: datetime) -> None:
+def _town_capacity(facts: dict[str, Facts], now: datetime) -> bool:
     """Ready beads past the town's free slots (CONVOY_MAX_IN_FLIGHT) wait in the town queue
     (services.capacity: priority, then round-robin across convoys, then id). Nothing to read
-    without a cap; with one, the capacity module's queries, whatever the number of beads."""
+    without a cap; with one, the capacity module's queries, whatever the number of beads.
+    Whether the town has a cap."""
     if not capacity.cap():
-        return
+        return False
     snap = capacity.snapshot(now)
     waiting = snap.waiting
     for queued in waiting:
@@ -570,6 +649,7 @@ def _town_capacity(facts: dict[str, Facts], now: datetime) -> None:
             "text": f"the town runs at most {snap.cap} at once ({snap.in_flight} in flight): "
             f"{_ordinal(queued.position)} of {len(waiting)} in the town queue",
         }
+    return True
 
 
 def _ordinal(n: int) -> str:

@@ -91,6 +91,20 @@ LISTING_KINDS = frozenset(
     }
 )
 GRAPH_KINDS = LISTING_KINDS - {"convoy.launched", "convoy.landed", "convoy.closed"}
+# Event kinds that change beads' rows and nothing a convoy shows about itself (a dispatch
+# and a failed one are progress for the escalation and count in the pause panel).
+ROW_ONLY_KINDS = frozenset(
+    {
+        "bead.created",
+        "bead.updated",
+        "bead.status",
+        "bead.parked",
+        "bead.retried",
+        "spin",
+        "stranded.found",
+        "notification",
+    }
+)
 CHANGES_LIMIT = 500
 
 
@@ -101,14 +115,26 @@ class Changes:
     beads: set[str] = field(default_factory=set)
     convoys: set[str] = field(default_factory=set)  # named by the event or tracking its bead
     kinds: set[str] = field(default_factory=set)
-    done_changed: set[str] = field(default_factory=set)  # beads closed or reopened
+    done_changed: set[str] = field(default_factory=set)  # beads that entered or left "done"
     dependencies: bool = False  # a bead's dependency list changed
+    rigs: bool = False  # a bead moved to another rig
 
     def touches_listing(self) -> bool:
         return bool(self.kinds & LISTING_KINDS)
 
     def touches_graph(self) -> bool:
         return self.dependencies or bool(self.kinds & GRAPH_KINDS)
+
+    def rows_only(self) -> bool:
+        """Only beads' own rows changed: no convoy, rig or route event, no dependency, no bead
+        entered or left "done" and none moved rig. What a convoy shows about itself (its
+        controls, pause, escalation and staging panels) then stands."""
+        return (
+            self.kinds <= ROW_ONLY_KINDS
+            and not self.done_changed
+            and not self.dependencies
+            and not self.rigs
+        )
 
 
 def changes_since(seq: int) -> Changes | None:
@@ -126,7 +152,9 @@ def changes_since(seq: int) -> Changes | None:
         changes.kinds.add(kind)
         if bead_id:
             changes.beads.add(bead_id)
-            if kind in ("bead.closed", "bead.reopened"):
+            if kind in ("bead.closed", "bead.reopened") or (
+                kind == "bead.status" and data.get("status") in DONE_STATUSES
+            ):
                 changes.done_changed.add(bead_id)
         if convoy_id:
             changes.convoys.add(convoy_id)
@@ -137,6 +165,8 @@ def changes_since(seq: int) -> Changes | None:
             or "dependency_removed" in data
         ):
             changes.dependencies = True
+        if {"rig", "rig_id"} & (data.get("changes") or {}).keys():
+            changes.rigs = True
     if changes.beads:
         # A close or reopen changes whether the beads it blocks are ready, and so their convoys.
         dependents = Dependency.objects.filter(depends_on_id__in=changes.beads).values("issue_id")

@@ -772,7 +772,13 @@ def convoy_page(
     )
     wave_number = dagmod.wave_of(waves)
     gated_ids = {g.id for g in gated}
-    why = causemod.for_convoy(convoy, now, known=snapshot)  # each unfinished bead's cause
+    # Each unfinished bead's cause; a live update re-reads only the beads its events touched.
+    why = snapshots.carried(
+        snapshot,
+        "causes",
+        lambda previous, affected, kinds: causemod.carry(previous, affected, kinds, snapshot, now),
+        lambda: causemod.for_convoy(convoy, now, known=snapshot),
+    )
 
     def state(bead_id: str) -> str:
         bead = beads.get(bead_id)

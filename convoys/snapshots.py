@@ -112,7 +112,7 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
         return None
     named = changes.beads
     if not named:
-        return snapshot
+        return replace(snapshot, derived=_carried(snapshot, set(), set(), changes.kinds))
     beads = snapshot.beads
     touched = {i for i in named if i in beads}
     # The tracked beads whose readiness a change of `named` may alter: those beads, and those
@@ -145,12 +145,25 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
         # The untouched beads' workers may only have sent heartbeats since: their horizon
         # holds (a dead worker's bead would have stopped the carrying already).
         valid_until=min(snapshot.valid_until, _horizon([beads[i] for i in touched], now)),
-        derived={
-            "from": snapshot.derived.get("graph"),
-            "touched": touched,
-            "memo": snapshot.derived.get("memo", {}),  # keyed by what the values depend on
-        },
+        derived=_carried(snapshot, touched, affected, changes.kinds),
     )
+
+
+def _carried(
+    snapshot: Snapshot, touched: set[str], affected: set[str], kinds: set[str]
+) -> dict[str, Any]:
+    """What a snapshot carried forward from `snapshot` starts with: its graph to patch and the
+    beads re-read ("from", "touched"), its memo, and for `carried` the values kept with it,
+    the beads whose readiness or blockers may have changed and the kinds of the events."""
+    derived = snapshot.derived
+    return {
+        "from": derived.get("graph"),
+        "touched": touched,
+        "memo": derived.get("memo", {}),  # keyed by what the values depend on
+        "kept": derived.get("kept", {}),
+        "affected": affected,
+        "kinds": frozenset(kinds),
+    }
 
 
 def obtain(
@@ -214,6 +227,29 @@ def graph_of(
             derived["graph"] = graph
             derived.pop("from", None)  # the parent's graph may go
     return graph
+
+
+def carried(
+    snapshot: Snapshot,
+    name: str,
+    carry: Callable[[T, set[str], frozenset[str]], T | None],
+    build: Callable[[], T],
+) -> T:
+    """The snapshot's value `name`: `carry(the value of the snapshot it was carried from, the
+    beads whose readiness or blockers its events may have changed, their kinds)` (None:
+    cannot), else `build()`. Kept for the snapshots carried forward from this one."""
+    derived = snapshot.derived
+    with _lock:
+        previous = derived.get("kept", {}).get(name)
+        affected, kinds = derived.get("affected"), derived.get("kinds")
+    value = None
+    if previous is not None and affected is not None and kinds is not None:
+        value = carry(previous, affected, kinds)
+    if value is None:
+        value = build()
+    with _lock:
+        derived["kept"] = {**derived.get("kept", {}), name: value}
+    return value
 
 
 def memo(snapshot: Snapshot, key: Any, objects: Any, compute: Callable[[], T]) -> T:

@@ -141,6 +141,13 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
     )
 
 
+# The convoy's own panels: its controls, pause, escalation and staging (`Changes.rows_only`).
+PANELS = [
+    Fragment("convoy-actions", "convoys/_convoy_actions.html"),
+    Fragment("convoy-pause", "convoys/_pause.html"),
+    Fragment("convoy-escalation", "convoys/_escalation.html"),
+    Fragment("convoy-staging", "convoys/_convoy_staging.html"),
+]
 # Events that change the causes of beads they do not name (a pause, a new max in flight).
 CAUSE_KINDS = frozenset({"convoy.paused", "convoy.resumed", "convoy.updated"})
 
@@ -150,15 +157,13 @@ def _convoy_fragments(
 ) -> list[Fragment]:
     fragments = [
         Fragment("convoy-head", "convoys/_convoy_head.html"),
-        Fragment("convoy-actions", "convoys/_convoy_actions.html"),
-        Fragment("convoy-pause", "convoys/_pause.html"),
-        Fragment("convoy-escalation", "convoys/_escalation.html"),
-        Fragment("convoy-staging", "convoys/_convoy_staging.html"),
         Fragment("critical", "convoys/_convoy_critical.html"),
         Fragment("timeline", "convoys/_timeline.html", {"events": page.timeline}),
         Fragment("gantt-card", "convoys/_convoy_gantt.html"),
         unread(),
     ]
+    if changes is None or not changes.rows_only():
+        fragments += PANELS  # what the convoy shows about itself may have changed
     dag = page.dag
     drawn_as = request.headers.get("X-Live-Layout", "")
     # The whole drawing, waves and table; else only the parts the changes touch.

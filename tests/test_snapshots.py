@@ -13,11 +13,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from convoys import selectors, snapshots
+from convoys import causes, selectors, snapshots
 from convoys.dispatchers import Outcome
 from convoys.events import last_seq
 from convoys.models import Bead, Convoy, Rig
-from convoys.services import beads, convoys, dispatch, rigs
+from convoys.services import beads, controls, convoys, dispatch, rigs
 
 from .factories import bead, blocks
 from .test_web import as_of, assert_parts_of, live, logged_in
@@ -63,6 +63,15 @@ def same_as_fresh(convoy, seq):
         built.ghost_edges,
         built.ghosts,
     )
+    # the causes carried forward (the beads the events touched read again) equal a fresh read
+    kept = carried.derived["kept"]["causes"]
+    loaded = causes.for_convoy(convoy, timezone.now(), known=fresh)
+
+    def untimed(found):  # a silent worker's rescue is due by a time counted from now
+        return {i: {k: v for k, v in c.items() if k != "rescue_by"} for i, c in found.items()}
+
+    assert untimed(kept) == untimed(loaded)
+    assert (kept.blockers, kept.limited) == (loaded.blockers, loaded.limited)
 
 
 def step(rng, ids):
@@ -145,3 +154,30 @@ def test_a_dead_workers_bead_is_never_carried(chain, admin_user, settings):
     seq = live(client, url, since=seq)["seq"]
     assert snapshots.kept(convoy, seq).edges is not None
     same_as_fresh(convoy, seq)
+
+
+def test_causes_are_carried_for_bead_events_and_read_afresh_otherwise(
+    chain, admin_user, monkeypatch
+):
+    """A live update after a bead's own event re-reads the causes of that bead and the beads
+    it blocks only; a convoy's event (a pause) may change every cause: all are read again."""
+    convoy, ids = chain
+    client = logged_in(admin_user)
+    url = f"/convoys/{convoy.pk}/"
+    seq = as_of(client.get(url).content.decode())
+    loads = []
+    real = causes.load
+    monkeypatch.setattr(
+        causes,
+        "load",
+        lambda bead_ids, *a, **k: loads.append(list(bead_ids)) or real(bead_ids, *a, **k),
+    )
+    beads.update_bead(ids[0], status="in_progress", assignee="gastown/polecats/nux")
+    seq = live(client, url, since=seq)["seq"]
+    assert loads == [[ids[0], ids[3]]]  # the bead and the one it blocks
+    same_as_fresh(Convoy.objects.get(pk=convoy.pk), seq)
+    loads.clear()
+    controls.pause(convoy.pk, actor="test", reason="hold")
+    seq = live(client, url, since=seq)["seq"]
+    assert loads == [ids]  # every tracked bead
+    same_as_fresh(Convoy.objects.get(pk=convoy.pk), seq)
