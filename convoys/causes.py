@@ -354,10 +354,8 @@ def carry(
     CARRY_KINDS, a max in flight, a timed cause, a cooldown that ran out since."""
     if previous.limited or not set(kinds) <= CARRY_KINDS:
         return None
-    for cause in previous.values():
-        if cause["kind"] in TIMED_KINDS or (
-            cause["kind"] == "cooling-down" and cause["until"] <= now
-        ):
+    for old in previous.values():
+        if old["kind"] in TIMED_KINDS or (old["kind"] == "cooling-down" and old["until"] <= now):
             return None
     wanted = [i for i in known.tracked if i in affected]
     part = _Part(
@@ -372,7 +370,7 @@ def carry(
         return None
     result = Causes()
     for bead_id in known.tracked:
-        cause: Cause | None = (fresh if bead_id in affected else previous).get(bead_id)
+        cause = (fresh if bead_id in affected else previous).get(bead_id)
         if cause is not None:
             result[bead_id] = cause
     # As `load` names them: every unfinished blocker of the tracked beads, when any is left.
