@@ -118,6 +118,8 @@ class Changes:
     done_changed: set[str] = field(default_factory=set)  # beads that entered or left "done"
     dependencies: bool = False  # a bead's dependency list changed
     rigs: bool = False  # a bead moved to another rig
+    # (bead id, convoy id, time) of each event, in log order
+    events: list[tuple[str, str, datetime]] = field(default_factory=list)
 
     def touches_listing(self) -> bool:
         return bool(self.kinds & LISTING_KINDS)
@@ -137,19 +139,24 @@ class Changes:
         )
 
 
-def changes_since(seq: int) -> Changes | None:
-    """The `Changes` after `seq`, or None when there are too many to tell (answer everything)."""
+def changes_since(seq: int, upto: int | None = None) -> Changes | None:
+    """The `Changes` after `seq` (up to `upto`: the seq a page is drawn at), or None when there
+    are too many to tell (answer everything)."""
+    after = Event.objects.filter(seq__gt=seq)
+    if upto is not None:
+        after = after.filter(seq__lte=upto)
     rows = list(
-        Event.objects.filter(seq__gt=seq)
-        .order_by("seq")
-        .values_list("kind", "bead_id", "convoy_id", "data")[: CHANGES_LIMIT + 1]
+        after.order_by("seq").values_list("kind", "bead_id", "convoy_id", "data", "created_at")[
+            : CHANGES_LIMIT + 1
+        ]
     )
     if len(rows) > CHANGES_LIMIT:
         return None
     changes = Changes()
-    for kind, bead_id, convoy_id, data in rows:
+    for kind, bead_id, convoy_id, data, at in rows:
         data = data or {}
         changes.kinds.add(kind)
+        changes.events.append((bead_id, convoy_id, at))
         if bead_id:
             changes.beads.add(bead_id)
             if kind in ("bead.closed", "bead.reopened") or (

@@ -618,11 +618,20 @@ def _outside(graph: dagmod.DAG, geometry: layout.Geometry) -> dict[str, tuple[st
     return out
 
 
-def estimate(
-    tracked_rows: Iterable[TrackedRow], remaining: int, now: datetime
-) -> dict[str, Any] | None:
-    """Median time a bead of this convoy (else of its rigs) took from dispatch to close, times
-    the beads left on the critical path; None without samples."""
+class Samples(NamedTuple):
+    """How long beads took from their first dispatch to their close (seconds), and whose."""
+
+    seconds: list[float]
+    basis: str  # "this convoy" or "its rigs"
+
+
+# Events after which the samples may differ: a close or reopen, a dispatch.
+SAMPLE_KINDS = frozenset({"bead.closed", "bead.reopened", "bead.dispatched"})
+
+
+def samples(tracked_rows: Iterable[TrackedRow]) -> Samples:
+    """The convoy's closed beads' times (else, with fewer than three, its rigs' recent ones)."""
+    tracked_rows = list(tracked_rows)
     closed = [b for b in tracked_rows if b.status == "closed" and b.closed_at]
     started = dict(
         Dispatch.objects.filter(bead_id__in=[b.pk for b in closed], ok=True)
@@ -630,37 +639,49 @@ def estimate(
         .annotate(first=Min("created_at"))
         .values_list("bead_id", "first")
     )
-    samples = [
+    seconds = [
         (b.closed_at - started[b.pk]).total_seconds()
         for b in closed
         if b.pk in started and b.closed_at > started[b.pk]
     ]
-    basis = "this convoy"
-    if len(samples) < 3:
-        rigs = {b.rig_id for b in tracked_rows if b.rig_id}
-        recent = (
-            Dispatch.objects.filter(rig__in=rigs, ok=True)
-            .values("bead_id")
-            .annotate(first=Min("created_at"))
-            .values_list("bead_id", "first")[:500]
-        )
-        firsts = dict(recent)
-        closes = dict(
-            Bead.objects.filter(pk__in=firsts, status="closed").values_list("id", "closed_at")
-        )
-        samples = [
-            (closes[i] - firsts[i]).total_seconds()
-            for i in closes
-            if closes[i] and closes[i] > firsts[i]
-        ]
-        basis = "its rigs"
-    if not samples or not remaining:
+    if len(seconds) >= 3:
+        return Samples(seconds, "this convoy")
+    rigs = {b.rig_id for b in tracked_rows if b.rig_id}
+    recent = (
+        Dispatch.objects.filter(rig__in=rigs, ok=True)
+        .values("bead_id")
+        .annotate(first=Min("created_at"))
+        .values_list("bead_id", "first")[:500]
+    )
+    firsts = dict(recent)
+    closes = dict(
+        Bead.objects.filter(pk__in=firsts, status="closed").values_list("id", "closed_at")
+    )
+    seconds = [
+        (closes[i] - firsts[i]).total_seconds()
+        for i in closes
+        if closes[i] and closes[i] > firsts[i]
+    ]
+    return Samples(seconds, "its rigs")
+
+
+def carried_samples(previous: Samples, changes: Changes) -> Samples | None:
+    """`previous` while no bead closed, reopened, was dispatched or moved rig since."""
+    if changes.kinds & SAMPLE_KINDS or changes.done_changed or changes.rigs:
         return None
-    median = statistics.median(samples)
+    return previous
+
+
+def estimate(found: Samples, remaining: int, now: datetime) -> dict[str, Any] | None:
+    """Median time a bead of this convoy (else of its rigs) took from dispatch to close, times
+    the beads left on the critical path; None without samples."""
+    if not found.seconds or not remaining:
+        return None
+    median = statistics.median(found.seconds)
     return {
         "median": duration(median),
-        "samples": len(samples),
-        "basis": basis,
+        "samples": len(found.seconds),
+        "basis": found.basis,
         "eta": now + timedelta(seconds=median * remaining),
     }
 
@@ -776,7 +797,9 @@ def convoy_page(
     why = snapshots.carried(
         snapshot,
         "causes",
-        lambda previous, affected, kinds: causemod.carry(previous, affected, kinds, snapshot, now),
+        lambda previous, affected, changes: causemod.carry(
+            previous, affected, changes.kinds, snapshot, now
+        ),
         lambda: causemod.for_convoy(convoy, now, known=snapshot),
     )
 
@@ -903,7 +926,16 @@ def convoy_page(
         gated=gated,
         critical=[(i, href(i)) for i in (critical[:CRITICAL_LISTED] if overview else critical)],
         critical_length=len(critical),
-        eta=estimate(list(beads.values()), len(critical), now)
+        eta=estimate(
+            snapshots.carried(
+                snapshot,
+                "samples",
+                lambda previous, _, changes: carried_samples(previous, changes),
+                lambda: samples(beads.values()),
+            ),
+            len(critical),
+            now,
+        )
         if critical and no_estimate == ""
         else None,
         no_estimate=no_estimate,

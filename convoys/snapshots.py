@@ -112,7 +112,7 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
         return None
     named = changes.beads
     if not named:
-        return replace(snapshot, derived=_carried(snapshot, set(), set(), changes.kinds))
+        return replace(snapshot, derived=_carried(snapshot, set(), set(), changes))
     beads = snapshot.beads
     touched = {i for i in named if i in beads}
     # The tracked beads whose readiness a change of `named` may alter: those beads, and those
@@ -132,7 +132,8 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
         blockers.pop(bead_id, None)
     blockers.update(blocked_by(sorted(affected)))
     targets = {t for ts in blockers.values() for t in ts}
-    known = {t: kind for t, kind in snapshot.target_types.items() if t in targets - named}
+    still = targets - named  # blockers whose type the parent read and no event changed
+    known = {t: kind for t, kind in snapshot.target_types.items() if t in still}
     target_types = known | _types(targets - known.keys(), beads)
     return replace(
         snapshot,
@@ -145,24 +146,24 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
         # The untouched beads' workers may only have sent heartbeats since: their horizon
         # holds (a dead worker's bead would have stopped the carrying already).
         valid_until=min(snapshot.valid_until, _horizon([beads[i] for i in touched], now)),
-        derived=_carried(snapshot, touched, affected, changes.kinds),
+        derived=_carried(snapshot, touched, affected, changes),
     )
 
 
 def _carried(
-    snapshot: Snapshot, touched: set[str], affected: set[str], kinds: set[str]
+    snapshot: Snapshot, touched: set[str], affected: set[str], changes: Changes
 ) -> dict[str, Any]:
     """What a snapshot carried forward from `snapshot` starts with: its graph to patch and the
     beads re-read ("from", "touched"), its memo, and for `carried` the values kept with it,
-    the beads whose readiness or blockers may have changed and the kinds of the events."""
+    the beads whose readiness or blockers may have changed and what the events changed."""
     derived = snapshot.derived
     return {
         "from": derived.get("graph"),
         "touched": touched,
         "memo": derived.get("memo", {}),  # keyed by what the values depend on
-        "kept": derived.get("kept", {}),
+        "carried": derived.get("kept", {}),  # the values `carried` kept with the parent
         "affected": affected,
-        "kinds": frozenset(kinds),
+        "changes": changes,
     }
 
 
@@ -183,7 +184,7 @@ def obtain(
             seqs = [k[2] for k in _cache if k[:2] == (convoy.pk, convoy.created_at)]
         if seqs and max(seqs) <= seq:
             since = max(seqs)
-            changes = changes_since(since)
+            changes = changes_since(since, seq)
     snapshot = None
     # The convoy's creation time in the key: a database reset (tests, `demo --reset`) may
     # bring back the same id and sequence numbers.
@@ -232,19 +233,21 @@ def graph_of(
 def carried(
     snapshot: Snapshot,
     name: str,
-    carry: Callable[[T, set[str], frozenset[str]], T | None],
+    carry: Callable[[T, set[str], Changes], T | None],
     build: Callable[[], T],
 ) -> T:
     """The snapshot's value `name`: `carry(the value of the snapshot it was carried from, the
-    beads whose readiness or blockers its events may have changed, their kinds)` (None:
-    cannot), else `build()`. Kept for the snapshots carried forward from this one."""
+    beads whose readiness or blockers its events may have changed, the rows.Changes of those
+    events)` (None: cannot), else `build()`. Kept for the snapshots carried from this one; a
+    second call for this snapshot carries from the parent's value again (what time changes,
+    a cooldown running out, is read again)."""
     derived = snapshot.derived
     with _lock:
-        previous = derived.get("kept", {}).get(name)
-        affected, kinds = derived.get("affected"), derived.get("kinds")
+        previous = derived.get("carried", {}).get(name)
+        affected, changes = derived.get("affected"), derived.get("changes")
     value = None
-    if previous is not None and affected is not None and kinds is not None:
-        value = carry(previous, affected, kinds)
+    if previous is not None and affected is not None and changes is not None:
+        value = carry(previous, affected, changes)
     if value is None:
         value = build()
     with _lock:

@@ -3,7 +3,7 @@ slider's step and "since your last visit". The replay itself is pure (`history`)
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -13,9 +13,9 @@ from django.db.models.fields.json import KT
 from . import dag as dagmod
 from . import history
 from .models import Convoy, ConvoyVisit, Event, TrackedBead
-from .rows import TrackedRow
+from .rows import Changes, TrackedRow
 from .selectors import COLLAPSE_AT, OVERVIEW_AT, SEGMENTS, ConvoyPage, _wave_rows, bead_url_maker
-from .snapshots import Snapshot
+from .snapshots import Snapshot, carried
 
 GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted
 SINCE_CHIPS = 60
@@ -104,13 +104,18 @@ class Gantt:
         return _duration(self.idle_longest)
 
     steps: int = 0  # events in the slider's stream
+    # What a live update carries forward (`snapshots.carried`): each drawn bead's spans and
+    # the untracked targets whose events the stream follows.
+    spans: dict[str, list[history.Span]] = field(default_factory=dict, repr=False)
+    targets: frozenset[str] = frozenset()
 
 
 def gantt(
     convoy: Convoy, page: ConvoyPage, snapshot: Snapshot, params: Mapping[str, str], now: datetime
 ) -> Gantt:
     """The timeline of one wave (`?twave=N`, default the frontier, else the last), from the
-    events of its beads, their blockers and the convoy's launches: bounded by the wave."""
+    events of its beads, their blockers and the convoy's launches: bounded by the wave. A live
+    update re-reads the events of the drawn beads its events touched, and draws again."""
     numbers = sorted({w["number"] for w in page.waves})
     chosen = params.get("twave", "")
     wave = int(chosen) if chosen.isdigit() and int(chosen) in numbers else None
@@ -118,24 +123,76 @@ def gantt(
         wave = page.frontier or (numbers[-1] if numbers else None)
     members = [i for i, n in page.wave_of.items() if n == wave]
     shown = members[:GANTT_ROWS]
+    hidden = len(members) - len(shown)
+
+    def build() -> Gantt:
+        targets = _outside_targets(snapshot)
+        spans, read = _spans(convoy, snapshot, shown)
+        # The axis runs from the convoy's creation to its last event (not to "now": the
+        # drawing changes only with events, so a live update equals a reload).
+        parts = stream(convoy, targets)
+        last = [p.order_by("-seq").values_list("created_at", flat=True)[:1] for p in parts]
+        start = convoy.created_at
+        end = max([start, *(t for one in last for t in one), *(e.at for e in read)])
+        steps = sum(p.count() for p in parts)
+        return _drawn(wave, numbers, shown, hidden, spans, start, end, steps, frozenset(targets))
+
+    def carry(previous: Gantt, affected: set[str], changes: Changes) -> Gantt | None:
+        # A launch or a landing moves every bead's spans; a different wave or rows: draw anew.
+        if changes.kinds & (history.LAUNCH_KINDS | history.STOP_KINDS):
+            return None
+        if previous.wave != wave or [r["id"] for r in previous.rows] != shown:
+            return None
+        tracked = set(snapshot.tracked)
+        follows = previous.targets
+        new = [
+            at
+            for bead, convoy_id, at in changes.events
+            if ((bead in tracked or bead in follows) if bead else convoy_id == convoy.pk)
+        ]
+        spans = previous.spans
+        redo = [b for b in shown if b in affected]
+        if redo:
+            spans = {**spans, **_spans(convoy, snapshot, redo)[0]}
+        start, end = previous.start, max([previous.end, *new]) if previous.end else None
+        if start is None or end is None:
+            return None
+        steps = previous.steps + len(new)
+        return _drawn(wave, numbers, shown, hidden, spans, start, end, steps, follows)
+
+    return carried(snapshot, f"gantt:{wave}", carry, build)
+
+
+def _spans(
+    convoy: Convoy, snapshot: Snapshot, beads: list[str]
+) -> tuple[dict[str, list[history.Span]], list[history.Ev]]:
+    """({bead: spans}, the events read) for `beads`, from their events, their blockers' and
+    the convoy's launches and stops."""
     blocking = blocking_edges(snapshot.edges)
-    blocking = {b: blocking[b] for b in shown if b in blocking}
-    ids = set(shown) | {t for edges in blocking.values() for t, _ in edges}
+    blocking = {b: blocking[b] for b in beads if b in blocking}
+    ids = set(beads) | {t for edges in blocking.values() for t, _ in edges}
     launches = history.LAUNCH_KINDS | history.STOP_KINDS
     read = events(
         [
-            Event.objects.filter(bead_id__in=list(ids)),
+            Event.objects.filter(bead_id__in=sorted(ids)),
             Event.objects.filter(convoy_id=convoy.pk, bead_id="", kind__in=launches),
         ]
     )
-    spans = history.spans(read, shown, blocking, convoy.pk)
-    # The axis runs from the convoy's creation to its last event read here (not to "now": the
-    # drawing changes only with events, so a live update equals a reload).
-    start = convoy.created_at
-    targets = _outside_targets(snapshot)
-    parts = stream(convoy, targets)
-    last = [p.order_by("-seq").values_list("created_at", flat=True)[:1] for p in parts]
-    end = max([start, *(t for one in last for t in one), *(e.at for e in read)])
+    return history.spans(read, beads, blocking, convoy.pk), read
+
+
+def _drawn(
+    wave: int | None,
+    numbers: list[int],
+    shown: list[str],
+    hidden: int,
+    spans: dict[str, list[history.Span]],
+    start: datetime,
+    end: datetime,
+    steps: int,
+    targets: frozenset[str],
+) -> Gantt:
+    """The Gantt of `shown` beads' spans on the axis from `start` to `end`."""
     total = max((end - start).total_seconds(), 1e-6)
     href = bead_url_maker()
     out, idle, longest = [], 0, 0.0
@@ -165,12 +222,14 @@ def gantt(
         wave=wave,
         waves=numbers,
         rows=out,
-        hidden=len(members) - len(shown),
+        hidden=hidden,
         start=start,
         end=end,
         idle_count=idle,
         idle_longest=longest,
-        steps=sum(p.count() for p in parts),
+        steps=steps,
+        spans=spans,
+        targets=targets,
     )
 
 

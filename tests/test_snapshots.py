@@ -10,10 +10,11 @@ import re
 from dataclasses import asdict
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from convoys import causes, selectors, snapshots
+from convoys import causes, selectors, snapshots, timeline
 from convoys.dispatchers import Outcome
 from convoys.events import last_seq
 from convoys.models import Bead, Convoy, Rig
@@ -72,6 +73,15 @@ def same_as_fresh(convoy, seq):
 
     assert untimed(kept) == untimed(loaded)
     assert (kept.blockers, kept.limited) == (loaded.blockers, loaded.limited)
+    if "samples" in carried.derived["kept"]:  # and the ETA's samples
+        assert carried.derived["kept"]["samples"] == selectors.samples(fresh.beads.values())
+    # so does the timeline of each wave drawn (its drawn beads' spans re-read, its axis moved)
+    user = User.objects.get(username="admin")
+    page = selectors.convoy_page(convoy, {}, user, timezone.now(), fresh)
+    for name, gantt in carried.derived["kept"].items():
+        if name.startswith("gantt:"):
+            drawn = timeline.gantt(convoy, page, fresh, {"twave": name[6:]}, timezone.now())
+            assert asdict(gantt) == asdict(drawn)
 
 
 def step(rng, ids):
@@ -172,12 +182,20 @@ def test_causes_are_carried_for_bead_events_and_read_afresh_otherwise(
         "load",
         lambda bead_ids, *a, **k: loads.append(list(bead_ids)) or real(bead_ids, *a, **k),
     )
+    drawn = []
+    real_spans = timeline._spans
+    monkeypatch.setattr(
+        timeline, "_spans", lambda c, s, b: drawn.append(list(b)) or real_spans(c, s, b)
+    )
     beads.update_bead(ids[0], status="in_progress", assignee="gastown/polecats/nux")
     seq = live(client, url, since=seq)["seq"]
     assert loads == [[ids[0], ids[3]]]  # the bead and the one it blocks
+    assert drawn == [[ids[0]]]  # of the timeline's wave (the first), the bead's spans only
     same_as_fresh(Convoy.objects.get(pk=convoy.pk), seq)
     loads.clear()
+    drawn.clear()
     controls.pause(convoy.pk, actor="test", reason="hold")
     seq = live(client, url, since=seq)["seq"]
     assert loads == [ids]  # every tracked bead
+    assert drawn == []  # a pause moves no bead's spans: the timeline only redrawn
     same_as_fresh(Convoy.objects.get(pk=convoy.pk), seq)
