@@ -15,7 +15,7 @@ from . import history
 from .models import Convoy, ConvoyVisit, Event, TrackedBead
 from .rows import Changes, TrackedRow
 from .selectors import COLLAPSE_AT, OVERVIEW_AT, SEGMENTS, ConvoyPage, _wave_rows, bead_url_maker
-from .snapshots import Snapshot, carried
+from .snapshots import Snapshot, carried, memo
 
 GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted
 SINCE_CHIPS = 60
@@ -168,8 +168,8 @@ def _spans(
 ) -> tuple[dict[str, list[history.Span]], list[history.Ev]]:
     """({bead: spans}, the events read) for `beads`, from their events, their blockers' and
     the convoy's launches and stops."""
-    blocking = blocking_edges(snapshot.edges)
-    blocking = {b: blocking[b] for b in beads if b in blocking}
+    every = memo(snapshot, "blocking", snapshot.edges, lambda: blocking_edges(snapshot.edges))
+    blocking = {b: every[b] for b in beads if b in every}
     ids = set(beads) | {t for edges in blocking.values() for t, _ in edges}
     launches = history.LAUNCH_KINDS | history.STOP_KINDS
     read = events(
