@@ -117,7 +117,7 @@ class Changes:
     kinds: set[str] = field(default_factory=set)
     done_changed: set[str] = field(default_factory=set)  # beads that entered or left "done"
     dependencies: bool = False  # a bead's dependency list changed
-    rigs: bool = False  # a bead moved to another rig
+    fields: set[str] = field(default_factory=set)  # the bead fields a bead.updated changed
     # (bead id, convoy id, time) of each event, in log order
     events: list[tuple[str, str, datetime]] = field(default_factory=list)
 
@@ -138,10 +138,27 @@ class Changes:
             and not self.rigs
         )
 
+    @property
+    def rigs(self) -> bool:
+        """A bead moved to another rig."""
+        return bool({"rig", "rig_id"} & self.fields)
 
-def changes_since(seq: int, upto: int | None = None) -> Changes | None:
+    def blockers_stand(self) -> bool:
+        """Whether each bead's unfinished blockers are as they were (`readiness.blocked_by`):
+        no blocker entered or left "done", none was created (an unknown id until then), no
+        close reason changed (a merge-blocks edge reads it) and no dependency changed."""
+        return not (
+            self.done_changed
+            or self.dependencies
+            or "bead.created" in self.kinds
+            or "close_reason" in self.fields
+        )
+
+
+def changes_since(seq: int, upto: int | None = None, dependents: bool = True) -> Changes | None:
     """The `Changes` after `seq` (up to `upto`: the seq a page is drawn at), or None when there
-    are too many to tell (answer everything)."""
+    are too many to tell (answer everything). `dependents`: `convoys` also holds the convoys
+    tracking the beads that the named beads block (one query; the dashboard's rows)."""
     after = Event.objects.filter(seq__gt=seq)
     if upto is not None:
         after = after.filter(seq__lte=upto)
@@ -172,12 +189,14 @@ def changes_since(seq: int, upto: int | None = None) -> Changes | None:
             or "dependency_removed" in data
         ):
             changes.dependencies = True
-        if {"rig", "rig_id"} & (data.get("changes") or {}).keys():
-            changes.rigs = True
-    if changes.beads:
+        # The fields changed: {field: [old, new]} (services) or [field, …] (an import).
+        changed = data.get("changes")
+        if isinstance(changed, dict | list):
+            changes.fields.update(f for f in changed if isinstance(f, str))
+    if changes.beads and dependents:
         # A close or reopen changes whether the beads it blocks are ready, and so their convoys.
-        dependents = Dependency.objects.filter(depends_on_id__in=changes.beads).values("issue_id")
+        blocked = Dependency.objects.filter(depends_on_id__in=changes.beads).values("issue_id")
         changes.convoys.update(
-            TrackedBead.objects.filter(bead_id__in=dependents).values_list("convoy_id", flat=True)
+            TrackedBead.objects.filter(bead_id__in=blocked).values_list("convoy_id", flat=True)
         )
     return changes

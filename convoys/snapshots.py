@@ -61,6 +61,11 @@ ROW_KINDS = frozenset(
         "notification",
     }
 )
+# Events that may change whether a bead is "failed" (rows.failed_beads: its last dispatch
+# failed and it is neither running nor done): a dispatch row written, a status changed.
+FAILED_KINDS = frozenset(
+    {"bead.dispatched", "dispatch.failed", "bead.status", "bead.closed", "bead.reopened"}
+)
 KEEP = 32  # snapshots per process
 MEMOS = 16  # derived values kept per line of carried snapshots
 KEEP_PER_CONVOY = 4  # pages of one convoy catch up to the newest seq within a second or two
@@ -126,21 +131,27 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
         gates = _gates(snapshot.edges, beads)
     subset = Bead.objects.filter(pk__in=sorted(affected))
     ready = frozenset(ready_beads(subset, now).values_list("pk", flat=True))
-    failed = failed_beads(subset)
-    blockers = dict(snapshot.blockers)
-    for bead_id in affected:
-        blockers.pop(bead_id, None)
-    blockers.update(blocked_by(sorted(affected)))
-    targets = {t for ts in blockers.values() for t in ts}
-    still = targets - named  # blockers whose type the parent read and no event changed
-    known = {t: kind for t, kind in snapshot.target_types.items() if t in still}
-    target_types = known | _types(targets - known.keys(), beads)
+    failed = snapshot.failed
+    if changes.kinds & FAILED_KINDS:  # a dispatch row was written, or a status changed
+        failed = (failed - affected) | failed_beads(subset)
+    blockers, target_types = snapshot.blockers, snapshot.target_types
+    if not changes.blockers_stand():
+        blockers = dict(blockers)
+        for bead_id in affected:
+            blockers.pop(bead_id, None)
+        blockers.update(blocked_by(sorted(affected)))
+        targets = {t for ts in blockers.values() for t in ts}
+        still = targets - named  # blockers whose type the parent read and no event changed
+        known = {t: kind for t, kind in target_types.items() if t in still}
+        target_types = known | _types(targets - known.keys(), beads)
+    elif named & target_types.keys():  # a blocker's type may have changed
+        target_types = dict(target_types) | _types(named & target_types.keys(), beads)
     return replace(
         snapshot,
         beads=beads,
         gates=gates,
         ready=(snapshot.ready - affected) | ready,
-        failed=(snapshot.failed - affected) | failed,
+        failed=failed,
         blockers=blockers,
         target_types=target_types,
         # The untouched beads' workers may only have sent heartbeats since: their horizon
@@ -300,6 +311,7 @@ def _gates(edges: list[Edge], beads: dict[str, TrackedRow]) -> list[Gate]:
 
 
 def _types(ids: Iterable[str], beads: dict[str, TrackedRow]) -> dict[str, str]:
+    """{id: issue type}: from `beads` (the rows re-read) where they hold the id, else read."""
     known = {i: beads[i].issue_type for i in ids if i in beads}
     rest = sorted(set(ids) - known.keys())
     if rest:

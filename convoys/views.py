@@ -122,7 +122,7 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
     user = request.user
     # A live request carries forward the snapshot its page was drawn from (`snapshots`).
     seq = since(request)
-    changes = selectors.changes_since(seq, context["as_of"]) if seq is not None else None
+    changes = selectors.changes_since(seq, context["as_of"], dependents=False) if seq else None
     snapshot = snapshots.obtain(convoy, context["as_of"], context["now"], seq, changes)
     page = selectors.convoy_page(convoy, request.GET, user, context["now"], snapshot)
     context |= {

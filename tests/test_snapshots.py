@@ -88,7 +88,9 @@ def step(rng, ids):
     """One random thing people or workers do, through the services."""
     target = rng.choice(ids + ["gt-out", "gt-gate"])
     row = Bead.objects.get(pk=target)
-    action = rng.choice(["close", "reopen", "work", "release", "title", "fail", "priority"])
+    action = rng.choice(
+        ["close", "reopen", "work", "release", "title", "fail", "priority", "bury", "reason"]
+    )
     if action == "close" and row.status != "closed":
         beads.close_bead(target, actor="test")
     elif action == "reopen" and row.status == "closed":
@@ -99,6 +101,10 @@ def step(rng, ids):
         beads.update_bead(target, status="open", assignee="")
     elif action == "title":
         beads.update_bead(target, title=f"Renamed {rng.randrange(1000)}")
+    elif action == "bury" and row.status == "open" and rng.random() < 0.3:
+        beads.update_bead(target, status="tombstone")
+    elif action == "reason" and row.status == "closed":
+        beads.update_bead(target, close_reason=f"Reason {rng.randrange(1000)}")
     elif action == "priority":
         beads.update_bead(target, priority=rng.randrange(5))
     elif action == "fail" and row.status == "open" and not row.assignee:
