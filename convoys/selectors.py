@@ -5,6 +5,7 @@ import statistics
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, NamedTuple, TypedDict
 
 from django.contrib.auth.models import User
@@ -747,7 +748,7 @@ class ConvoyPage:
     capped: bool  # more unfinished beads than the bead table lists
     wave_of: dict[str, int]
     graph: dagmod.DAG
-    subscribed: Subscription | None = None
+    user: User | None = None  # whose page (`subscribed`)
     plan_moved: dict[str, Any] = field(default_factory=dict)
     # [(kind, count)] of the unfinished beads' causes
     causes: list[tuple[str, int]] = field(default_factory=list)
@@ -763,6 +764,11 @@ class ConvoyPage:
     bead_pages: int = 1
     bpage: int = 1
     critical_length: int = 0
+
+    @cached_property
+    def subscribed(self) -> Subscription | None:
+        """The user's subscription to the convoy (read when the page's actions are drawn)."""
+        return Subscription.objects.filter(user=self.user, convoy=self.convoy).first()
 
     def affected(self, bead_ids: Iterable[str]) -> set[str]:
         """The tracked beads whose row or node a change of `bead_ids` may alter: those beads
@@ -957,7 +963,7 @@ def convoy_page(
         bpage=bpage,
         wave_of=wave_number,
         graph=graph,
-        subscribed=Subscription.objects.filter(user=user, convoy=convoy).first(),
+        user=user,
         plan_moved=(convoy.extra or {}).get("plan", {}),
         causes=causemod.counts(why),
         waiting=any(c["kind"] == "waiting-for-capacity" for c in why.values()),

@@ -4,6 +4,7 @@ Every page is made of named fragments (`convoys.fragments`): the same templates 
 full page and answer its live requests."""
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,15 +52,19 @@ DASHBOARD_STATUSES = [
 
 
 def unread_count(request: HttpRequest) -> dict[str, Any]:
-    """Context processor: the inbox badge and what the live script may toast about."""
+    """Context processor: the inbox badge and what the live script may toast about, each read
+    when a template shows it (a live update draws the badge, not the page's body tag)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    subscribed = list(Subscription.objects.filter(user=user).values_list("convoy_id", flat=True))
-    return {
-        "unread_count": Notification.objects.filter(user=user, read_at__isnull=True).count(),
-        "subscribed_ids": ",".join("*" if c is None else c for c in subscribed),
-    }
+
+    @functools.cache
+    def subscribed_ids() -> str:
+        subscribed = Subscription.objects.filter(user=user).values_list("convoy_id", flat=True)
+        return ",".join("*" if c is None else c for c in subscribed)
+
+    unread = Notification.objects.filter(user=user, read_at__isnull=True)
+    return {"unread_count": functools.cache(unread.count), "subscribed_ids": subscribed_ids}
 
 
 def _base(request: HttpRequest) -> dict[str, Any]:
