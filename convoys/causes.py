@@ -75,6 +75,10 @@ class Known(Protocol):
     def blockers(self) -> dict[str, list[str]]: ...
     @property
     def target_types(self) -> dict[str, str]: ...
+    @property
+    def rigs(self) -> dict[str, str]: ...
+    @property
+    def cap(self) -> int: ...
 
 
 KINDS = (
@@ -283,10 +287,9 @@ def _read_rows(beads: QuerySet[Bead]) -> tuple[dict[str, tuple[Row, datetime]], 
 
 
 def _known_rows(
-    beads: Mapping[str, TrackedRow],
+    beads: Mapping[str, TrackedRow], states: Mapping[str, str]
 ) -> tuple[dict[str, tuple[Row, datetime]], set[str]]:
-    """The same from rows read already (their rigs' states: one query)."""
-    states = dict(Rig.objects.values_list("name", "state"))
+    """The same from rows and rig states read already."""
     rows, done = {}, set()
     for bead_id, b in beads.items():
         if b.status in DONE_STATUSES:
@@ -339,6 +342,8 @@ class _Part:
     ready: frozenset[str]
     blockers: dict[str, list[str]]
     target_types: dict[str, str]
+    rigs: dict[str, str]
+    cap: int
 
 
 def carry(
@@ -364,6 +369,8 @@ def carry(
         known.ready,
         known.blockers,
         known.target_types,
+        known.rigs,
+        known.cap,
     )
     fresh = load(wanted, wanted, now, part)
     if fresh.limited:
@@ -438,7 +445,7 @@ def load(
     if known is None:
         rows, done = _read_rows(beads)
     else:
-        rows, done = _known_rows(known.beads)
+        rows, done = _known_rows(known.beads, known.rigs)
     wanted = [i for i in dict.fromkeys(bead_ids) if i not in done]
     result = Causes()
     if not wanted:
@@ -531,7 +538,7 @@ def load(
                 listed.sort()
     if capped:
         _convoy_capacity(facts, capped, done, now)
-    town_capped = _town_capacity(facts, now)
+    town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
     result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
     result.blockers = frozenset(b for ids in blocking.values() for b in ids)
     result.limited = bool(capped) or town_capped
@@ -625,12 +632,12 @@ def _convoy_capacity(facts: dict[str, Facts], capped: Any, done: set[str], now: 
             }
 
 
-def _town_capacity(facts: dict[str, Facts], now: datetime) -> bool:
+def _town_capacity(facts: dict[str, Facts], now: datetime, cap: int | None = None) -> bool:
     """Ready beads past the town's free slots (CONVOY_MAX_IN_FLIGHT) wait in the town queue
     (services.capacity: priority, then round-robin across convoys, then id). Nothing to read
     without a cap; with one, the capacity module's queries, whatever the number of beads.
-    Whether the town has a cap."""
-    if not capacity.cap():
+    Whether the town has a cap (`cap`, when the caller read it)."""
+    if not (capacity.cap() if cap is None else cap):
         return False
     snap = capacity.snapshot(now)
     waiting = snap.waiting

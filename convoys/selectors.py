@@ -137,7 +137,7 @@ def convoy_summary(
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     if snapshot is not None:
         ready_ids, failed = set(snapshot.ready), set(snapshot.failed)
-        facts = (snapshot.beads, snapshot.blockers, snapshot.target_types)
+        facts = (snapshot.beads, snapshot.blockers, snapshot.target_types, snapshot.rigs)
     else:
         ready_ids = set(
             ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
@@ -146,7 +146,12 @@ def convoy_summary(
     rows = [(convoy.pk, bead_id) for bead_id in tracked]
     loaded = {b.pk: (b.status, b.updated_at) for b in beads.values()}
     verdicts = stranding.classify(
-        [convoy], now, explain=True, loaded=(rows, loaded, ready_ids), facts=facts
+        [convoy],
+        now,
+        explain=True,
+        loaded=(rows, loaded, ready_ids),
+        facts=facts,
+        cap=snapshot.cap if snapshot is not None else None,
     )
     spin = spinning([convoy.pk], now)
     summary = summarise([convoy], rows, loaded, ready_ids, spin, verdicts, failed)[convoy.pk]
@@ -893,11 +898,7 @@ def convoy_page(
         )
         focus_found = bool(focus) and focus in geometry["nodes"]
         stranded = set(summary["state"].ready)
-        parked = set(
-            Rig.objects.filter(name__in={b.rig_id for b in beads.values() if b.rig_id})
-            .exclude(state=Rig.ACTIVE)
-            .values_list("name", flat=True)
-        )
+        parked = {name for name, state in snapshot.rigs.items() if state != Rig.ACTIVE}
         marks = {
             i: (["gated"] if i in gated_ids else [])
             + (["parked"] if i in beads and beads[i].rig_id in parked else [])

@@ -27,9 +27,18 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 from .dag import EXECUTION_TYPES
-from .models import ACTIVE_WORK_STATUSES, SLINGABLE_TYPES, Bead, Convoy, TrackedBead, Worker
+from .models import (
+    ACTIVE_WORK_STATUSES,
+    SLINGABLE_TYPES,
+    Bead,
+    Convoy,
+    Rig,
+    TrackedBead,
+    Worker,
+)
 from .readiness import blocked_by, ready_beads
 from .rows import Changes, Edge, TrackedRow, changes_since, failed_beads, read_rows, tracked_beads
+from .services import capacity
 
 T = TypeVar("T")
 Gate = tuple[str, str, str, str]  # (id, title, issue type, status)
@@ -83,6 +92,10 @@ class Snapshot:
     blockers: dict[str, list[str]]  # {tracked id: [unfinished blocker ids]}
     target_types: dict[str, str]  # {blocker id: issue type}
     valid_until: datetime  # no bead's readiness can change by time alone before this
+    # Rig states and the town's cap: only a rig's or the cap's own event changes them (and a
+    # snapshot is never carried across one).
+    rigs: dict[str, str]  # {rig: state}
+    cap: int  # CONVOY_MAX_IN_FLIGHT or its override; 0: none
     # What pages derive from it, kept with it (the graph); a carried snapshot starts with
     # its parent's graph and the beads it re-read ("from", "touched").
     derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -105,6 +118,8 @@ def load(convoy: Convoy, now: datetime) -> Snapshot:
         blockers=blockers,
         target_types=_types({t for ts in blockers.values() for t in ts}, beads),
         valid_until=_horizon(beads.values(), now),
+        rigs=dict(Rig.objects.values_list("name", "state")),
+        cap=capacity.cap(),
     )
 
 

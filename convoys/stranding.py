@@ -77,7 +77,7 @@ NO_ESTIMATE_CAUSES = ("parked_rig", "gated", "blocked", "no_rig", "not_dispatcha
 Loaded = tuple[list[tuple[str, str]], dict[str, tuple[Any, ...]], AbstractSet[str]]
 # A convoy page's snapshot of its beads: ({bead id: row with status, assignee, issue_type,
 # rig_id}, {bead id: unfinished blocker ids}, {blocker id: issue type}).
-Facts = tuple[Mapping[str, Any], Mapping[str, list[str]], Mapping[str, str]]
+Facts = tuple[Mapping[str, Any], Mapping[str, list[str]], Mapping[str, str], Mapping[str, str]]
 
 
 @dataclass
@@ -132,6 +132,7 @@ def classify(
     explain: bool = False,
     loaded: Loaded | None = None,
     facts: Facts | None = None,
+    cap: int | None = None,
 ) -> dict[str, Verdict]:
     """{convoy id: Verdict} for the given convoys (only open ones get a kind).
 
@@ -140,7 +141,8 @@ def classify(
     them. Then one query for cooling dispatches, and two or three for the causes of stuck
     convoys (of every convoy with `explain`, which the convoy page's ETA needs); one with
     `facts`, what a convoy page's snapshot holds of its beads: ({bead id: row with status,
-    assignee, issue_type, rig_id}, {bead id: unfinished blocker ids}, {blocker id: type})."""
+    assignee, issue_type, rig_id}, {bead id: unfinished blocker ids}, {blocker id: type},
+    {rig: state}), and `cap`, the town's cap it read."""
     now = now or timezone.now()
     open_ = [c for c in convoys if c.status == CONVOY_OPEN]
     result = {c.pk: NOT_OPEN for c in convoys}
@@ -157,7 +159,7 @@ def classify(
         cooling = cooling_down(sorted(ready), now) if ready else set()
     else:
         cooling = recent_failures(now) & ready
-    to_explain, town = [], _town_full(now)
+    to_explain, town = [], _town_full(now, cap)
     for convoy in open_:
         statuses = {i: status_of[i][0] for i in per_convoy[convoy.pk] if i in status_of}
         verdict = _first_pass(convoy, per_convoy[convoy.pk], statuses, ready, cooling)
@@ -225,9 +227,9 @@ def _first_pass(
     return Verdict(STUCK, "", "", [], len(ids))
 
 
-def _town_full(now: datetime) -> tuple[int, int] | None:
-    """(in flight, cap) when the town is at its cap, else None."""
-    limit = capacity.cap()
+def _town_full(now: datetime, cap: int | None = None) -> tuple[int, int] | None:
+    """(in flight, cap) when the town is at its cap, else None (`cap`: read already)."""
+    limit = capacity.cap() if cap is None else cap
     busy = capacity.in_flight(now) if limit else 0
     return (busy, limit) if limit and busy >= limit else None
 
@@ -265,7 +267,7 @@ def _explain(
 ) -> None:
     """Find the root causes of the unfinished beads that are neither ready nor in progress."""
     if facts is not None:
-        rows, blockers, target_types = facts
+        rows, blockers, target_types, rig_states = facts
         info = {i: (r.status, r.assignee, r.issue_type, r.rig_id) for i, r in rows.items()}
     else:
         # Subqueries, not lists: a 5,000-bead convoy would make IN lists of thousands of ids.
@@ -279,7 +281,7 @@ def _explain(
         blockers = blocked_by(unfinished.values_list("pk", flat=True))
         targets = {t for ts in blockers.values() for t in ts}
         target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
-    rig_states = dict(Rig.objects.values_list("name", "state"))
+        rig_states = dict(Rig.objects.values_list("name", "state"))
     parked = parked_among(sorted(cooling)) if cooling else {}  # cooling: a few recent failures
     for convoy_id, ids in per_convoy.items():
         verdict = verdicts[convoy_id]

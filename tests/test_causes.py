@@ -14,7 +14,7 @@ from django.utils import timezone
 from convoys import causes, stranding
 from convoys.causes import Facts, Pause, Row
 from convoys.dispatchers import Outcome
-from convoys.models import Bead, Worker
+from convoys.models import Bead, Rig, Worker
 from convoys.services import capacity, controls, convoys, dispatch, rigs
 from convoys.services.rigs import upsert_route
 
@@ -203,6 +203,8 @@ def test_what_a_page_read_already_gives_the_same_causes(every_kind):
         ready=set(ready_beads(subset).values_list("pk", flat=True)),
         blockers=blockers,
         target_types=dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type")),
+        rigs=dict(Rig.objects.values_list("name", "state")),
+        cap=capacity.cap(),
     )
 
     def stable(found):
@@ -213,7 +215,7 @@ def test_what_a_page_read_already_gives_the_same_causes(every_kind):
     with CaptureQueriesContext(connection) as handed:
         given = causes.for_convoy(every_kind, known=known)
     assert stable(given) == stable(alone) and given.blockers == alone.blockers
-    assert len(handed) == len(fresh) - 5
+    assert len(handed) == len(fresh) - 7  # rows, ready, blockers, types, rigs, cap
 
 
 def test_ready_beads_past_the_free_slots_wait_in_priority_order(routes):

@@ -23,7 +23,18 @@ from convoys.services import beads, controls, convoys, dispatch, rigs
 from .factories import bead, blocks
 from .test_web import as_of, assert_parts_of, live, logged_in
 
-FIELDS = ("tracked", "beads", "edges", "gates", "ready", "failed", "blockers", "target_types")
+FIELDS = (
+    "tracked",
+    "beads",
+    "edges",
+    "gates",
+    "ready",
+    "failed",
+    "blockers",
+    "target_types",
+    "rigs",
+    "cap",
+)
 
 
 class Refuses:
