@@ -308,6 +308,14 @@ class Causes(dict[str, "Cause"]):
 
     blockers: frozenset[str] = frozenset()
     limited: bool = False
+    # The beads whose cause `carry` read again (the others are those of the causes whose
+    # `token` is `origin`); None: all were read.
+    changed: frozenset[str] | None = None
+    origin: object | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token = object()  # who carries from these causes names them by it
 
 
 # Events that change the cause only of the beads they name and of the beads those block: any
@@ -380,6 +388,7 @@ def carry(
         cause = (fresh if bead_id in affected else previous).get(bead_id)
         if cause is not None:
             result[bead_id] = cause
+    result.changed, result.origin = frozenset(wanted), previous.token
     # As `load` names them: every unfinished blocker of the tracked beads, when any is left.
     result.blockers = (
         frozenset(b for ids in known.blockers.values() for b in ids) if result else frozenset()

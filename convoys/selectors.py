@@ -796,13 +796,7 @@ def convoy_page(
     snapshot = snapshot or snapshots.load(convoy, now)
     tracked, beads, graph, waves, gated = convoy_graph(convoy, snapshot)
     summary, ready_ids = convoy_summary(convoy, tracked, beads, now, snapshot)
-    href = bead_url_maker()
-    workers = dict(
-        Worker.objects.filter(
-            name__in={b.assignee for b in beads.values() if b.assignee}
-        ).values_list("name", "last_seen")
-    )
-    wave_number = dagmod.wave_of(waves)
+    wave_number = snapshots.memo(snapshot, "wave_of", waves, lambda: dagmod.wave_of(waves))
     gated_ids = {g.id for g in gated}
     # Each unfinished bead's cause; a live update re-reads only the beads its events touched.
     why = snapshots.carried(
@@ -822,23 +816,44 @@ def convoy_page(
             return "ready"
         return bead.status
 
-    rows: list[dict[str, Any]] = [
-        {
-            "id": bead_id,
-            "bead": beads.get(bead_id),
-            "state": state(bead_id),
-            "wave": wave_number.get(bead_id),
-            "worker_seen": workers.get(beads[bead_id].assignee)
-            if bead_id in beads and beads[bead_id].assignee
-            else None,
-            "gated": bead_id in gated_ids,
-            "cause": why.get(bead_id),
-            "href": href(bead_id),
-        }
-        for bead_id in tracked
-    ]
     big = len(tracked) > COLLAPSE_AT and params.get("all") != "1"
     overview = len(tracked) > OVERVIEW_AT and params.get("all") != "1"
+    chips = 0 if overview else None
+    href = bead_url_maker()
+    # Per bead: its row, its node's state, the wave table: a live update derives them again
+    # for the beads whose state or cause may have changed only.
+    parts = snapshots.carried(
+        snapshot,
+        f"parts:{big}:{chips}",
+        lambda previous, affected, _: _carried_parts(
+            previous,
+            affected,
+            why,
+            beads,
+            graph,
+            waves,
+            wave_number,
+            gated_ids,
+            ready_ids,
+            state,
+            href,
+        ),
+        lambda: _parts(
+            why,
+            tracked,
+            beads,
+            graph,
+            waves,
+            wave_number,
+            gated_ids,
+            ready_ids,
+            state,
+            href,
+            big,
+            chips,
+        ),
+    )
+    rows = list(parts.rows.values())
     hidden_rows, capped = 0, False
     bead_pages, bpage = 1, 1
     if overview:
@@ -856,20 +871,26 @@ def convoy_page(
         capped = len(unfinished) > MAX_ROWS
         rows = unfinished[:MAX_ROWS]
     tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+    # What the rows listed show beside (the shared rows are the snapshot's: copied).
     blockers = snapshot.blockers
     origins = SourcedRecord.of(r["id"] for r in rows)
-    for row in rows:
-        row["blocked_by"] = blockers.get(row["id"], [])
-        row["sourced"] = origins.get(row["id"])
-    wave_rows, frontier = _wave_rows(
-        waves, beads, ready_ids, graph, state, href, big, why, chips=0 if overview else None
-    )
-    done = {i for i in tracked if beads.get(i) and beads[i].status in DONE_STATUSES}
+    assignees = {r["bead"].assignee for r in rows if r["bead"] and r["bead"].assignee}
+    workers = dict(Worker.objects.filter(name__in=assignees).values_list("name", "last_seen"))
+    rows = [
+        row
+        | {
+            "blocked_by": blockers.get(row["id"], []),
+            "sourced": origins.get(row["id"]),
+            "worker_seen": workers.get(row["bead"].assignee) if row["bead"] else None,
+        }
+        for row in rows
+    ]
+    wave_rows, frontier, done = parts.waves, parts.frontier, parts.done
     critical = snapshots.memo(
         snapshot,
         ("critical", frozenset(done)),
         graph.graph,
-        lambda: dagmod.critical_path(graph, done),
+        lambda: dagmod.critical_path(graph, set(done)),
     )
     collapsed = set()
     focus = params.get("focus", "")
@@ -908,9 +929,7 @@ def convoy_page(
         dag = Dag(
             geometry=geometry,
             fingerprint=key,
-            states={
-                i: (graph.nodes[i].title if i in graph.nodes else "", state(i)) for i in tracked
-            },
+            states=parts.states,
             marks={i: m for i, m in marks.items() if m},
             critical=critical,
             href=href,
@@ -1001,41 +1020,187 @@ def _wave_rows(
     why: Mapping[str, dict[str, Any]],
     chips: int | None = None,
 ) -> tuple[list[dict[str, Any]], int | None]:
-    chips_left = MAX_CHIPS if big else sum(len(w) for w in waves)
+    """The wave table's rows and the frontier (the first wave not done)."""
+    counts = [_wave_counts(wave, beads, ready_ids) for wave in waves]
+    plan = _chip_plan(waves, counts, big, chips)
+    rows = [
+        _wave_row(number, wave, n, shown, graph, state, href, why)
+        for number, (wave, n, shown) in enumerate(zip(waves, counts, plan, strict=True), start=1)
+    ]
+    return rows, _frontier(rows)
+
+
+def _wave_counts(
+    wave: list[str], beads: dict[str, TrackedRow], ready_ids: Set[str]
+) -> dict[str, int]:
+    counts = {"done": 0, "active": 0, "ready": 0, "blocked": 0}
+    for bead_id in wave:
+        bead = beads.get(bead_id)
+        counts[segment_of(bead, ready_ids) if bead else "blocked"] += 1
+    return counts
+
+
+def _chip_plan(
+    waves: list[list[str]], counts: list[dict[str, int]], big: bool, chips: int | None
+) -> list[int]:
+    """How many bead links each wave row lists: CHIPS_PER_WAVE at most, MAX_CHIPS in all on a
+    big convoy (whose done waves list none), `chips` in all when given. It depends on which
+    waves are done only."""
+    left = MAX_CHIPS if big else sum(len(w) for w in waves)
     if chips is not None:
-        chips_left = chips
-    rows, frontier = [], None
-    for number, wave in enumerate(waves, start=1):
-        counts = {"done": 0, "active": 0, "ready": 0, "blocked": 0}
-        for bead_id in wave:
-            bead = beads.get(bead_id)
-            counts[segment_of(bead, ready_ids) if bead else "blocked"] += 1
-        if frontier is None and counts["done"] < len(wave):
-            frontier = number
-        shown = [] if big and counts["done"] == len(wave) else wave[:CHIPS_PER_WAVE]
-        shown = shown[: max(chips_left, 0)]
-        chips_left -= len(shown)
-        rows.append(
+        left = chips
+    plan = []
+    for wave, n in zip(waves, counts, strict=True):
+        shown = 0 if big and n["done"] == len(wave) else min(len(wave), CHIPS_PER_WAVE)
+        shown = min(shown, max(left, 0))
+        left -= shown
+        plan.append(shown)
+    return plan
+
+
+def _wave_row(
+    number: int,
+    wave: list[str],
+    counts: dict[str, int],
+    shown: int,
+    graph: dagmod.DAG,
+    state: Callable[[str], str],
+    href: Callable[[str], str],
+    why: Mapping[str, dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "number": number,
+        "counts": counts,
+        "total": len(wave),
+        "hidden": len(wave) - shown,
+        "causes": causemod.summary([why.get(i) for i in wave]),
+        "beads": [
             {
-                "number": number,
-                "counts": counts,
-                "total": len(wave),
-                "hidden": len(wave) - len(shown),
-                "causes": causemod.summary([why.get(i) for i in wave]),
-                "beads": [
-                    {
-                        "id": i,
-                        "href": href(i),
-                        "title": graph.nodes[i].title,
-                        "state": state(i),
-                        "blocked_by": graph.nodes[i].blocked_by,
-                        "cause": why.get(i),
-                    }
-                    for i in shown
-                ],
+                "id": i,
+                "href": href(i),
+                "title": graph.nodes[i].title,
+                "state": state(i),
+                "blocked_by": graph.nodes[i].blocked_by,
+                "cause": why.get(i),
             }
-        )
-    return rows, frontier
+            for i in wave[:shown]
+        ],
+    }
+
+
+def _frontier(wave_rows: list[dict[str, Any]]) -> int | None:
+    for row in wave_rows:
+        if row["counts"]["done"] < row["total"]:
+            return int(row["number"])
+    return None
+
+
+@dataclass(frozen=True)
+class BeadParts:
+    """What the convoy page derives per tracked bead, kept with its snapshot so that a live
+    update derives it again only for the beads whose state or cause may have changed."""
+
+    rows: dict[str, dict[str, Any]]  # {id: the bead table's row}, in tracking order
+    states: dict[str, tuple[str, str]]  # {id: (title, state)}: the DAG's nodes
+    waves: list[dict[str, Any]]  # the wave table's rows
+    frontier: int | None
+    done: frozenset[str]
+    why: causemod.Causes  # the causes they were derived from
+    plan: list[list[str]]  # and the waves
+
+
+def _bead_row(
+    bead_id: str,
+    beads: dict[str, TrackedRow],
+    wave_number: Mapping[str, int],
+    gated: Set[str],
+    state: Callable[[str], str],
+    href: Callable[[str], str],
+    why: Mapping[str, dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "id": bead_id,
+        "bead": beads.get(bead_id),
+        "state": state(bead_id),
+        "wave": wave_number.get(bead_id),
+        "gated": bead_id in gated,
+        "cause": why.get(bead_id),
+        "href": href(bead_id),
+    }
+
+
+def _parts(
+    why: causemod.Causes,
+    tracked: list[str],
+    beads: dict[str, TrackedRow],
+    graph: dagmod.DAG,
+    waves: list[list[str]],
+    wave_number: Mapping[str, int],
+    gated: Set[str],
+    ready_ids: Set[str],
+    state: Callable[[str], str],
+    href: Callable[[str], str],
+    big: bool,
+    chips: int | None,
+) -> BeadParts:
+    wave_rows, frontier = _wave_rows(waves, beads, ready_ids, graph, state, href, big, why, chips)
+    return BeadParts(
+        rows={i: _bead_row(i, beads, wave_number, gated, state, href, why) for i in tracked},
+        states={i: (graph.nodes[i].title if i in graph.nodes else "", state(i)) for i in tracked},
+        waves=wave_rows,
+        frontier=frontier,
+        done=frozenset(i for i in tracked if i in beads and beads[i].status in DONE_STATUSES),
+        why=why,
+        plan=waves,
+    )
+
+
+def _carried_parts(
+    previous: BeadParts,
+    affected: Set[str],
+    why: causemod.Causes,
+    beads: dict[str, TrackedRow],
+    graph: dagmod.DAG,
+    waves: list[list[str]],
+    wave_number: Mapping[str, int],
+    gated: Set[str],
+    ready_ids: Set[str],
+    state: Callable[[str], str],
+    href: Callable[[str], str],
+) -> BeadParts | None:
+    """`previous` with the beads `affected` (and those whose cause was read again) derived
+    again; None (derive all) when the causes were all read again, the waves were computed
+    again or a wave's being done changed (the wave table's links move)."""
+    if why.changed is None or why.origin is not previous.why.token or waves is not previous.plan:
+        return None
+    again = [i for i in previous.rows if i in affected or i in why.changed]
+    if not again:
+        return replace(previous, why=why)
+    rows, states = dict(previous.rows), dict(previous.states)
+    done = set(previous.done)
+    for i in again:
+        rows[i] = _bead_row(i, beads, wave_number, gated, state, href, why)
+        states[i] = (graph.nodes[i].title if i in graph.nodes else "", state(i))
+        done.discard(i)
+        if i in beads and beads[i].status in DONE_STATUSES:
+            done.add(i)
+    wave_rows = list(previous.waves)
+    for number in sorted({wave_number[i] for i in again if i in wave_number}):
+        wave, old = waves[number - 1], wave_rows[number - 1]
+        counts = _wave_counts(wave, beads, ready_ids)
+        if (counts["done"] == len(wave)) != (old["counts"]["done"] == old["total"]):
+            return None
+        shown = old["total"] - old["hidden"]
+        wave_rows[number - 1] = _wave_row(number, wave, counts, shown, graph, state, href, why)
+    return BeadParts(
+        rows=rows,
+        states=states,
+        waves=wave_rows,
+        frontier=_frontier(wave_rows),
+        done=previous.done if done == previous.done else frozenset(done),
+        why=why,
+        plan=waves,
+    )
 
 
 # --- the bead page, the stage page's epics, the subscriptions page -----------------------------
