@@ -153,7 +153,17 @@ def convoy_summary(
         facts=facts,
         cap=snapshot.cap if snapshot is not None else None,
     )
-    spin = spinning([convoy.pk], now)
+    if snapshot is None:
+        spin = spinning([convoy.pk], now)
+    else:  # none in the last hour and none since: none now (an hour-old one only expires)
+        spin = snapshots.carried(
+            snapshot,
+            "spin",
+            lambda previous, _, changes: (
+                previous if not previous and "spin" not in changes.kinds else None
+            ),
+            lambda: spinning([convoy.pk], now),
+        )
     summary = summarise([convoy], rows, loaded, ready_ids, spin, verdicts, failed)[convoy.pk]
     return summary, ready_ids
 
@@ -735,7 +745,7 @@ class Dag:
 class ConvoyPage:
     convoy: Convoy
     summary: Summary
-    rows: list[dict[str, Any]]  # tracked bead rows (unfinished first and capped on big convoys)
+    listed: list[dict[str, Any]]  # the bead table's rows (unfinished first, capped when big)
     hidden_rows: int
     waves: list[dict[str, Any]]  # the wave table's rows
     frontier: int | None  # the first wave not done (None: all done)
@@ -769,6 +779,31 @@ class ConvoyPage:
     bead_pages: int = 1
     bpage: int = 1
     critical_length: int = 0
+
+    blockers: Mapping[str, list[str]] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def rows(self) -> list[dict[str, Any]]:
+        """The bead table's rows with what each shows beside (`rows_of`)."""
+        return self.rows_of(r["id"] for r in self.listed)
+
+    def rows_of(self, bead_ids: Iterable[str]) -> list[dict[str, Any]]:
+        """Those of the listed rows, with each bead's blockers, where it comes from and its
+        worker's last heartbeat (read for these rows only: a live update draws a few)."""
+        wanted = set(bead_ids)
+        rows = [r for r in self.listed if r["id"] in wanted]
+        origins = SourcedRecord.of(r["id"] for r in rows)
+        assignees = {r["bead"].assignee for r in rows if r["bead"] and r["bead"].assignee}
+        seen = dict(Worker.objects.filter(name__in=assignees).values_list("name", "last_seen"))
+        return [
+            row
+            | {
+                "blocked_by": self.blockers.get(row["id"], []),
+                "sourced": origins.get(row["id"]),
+                "worker_seen": seen.get(row["bead"].assignee) if row["bead"] else None,
+            }
+            for row in rows
+        ]
 
     @cached_property
     def subscribed(self) -> Subscription | None:
@@ -871,20 +906,6 @@ def convoy_page(
         capped = len(unfinished) > MAX_ROWS
         rows = unfinished[:MAX_ROWS]
     tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    # What the rows listed show beside (the shared rows are the snapshot's: copied).
-    blockers = snapshot.blockers
-    origins = SourcedRecord.of(r["id"] for r in rows)
-    assignees = {r["bead"].assignee for r in rows if r["bead"] and r["bead"].assignee}
-    workers = dict(Worker.objects.filter(name__in=assignees).values_list("name", "last_seen"))
-    rows = [
-        row
-        | {
-            "blocked_by": blockers.get(row["id"], []),
-            "sourced": origins.get(row["id"]),
-            "worker_seen": workers.get(row["bead"].assignee) if row["bead"] else None,
-        }
-        for row in rows
-    ]
     wave_rows, frontier, done = parts.waves, parts.frontier, parts.done
     critical = snapshots.memo(
         snapshot,
@@ -945,7 +966,8 @@ def convoy_page(
     return ConvoyPage(
         convoy=convoy,
         summary=summary,
-        rows=rows,
+        listed=rows,
+        blockers=snapshot.blockers,
         hidden_rows=hidden_rows,
         waves=wave_rows,
         frontier=frontier,

@@ -216,7 +216,7 @@ def _bead_row_fragments(
     if page.capped and changes.done_changed & set(page.graph.nodes):
         # A bead closing leaves the capped list of unfinished beads and lets another in.
         return [Fragment("bead-table", "convoys/_bead_table.html")]
-    rows = {row["id"]: row for row in page.rows}
+    rows = {row["id"]: row for row in page.rows_of(affected)}
     fragments = []
     for bead_id in sorted(affected):
         if bead_id in rows:
