@@ -494,3 +494,31 @@ def test_relative_times_read_naturally():
     assert relative(now - timedelta(seconds=20), now) == "just now"
     assert relative(now + timedelta(minutes=5), now) == "in 5m"
     assert relative(now - timedelta(hours=2, minutes=5), now) == "2h 5m ago"
+
+
+def test_a_timeline_draws_what_events_carry_as_text(routes, admin_user):
+    """Event data comes from anyone with a token (and from imports): the timeline, drawn by a
+    tag, escapes every value it prints, and prints odd types as text."""
+    from convoys.events import record
+
+    bead("gt-tl1")
+    convoy = convoys.create("Timeline", ["gt-tl1"])
+    record(
+        "bead.status",
+        bead_id="gt-tl1",
+        actor="api:<i>mallory</i>",
+        data={"status": "<b>odd</b>", "assignee": "<script>x</script>", "error": 42},
+    )
+    record("rig.state", convoy_id=convoy.pk, data={"rig": "<r>", "state": ["parked"]})
+    for url in (f"/convoys/{convoy.pk}/", "/beads/gt-tl1/"):
+        page = logged_in(admin_user).get(url).content.decode()
+        timeline = page[page.index('id="timeline"') :]
+        timeline = timeline[: timeline.index("</ol>")]
+        assert "<script>" not in timeline and "<i>" not in timeline and "<b>" not in timeline
+        assert "→ &lt;script&gt;x&lt;/script&gt;" in timeline
+        assert "by &lt;i&gt;mallory&lt;/i&gt;" in timeline
+        assert "✗ 42" in timeline
+    assert (
+        "&lt;r&gt;: [&#x27;parked&#x27;]"
+        in logged_in(admin_user).get(f"/convoys/{convoy.pk}/").content.decode()
+    )

@@ -1,4 +1,4 @@
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from html import escape
 from typing import Any
@@ -10,6 +10,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import formatting
+from ..models import Event
 from ..selectors import status_class
 
 register = template.Library()
@@ -74,3 +75,37 @@ def _gantt_row(row: dict[str, Any]) -> str:
         f'href="{href}">{bead}</a></th>\n        <td><svg class="gantt-bar" viewBox="0 0 100 10" '
         f'preserveAspectRatio="none" role="img" aria-label="{bead}: {label}">{rects}</svg></td></tr>'
     )
+
+
+@register.simple_tag(takes_context=True)
+def timeline_items(context: Context, events: Iterable[Event]) -> SafeString:
+    """A timeline's items, newest first, drawn here rather than by a template loop (a hundred
+    events on every live update of a convoy page)."""
+    items = [_timeline_item(context, e) for e in events]
+    return mark_safe("".join(items) or "<li>Nothing has happened yet.</li>")  # noqa: S308
+
+
+def _timeline_item(context: Context, event: Event) -> str:
+    data = event.data if isinstance(event.data, dict) else {}
+    out = [f'<li data-seq="{event.seq}">{when(context, event.created_at)} ']
+    out.append(f'<span class="kind">{escape(formatting.event_words(event.kind))}</span>')
+    if event.bead_id:
+        out.append(f" <code>{escape(event.bead_id)}</code>")
+    if event.kind == "bead.status":
+        out.append(f" — {escape(formatting.status_words(_text(data.get('status'))))}")
+    if data.get("assignee"):
+        out.append(f" → {escape(_text(data['assignee']))}")
+    if data.get("error"):
+        out.append(f" ✗ {escape(_text(data['error']))}")
+    if data.get("state"):
+        out.append(f" {escape(_text(data.get('rig')))}: {escape(_text(data['state']))}")
+    out.append(" ")
+    if event.actor:
+        out.append(f'<span class="actor">by {escape(formatting.person(event.actor))}</span>')
+    out.append("</li>")
+    return "".join(out)
+
+
+def _text(value: Any) -> str:
+    """A value of an event's data as a template prints it ("" for none)."""
+    return "" if value is None else str(value)
