@@ -4,12 +4,15 @@ beads whose last dispatch failed, and what the events after a sequence number to
 Below both `selectors` (the page read models) and `snapshots` (what a live page carries
 forward), so that neither imports the other's internals."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
 
+from .compiled import Shaped
 from .models import (
     ACTIVE_WORK_STATUSES,
     DONE_STATUSES,
@@ -60,18 +63,23 @@ def read_rows(beads: QuerySet[Bead]) -> dict[str, TrackedRow]:
     return {row[0]: TrackedRow._make(row) for row in beads.values_list(*FIELDS)}
 
 
+def failed_among(bead_ids: Sequence[str]) -> set[str]:
+    """`failed_beads` of a few ids, its SQL compiled once per number of ids (`compiled`)."""
+    return {row[0] for row in _FAILED_AMONG.rows(bead_ids, timezone.now())}
+
+
 def failed_beads(beads: QuerySet[Bead]) -> set[str]:
     """Ids among `beads` whose last dispatch failed and that are neither running nor done
     (seed 003's `failed`): one query."""
+    return set(_failed(beads).values_list("pk", flat=True))
+
+
+def _failed(beads: QuerySet[Bead]) -> QuerySet[Bead]:
     last_ok = Dispatch.objects.filter(bead_id=OuterRef("pk")).order_by("-created_at", "-pk")
     candidates = beads.exclude(status__in=(*ACTIVE_WORK_STATUSES, *DONE_STATUSES)).filter(
         pk__in=Dispatch.objects.filter(ok=False).values("bead_id")
     )
-    return set(
-        candidates.annotate(last_ok=Subquery(last_ok.values("ok")[:1]))
-        .filter(last_ok=False)
-        .values_list("pk", flat=True)
-    )
+    return candidates.annotate(last_ok=Subquery(last_ok.values("ok")[:1])).filter(last_ok=False)
 
 
 # Event kinds that change what a page lists or how its graph is drawn (not just states).
@@ -200,3 +208,8 @@ def changes_since(seq: int, upto: int | None = None, dependents: bool = True) ->
             TrackedBead.objects.filter(bead_id__in=blocked).values_list("convoy_id", flat=True)
         )
     return changes
+
+
+_FAILED_AMONG = Shaped(
+    Bead, lambda ids, _: _failed(Bead.objects.filter(pk__in=ids)).values_list("pk")
+)

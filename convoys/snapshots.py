@@ -36,8 +36,17 @@ from .models import (
     TrackedBead,
     Worker,
 )
-from .readiness import blocked_by, ready_beads
-from .rows import Changes, Edge, TrackedRow, changes_since, failed_beads, read_rows, tracked_beads
+from .readiness import blocked_by, ready_among, ready_beads
+from .rows import (
+    Changes,
+    Edge,
+    TrackedRow,
+    changes_since,
+    failed_among,
+    failed_beads,
+    read_rows,
+    tracked_beads,
+)
 from .services import capacity
 
 T = TypeVar("T")
@@ -144,11 +153,10 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
     outside = {t for _, t, _ in snapshot.edges if t not in beads}
     if named & outside:
         gates = _gates(snapshot.edges, beads)
-    subset = Bead.objects.filter(pk__in=sorted(affected))
-    ready = frozenset(ready_beads(subset, now).values_list("pk", flat=True))
+    ready = frozenset(ready_among(sorted(affected), now))
     failed = snapshot.failed
     if changes.kinds & FAILED_KINDS:  # a dispatch row was written, or a status changed
-        failed = (failed - affected) | failed_beads(subset)
+        failed = (failed - affected) | failed_among(sorted(affected))
     blockers, target_types = snapshot.blockers, snapshot.target_types
     if not changes.blockers_stand():
         blockers = dict(blockers)
