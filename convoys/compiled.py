@@ -11,7 +11,7 @@ fit (different text, a value it cannot place) is run by the ORM as it always was
 """
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,19 +31,23 @@ _STAND_INS = (
 class Shaped:
     """A query of some ids at some time (`build(ids, at)`: a values_list of columns the
     database returns as they are, text or numbers) of `model`'s database, compiled once per
-    database and number of ids."""
+    database, number of ids and `varies()`: the settings the query reads (a timeout), whose
+    values the SQL keeps as it keeps every other constant."""
 
-    def __init__(self, model: type[Model], build: Build) -> None:
+    def __init__(
+        self, model: type[Model], build: Build, varies: Callable[[], Hashable] = lambda: None
+    ) -> None:
         self.model = model
         self.build = build
-        self._shapes: dict[tuple[str, int], tuple[str, list[Slot]] | None] = {}
+        self.varies = varies
+        self._shapes: dict[tuple[str, int, Hashable], tuple[str, list[Slot]] | None] = {}
         self._lock = threading.Lock()
 
     def rows(self, ids: Sequence[str], at: datetime) -> list[tuple[Any, ...]]:
         """The query's rows for `ids` at `at`."""
         ids = list(dict.fromkeys(ids))
         alias = router.db_for_read(self.model)
-        key = (alias, len(ids))
+        key = (alias, len(ids), self.varies())
         with self._lock:
             known = key in self._shapes
             shape = self._shapes.get(key)

@@ -92,6 +92,7 @@ def ready_beads(
 _READY_AMONG = Shaped(
     Bead,
     lambda ids, at: ready_beads(Bead.objects.filter(pk__in=ids), at).values_list("pk"),
+    lambda: settings.CONVOY_WORKER_TIMEOUT,
 )
 
 

@@ -91,3 +91,15 @@ def test_what_the_orm_converts_is_left_to_it(town):
     )
     rows = shaped.rows(town[:2], timezone.now())
     assert rows and all(isinstance(r[0], type(timezone.now())) for r in rows)
+
+
+def test_a_setting_the_sql_keeps_is_part_of_its_shape(routes, settings):
+    """The worker timeout is compiled into the SQL as a constant: a new value, a new shape."""
+    bead("gt-held", assignee="silent")
+    Worker.objects.create(name="silent", last_seen=timezone.now() - timedelta(minutes=30))
+    settings.CONVOY_WORKER_TIMEOUT = 60
+    assert ready_among(["gt-held"]) == {"gt-held"}  # silent for longer than a minute: dead
+    settings.CONVOY_WORKER_TIMEOUT = 3600
+    assert ready_among(["gt-held"]) == set()  # an hour's timeout: alive
+    settings.CONVOY_WORKER_TIMEOUT = 60
+    assert ready_among(["gt-held"]) == {"gt-held"}
