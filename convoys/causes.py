@@ -30,6 +30,7 @@ this module.
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
@@ -38,6 +39,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from .compiled import SHAPES
 from .formatting import person
 from .models import (
     ACTIVE_WORK_STATUSES,
@@ -54,7 +56,7 @@ from .models import (
     TrackedBead,
     Worker,
 )
-from .readiness import blocked_by, ready_beads, worker_dead
+from .readiness import blocked_by, dead_among, ready_beads, worker_dead
 from .rows import TrackedRow
 from .services import breaker, capacity
 from .services.breaker import parked_among
@@ -460,6 +462,7 @@ def load(
     if not wanted:
         return result
     unfinished = beads.exclude(status__in=DONE_STATUSES)
+    ready: AbstractSet[str]
     if known is None:
         ready = set(ready_beads(unfinished, now).values_list("pk", flat=True))
         blocking = blocked_by(unfinished.values_list("pk", flat=True))
@@ -473,14 +476,21 @@ def load(
             .values_list("pk", flat=True)
         )
     else:
-        ready, blocking = set(known.ready), known.blockers
+        ready, blocking = known.ready, known.blockers
         not_work = {t for t, kind in known.target_types.items() if kind not in SLINGABLE_TYPES}
-    assigned = unfinished.exclude(assignee="")
-    dead = set(assigned.filter(worker_dead(now)).values_list("pk", flat=True))
-    seen = dict(
-        Worker.objects.filter(name__in=assigned.values("assignee")).values_list("name", "last_seen")
-    )
-    links = TrackedBead.objects.filter(bead_id__in=unfinished.values("pk")).values_list(
+    if len(wanted) <= SHAPES:  # a few beads (a live update's): by id, the rule compiled once
+        held = [i for i in wanted if i in rows and rows[i][0].assignee]
+        dead = dead_among(held, now)
+        names = sorted({rows[i][0].assignee for i in held})
+        seen = dict(Worker.objects.filter(name__in=names).values_list("name", "last_seen"))
+        selected: Any = [i for i in wanted if i in rows]
+    else:
+        assigned = unfinished.exclude(assignee="")
+        dead = set(assigned.filter(worker_dead(now)).values_list("pk", flat=True))
+        workers = Worker.objects.filter(name__in=assigned.values("assignee"))
+        seen = dict(workers.values_list("name", "last_seen"))
+        selected = unfinished.values("pk")
+    links = TrackedBead.objects.filter(bead_id__in=selected).values_list(
         "bead_id",
         "convoy_id",
         "convoy__status",

@@ -101,6 +101,18 @@ def ready_among(bead_ids: Sequence[str], now: datetime | None = None) -> set[str
     return {row[0] for row in _READY_AMONG.rows(bead_ids, now or timezone.now())}
 
 
+_DEAD_AMONG = Shaped(
+    Bead,
+    lambda ids, at: Bead.objects.filter(pk__in=ids).filter(worker_dead(at)).values_list("pk"),
+    lambda: settings.CONVOY_WORKER_TIMEOUT,
+)
+
+
+def dead_among(bead_ids: Sequence[str], now: datetime | None = None) -> set[str]:
+    """Those of `bead_ids` (assigned beads) whose worker is dead: `worker_dead`'s rule."""
+    return {row[0] for row in _DEAD_AMONG.rows(bead_ids, now or timezone.now())}
+
+
 def is_ready(bead: Bead, now: datetime | None = None) -> bool:
     """The same rule for one bead (one query)."""
     return ready_beads(Bead.objects.filter(pk=bead.pk), now).exists()

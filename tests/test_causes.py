@@ -280,9 +280,11 @@ def test_queries_do_not_grow_with_beads(routes):
             found = causes.for_convoy(convoy)
         return len(captured), found
 
+    # A few beads are read by id (fewer queries when none is assigned); many, by subquery.
     small, found_small = queries(convoy_of(10, "s"))
     large, found_large = queries(convoy_of(200, "l"))
-    assert small == large, (small, large)
+    larger, _ = queries(convoy_of(260, "x"))
+    assert small <= large == larger, (small, large, larger)
     assert len(found_large) == 201 and found_large["gt-lmissing"]["kind"] == "unknown"
     assert found_large["gt-l0"]["kind"] == "gated"
 
