@@ -45,7 +45,7 @@ from .rows import (
     tracked_beads,
 )
 from .rows import changes_since as changes_since
-from .services import notify
+from .services import breaker, notify
 
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
 
@@ -135,9 +135,18 @@ def convoy_summary(
     `snapshots.Snapshot` (its ready, failed and blocker sets: no query for those)."""
     now = now or timezone.now()
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+    cooling = None
     if snapshot is not None:
         ready_ids, failed = set(snapshot.ready), set(snapshot.failed)
         facts = (snapshot.beads, snapshot.blockers, snapshot.target_types, snapshot.rigs)
+        ready = snapshot.ready
+        kept = snapshots.carried(
+            snapshot,
+            "cooling",
+            lambda previous, affected, _: _carried_cooling(previous, affected, ready, now),
+            lambda: _cooling(ready, now),
+        )
+        cooling = kept.parked | kept.recent
     else:
         ready_ids = set(
             ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
@@ -152,6 +161,7 @@ def convoy_summary(
         loaded=(rows, loaded, ready_ids),
         facts=facts,
         cap=snapshot.cap if snapshot is not None else None,
+        cooling=cooling,
     )
     if snapshot is None:
         spin = spinning([convoy.pk], now)
@@ -166,6 +176,33 @@ def convoy_summary(
         )
     summary = summarise([convoy], rows, loaded, ready_ids, spin, verdicts, failed)[convoy.pk]
     return summary, ready_ids
+
+
+class Cooling(NamedTuple):
+    """The ready beads the feeders skip: parked by the breaker (until a retry: an event names
+    the bead) and cooling down after a failed dispatch (until the cooldown runs out)."""
+
+    parked: frozenset[str]
+    recent: frozenset[str]
+
+
+def _cooling(ready: Set[str], now: datetime) -> Cooling:
+    found = stranding.cooling_among(ready, now)
+    parked = frozenset(breaker.parked_among(sorted(found))) if found else frozenset()
+    return Cooling(parked, frozenset(found) - parked)
+
+
+def _carried_cooling(
+    previous: Cooling, affected: Set[str], ready: Set[str], now: datetime
+) -> Cooling | None:
+    """`previous` with the ready beads the events touched looked up again; None (look all
+    up) while a cooldown runs, which time alone ends."""
+    if previous.recent:
+        return None
+    again = sorted(affected & ready)
+    found = breaker.cooling_down(again, now) if again else set()
+    parked = frozenset(breaker.parked_among(sorted(found))) if found else frozenset()
+    return Cooling((previous.parked - affected) | parked, frozenset(found) - parked)
 
 
 def convoy_summaries(convoys: Sequence[Convoy], now: datetime | None = None) -> dict[str, Summary]:

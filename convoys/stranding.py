@@ -133,6 +133,7 @@ def classify(
     loaded: Loaded | None = None,
     facts: Facts | None = None,
     cap: int | None = None,
+    cooling: AbstractSet[str] | None = None,
 ) -> dict[str, Verdict]:
     """{convoy id: Verdict} for the given convoys (only open ones get a kind).
 
@@ -142,7 +143,7 @@ def classify(
     convoys (of every convoy with `explain`, which the convoy page's ETA needs); one with
     `facts`, what a convoy page's snapshot holds of its beads: ({bead id: row with status,
     assignee, issue_type, rig_id}, {bead id: unfinished blocker ids}, {blocker id: type},
-    {rig: state}), and `cap`, the town's cap it read."""
+    {rig: state}), and `cap`, the town's cap it read, and `cooling` (`cooling_among`)."""
     now = now or timezone.now()
     open_ = [c for c in convoys if c.status == CONVOY_OPEN]
     result = {c.pk: NOT_OPEN for c in convoys}
@@ -153,12 +154,8 @@ def classify(
     for convoy_id, bead_id in rows:
         if convoy_id in per_convoy:
             per_convoy[convoy_id].append(bead_id)
-    # Which ready beads are cooling down: a few ready beads are looked up by id (the parked
-    # beads of the whole database are a scan of every bead); many, by one range scan.
-    if len(ready) <= COOLING_LOOKUP:
-        cooling = cooling_down(sorted(ready), now) if ready else set()
-    else:
-        cooling = recent_failures(now) & ready
+    if cooling is None:
+        cooling = cooling_among(ready, now)
     to_explain, town = [], _town_full(now, cap)
     for convoy in open_:
         statuses = {i: status_of[i][0] for i in per_convoy[convoy.pk] if i in status_of}
@@ -175,6 +172,15 @@ def classify(
     if to_explain:
         _explain({pk: per_convoy[pk] for pk in to_explain}, result, ready, cooling, facts)
     return result
+
+
+def cooling_among(ready: AbstractSet[str], now: datetime) -> AbstractSet[str]:
+    """Which `ready` beads are cooling down or parked: a few ready beads are looked up by id
+    (the parked beads of the whole database are a scan of every bead); many, by one range
+    scan."""
+    if len(ready) <= COOLING_LOOKUP:
+        return cooling_down(sorted(ready), now) if ready else set()
+    return recent_failures(now) & ready
 
 
 def _load(convoys: Sequence[Convoy], now: datetime) -> Loaded:

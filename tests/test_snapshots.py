@@ -98,6 +98,8 @@ def same_as_fresh(convoy, seq):
 
     assert untimed(kept) == untimed(loaded)
     assert (kept.blockers, kept.limited) == (loaded.blockers, loaded.limited)
+    if "cooling" in carried.derived["kept"]:  # the ready beads the feeders skip
+        assert carried.derived["kept"]["cooling"] == selectors._cooling(fresh.ready, timezone.now())
     if "samples" in carried.derived["kept"]:  # and the ETA's samples
         assert carried.derived["kept"]["samples"] == selectors.samples(fresh.beads.values())
     # so does the timeline of each wave drawn (its drawn beads' spans re-read, its axis moved)
