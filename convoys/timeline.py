@@ -111,11 +111,18 @@ class Gantt:
 
 
 def gantt(
-    convoy: Convoy, page: ConvoyPage, snapshot: Snapshot, params: Mapping[str, str], now: datetime
+    convoy: Convoy,
+    page: ConvoyPage,
+    snapshot: Snapshot,
+    params: Mapping[str, str],
+    now: datetime,
+    upto: int | None = None,
 ) -> Gantt:
     """The timeline of one wave (`?twave=N`, default the frontier, else the last), from the
-    events of its beads, their blockers and the convoy's launches: bounded by the wave. A live
-    update re-reads the events of the drawn beads its events touched, and draws again."""
+    events of its beads, their blockers and the convoy's launches: bounded by the wave; as of
+    the event `upto` (the seq the page is drawn at), so that a live update, which re-reads the
+    events of the drawn beads its events touched and counts the events after it, carries it
+    exactly."""
     numbers = sorted({w["number"] for w in page.waves})
     chosen = params.get("twave", "")
     wave = int(chosen) if chosen.isdigit() and int(chosen) in numbers else None
@@ -127,10 +134,12 @@ def gantt(
 
     def build() -> Gantt:
         targets = _outside_targets(snapshot)
-        spans, read = _spans(convoy, snapshot, shown)
+        spans, read = _spans(convoy, snapshot, shown, upto)
         # The axis runs from the convoy's creation to its last event (not to "now": the
         # drawing changes only with events, so a live update equals a reload).
         parts = stream(convoy, targets)
+        if upto is not None:
+            parts = (parts[0].filter(seq__lte=upto), parts[1].filter(seq__lte=upto))
         last = [p.order_by("-seq").values_list("created_at", flat=True)[:1] for p in parts]
         start = convoy.created_at
         end = max([start, *(t for one in last for t in one), *(e.at for e in read)])
@@ -153,7 +162,7 @@ def gantt(
         spans = previous.spans
         redo = [b for b in shown if b in affected]
         if redo:
-            spans = {**spans, **_spans(convoy, snapshot, redo)[0]}
+            spans = {**spans, **_spans(convoy, snapshot, redo, upto)[0]}
         start, end = previous.start, max([previous.end, *new]) if previous.end else None
         if start is None or end is None:
             return None
@@ -164,10 +173,10 @@ def gantt(
 
 
 def _spans(
-    convoy: Convoy, snapshot: Snapshot, beads: list[str]
+    convoy: Convoy, snapshot: Snapshot, beads: list[str], upto: int | None = None
 ) -> tuple[dict[str, list[history.Span]], list[history.Ev]]:
     """({bead: spans}, the events read) for `beads`, from their events, their blockers' and
-    the convoy's launches and stops."""
+    the convoy's launches and stops (up to the event `upto`)."""
     every = memo(snapshot, "blocking", snapshot.edges, lambda: blocking_edges(snapshot.edges))
     blocking = {b: every[b] for b in beads if b in every}
     ids = set(beads) | {t for edges in blocking.values() for t, _ in edges}
@@ -176,7 +185,8 @@ def _spans(
         [
             Event.objects.filter(bead_id__in=sorted(ids)),
             Event.objects.filter(convoy_id=convoy.pk, bead_id="", kind__in=launches),
-        ]
+        ],
+        upto,
     )
     return history.spans(read, beads, blocking, convoy.pk), read
 

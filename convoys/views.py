@@ -139,7 +139,9 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
         context["dag_svg"] = lambda: mark_safe(page.dag.svg())
     # The timeline of one wave (convoys/timeline.py), drawn only when a template reads it.
     context["gantt"] = SimpleLazyObject(
-        lambda: timeline.gantt(convoy, page, snapshot, request.GET, context["now"])
+        lambda: timeline.gantt(
+            convoy, page, snapshot, request.GET, context["now"], context["as_of"]
+        )
     )
     return respond(
         request, "convoys/convoy.html", context, lambda: _convoy_fragments(request, page, changes)

@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from convoys import causes, selectors, snapshots, timeline
+from convoys import causes, selectors, snapshots, timeline, views
 from convoys.dispatchers import Outcome
 from convoys.events import last_seq
 from convoys.models import Bead, Convoy, Rig
@@ -113,7 +113,7 @@ def same_as_fresh(convoy, seq):
                 assert untimed_all(getattr(parts, field)) == untimed_all(getattr(drawn, field))
     for name, gantt in carried.derived["kept"].items():
         if name.startswith("gantt:"):
-            drawn = timeline.gantt(convoy, page, fresh, {"twave": name[6:]}, timezone.now())
+            drawn = timeline.gantt(convoy, page, fresh, {"twave": name[6:]}, timezone.now(), seq)
             assert asdict(gantt) == asdict(drawn)
 
 
@@ -255,7 +255,7 @@ def test_causes_are_carried_for_bead_events_and_read_afresh_otherwise(
     drawn = []
     real_spans = timeline._spans
     monkeypatch.setattr(
-        timeline, "_spans", lambda c, s, b: drawn.append(list(b)) or real_spans(c, s, b)
+        timeline, "_spans", lambda c, s, b, u: drawn.append(list(b)) or real_spans(c, s, b, u)
     )
     beads.update_bead(ids[0], status="in_progress", assignee="gastown/polecats/nux")
     seq = live(client, url, since=seq)["seq"]
@@ -269,3 +269,26 @@ def test_causes_are_carried_for_bead_events_and_read_afresh_otherwise(
     assert loads == [ids]  # every tracked bead
     assert drawn == []  # a pause moves no bead's spans: the timeline only redrawn
     same_as_fresh(Convoy.objects.get(pk=convoy.pk), seq)
+
+
+def test_an_event_the_page_does_not_show_is_counted_once(chain, admin_user, monkeypatch):
+    """The time slider's steps (the timeline's event count) are counted as of the seq the
+    page shows: an event committed after the page read its seq, before it drew the timeline,
+    is counted once, by the live update that shows it (it was counted twice: the slider's
+    end jumped back on a later update)."""
+    convoy, ids = chain
+    client = logged_in(admin_user)
+    url = f"/convoys/{convoy.pk}/"
+    beads.update_bead(ids[0], title="Renamed")
+    behind = last_seq() - 1
+    monkeypatch.setattr(views, "last_seq", lambda: behind)  # read before that event committed
+    page = client.get(url).content.decode()
+    monkeypatch.undo()
+    assert as_of(page) == behind
+
+    def steps(html):
+        return int(re.search(r'data-steps="(\d+)"', html).group(1))
+
+    data = live(client, url, since=behind)
+    assert steps(data["fragments"]["gantt-card"]) == steps(page) + 1
+    assert steps(data["fragments"]["gantt-card"]) == steps(client.get(url).content.decode())
