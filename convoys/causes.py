@@ -314,6 +314,7 @@ class Causes(dict[str, "Cause"]):
     # `token` is `origin`); None: all were read.
     changed: frozenset[str] | None = None
     origin: object | None = None
+    blockers_of: object | None = None  # the {bead: blockers} `blockers` was read from
 
     def __init__(self) -> None:
         super().__init__()
@@ -373,12 +374,13 @@ def carry(
         if old["kind"] in TIMED_KINDS or (old["kind"] == "cooling-down" and old["until"] <= now):
             return None
     wanted = [i for i in known.tracked if i in affected]
+    types = known.target_types
     part = _Part(
         wanted,
         {i: known.beads[i] for i in wanted if i in known.beads},
         known.ready,
         known.blockers,
-        known.target_types,
+        {t: types[t] for i in wanted for t in known.blockers.get(i, ()) if t in types},
         known.rigs,
         known.cap,
     )
@@ -392,9 +394,13 @@ def carry(
             result[bead_id] = cause
     result.changed, result.origin = frozenset(wanted), previous.token
     # As `load` names them: every unfinished blocker of the tracked beads, when any is left.
-    result.blockers = (
-        frozenset(b for ids in known.blockers.values() for b in ids) if result else frozenset()
-    )
+    if not result:
+        result.blockers = frozenset()
+    elif known.blockers is previous.blockers_of and previous:
+        result.blockers = previous.blockers
+    else:
+        result.blockers = frozenset(b for ids in known.blockers.values() for b in ids)
+    result.blockers_of = known.blockers
     return result
 
 
@@ -560,6 +566,7 @@ def load(
     town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
     result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
     result.blockers = frozenset(b for ids in blocking.values() for b in ids)
+    result.blockers_of = blocking
     result.limited = bool(capped) or town_capped
     return result
 

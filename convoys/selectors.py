@@ -801,6 +801,7 @@ class ConvoyPage:
     wave_of: dict[str, int]
     graph: dagmod.DAG
     user: User | None = None  # whose page (`subscribed`)
+    sourced: SourcedRecord | None = None  # the convoy's record's source (`beads sync`)
     plan_moved: dict[str, Any] = field(default_factory=dict)
     # [(kind, count)] of the unfinished beads' causes
     causes: list[tuple[str, int]] = field(default_factory=list)
@@ -1043,6 +1044,13 @@ def convoy_page(
         wave_of=wave_number,
         graph=graph,
         user=user,
+        # Only a convoy's own event changes where its record comes from.
+        sourced=snapshots.carried(
+            snapshot,
+            "sourced",
+            lambda previous, _, changes: previous if changes.rows_only() else None,
+            lambda: (convoy.sourced,),
+        )[0],
         plan_moved=(convoy.extra or {}).get("plan", {}),
         causes=causemod.counts(why),
         waiting=any(c["kind"] == "waiting-for-capacity" for c in why.values()),

@@ -146,12 +146,12 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
     touched = {i for i in named if i in beads}
     # The tracked beads whose readiness a change of `named` may alter: those beads, and those
     # that depend on them (in the convoy or not: a blocker outside it counts too).
-    affected = touched | {issue for issue, target, _ in snapshot.edges if target in named}
+    dependents = memo(snapshot, "dependents", snapshot.edges, lambda: _dependents(snapshot.edges))
+    affected = touched | {issue for target in named for issue in dependents.get(target, ())}
     beads = dict(beads)
     beads.update(read_rows(Bead.objects.filter(pk__in=sorted(touched))))
     gates = snapshot.gates
-    outside = {t for _, t, _ in snapshot.edges if t not in beads}
-    if named & outside:
+    if any(t not in beads for t in named if t in dependents):  # a blocker outside the convoy
         gates = _gates(snapshot.edges, beads)
     ready = frozenset(ready_among(sorted(affected), now))
     failed = snapshot.failed
@@ -318,6 +318,14 @@ def forget() -> None:
 
 _cache: OrderedDict[tuple[str, datetime, int], Snapshot] = OrderedDict()
 _lock = threading.Lock()
+
+
+def _dependents(edges: list[Edge]) -> dict[str, list[str]]:
+    """{target: [the beads whose dependency names it]}."""
+    out: dict[str, list[str]] = {}
+    for issue, target, _ in edges:
+        out.setdefault(target, []).append(issue)
+    return out
 
 
 def _tracking(convoy: Convoy) -> Any:

@@ -55,6 +55,18 @@ register.filter("convoy_title", formatting.convoy_title)
 
 
 @register.simple_tag
+def wave_options(numbers: Iterable[int], chosen: int | None, frontier: int | None) -> SafeString:
+    """The timeline's wave choices (up to 60 options on every live update)."""
+    return mark_safe(  # noqa: S308 (numbers only)
+        "".join(
+            f'<option value="{int(n)}"{" selected" if n == chosen else ""}>{int(n)}'
+            f"{' (frontier)' if n == frontier else ''}</option>"
+            for n in numbers
+        )
+    )
+
+
+@register.simple_tag
 def gantt_rows(rows: list[dict[str, Any]]) -> SafeString:
     """The timeline's rows (`timeline.Gantt.rows`): a bar per span, drawn here rather than by a
     template loop (150 rows of a few bars each, on every live update of the convoy page)."""
