@@ -977,19 +977,11 @@ def convoy_page(
             lambda: _geometry(convoy, graph, waves, gated, frozenset(collapsed), drawn),
         )
         focus_found = bool(focus) and focus in geometry["nodes"]
-        stranded = set(summary["state"].ready)
-        parked = {name for name, state in snapshot.rigs.items() if state != Rig.ACTIVE}
-        marks = {
-            i: (["gated"] if i in gated_ids else [])
-            + (["parked"] if i in beads and beads[i].rig_id in parked else [])
-            + (["stranded"] if i in stranded else [])
-            for i in tracked
-        }
         dag = Dag(
             geometry=geometry,
             fingerprint=key,
             states=parts.states,
-            marks={i: m for i, m in marks.items() if m},
+            marks=_marks(tracked, beads, gated_ids, snapshot.rigs, summary["state"].ready),
             critical=critical,
             href=href,
             outside=_outside(graph, geometry),
@@ -1057,6 +1049,29 @@ def convoy_page(
         watch_beads=causemod.outside_blockers(why, tracked),
         watch_kinds=causemod.watch_kinds(why),
     )
+
+
+def _marks(
+    tracked: list[str],
+    beads: Mapping[str, TrackedRow],
+    gated: Set[str],
+    rigs: Mapping[str, str],
+    stranded: Iterable[str],
+) -> dict[str, list[str]]:
+    """{bead: ["gated", "parked", "stranded"] (those that hold)} for the marked beads, by id:
+    the few gated and stranded ones, and (only while a rig is parked) those on parked rigs."""
+    found: dict[str, list[str]] = {}
+    for bead_id in gated:
+        found.setdefault(bead_id, []).append("gated")
+    parked = {name for name, state in rigs.items() if state != Rig.ACTIVE}
+    if parked:
+        for bead_id in tracked:
+            row = beads.get(bead_id)
+            if row is not None and row.rig_id in parked:
+                found.setdefault(bead_id, []).append("parked")
+    for bead_id in stranded:
+        found.setdefault(bead_id, []).append("stranded")
+    return {i: found[i] for i in sorted(found)}
 
 
 def band_window(
