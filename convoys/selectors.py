@@ -129,15 +129,17 @@ def convoy_summary(
     beads: dict[str, TrackedRow],
     now: datetime | None = None,
     snapshot: snapshots.Snapshot | None = None,
-) -> tuple[Summary, set[str]]:
+) -> tuple[Summary, Set[str]]:
     """One convoy's summary and its ready bead ids from beads already read by
     `tracked_beads` (one query for the ready rule, one for spin), or with a
     `snapshots.Snapshot` (its ready, failed and blocker sets: no query for those)."""
     now = now or timezone.now()
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     cooling = None
+    ready_ids: Set[str]
+    failed: Set[str]
     if snapshot is not None:
-        ready_ids, failed = set(snapshot.ready), set(snapshot.failed)
+        ready_ids, failed = snapshot.ready, snapshot.failed
         facts = (snapshot.beads, snapshot.blockers, snapshot.target_types, snapshot.rigs)
         ready = snapshot.ready
         kept = snapshots.carried(
@@ -153,7 +155,17 @@ def convoy_summary(
         )
         failed, facts = failed_beads(Bead.objects.filter(pk__in=tracking)), None
     rows = [(convoy.pk, bead_id) for bead_id in tracked]
-    loaded = {b.pk: (b.status, b.updated_at) for b in beads.values()}
+    loaded: dict[str, tuple[Any, ...]] = {}
+    if snapshot is not None:
+        # Kept with the snapshot: a live update replaces the rows of the beads it re-read.
+        loaded = snapshots.carried(
+            snapshot,
+            "loaded",
+            lambda previous, affected, _: previous | _statuses(affected, beads),
+            lambda: _statuses(beads, beads),
+        )
+    else:
+        loaded = _statuses(beads, beads)
     verdicts = stranding.classify(
         [convoy],
         now,
@@ -203,6 +215,13 @@ def _carried_cooling(
     found = breaker.cooling_down(again, now) if again else set()
     parked = frozenset(breaker.parked_among(sorted(found))) if found else frozenset()
     return Cooling((previous.parked - affected) | parked, frozenset(found) - parked)
+
+
+def _statuses(
+    bead_ids: Iterable[str], beads: Mapping[str, TrackedRow]
+) -> dict[str, tuple[Any, ...]]:
+    """{id: (status, updated_at)} of those of `bead_ids` that `beads` holds."""
+    return {i: (beads[i].status, beads[i].updated_at) for i in bead_ids if i in beads}
 
 
 def convoy_summaries(convoys: Sequence[Convoy], now: datetime | None = None) -> dict[str, Summary]:

@@ -116,7 +116,7 @@ def load(convoy: Convoy, now: datetime) -> Snapshot:
     subset = Bead.objects.filter(pk__in=_tracking(convoy))
     ready = frozenset(ready_beads(subset, now).values_list("pk", flat=True))
     blockers = blocked_by(_tracking(convoy))
-    return Snapshot(
+    snapshot = Snapshot(
         convoy_id=convoy.pk,
         tracked=tracked,
         beads=beads,
@@ -130,6 +130,8 @@ def load(convoy: Convoy, now: datetime) -> Snapshot:
         rigs=dict(Rig.objects.values_list("name", "state")),
         cap=capacity.cap(),
     )
+    dependents_of(snapshot)  # what a live update carrying it forward looks up
+    return snapshot
 
 
 def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snapshot | None:
@@ -146,7 +148,7 @@ def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snaps
     touched = {i for i in named if i in beads}
     # The tracked beads whose readiness a change of `named` may alter: those beads, and those
     # that depend on them (in the convoy or not: a blocker outside it counts too).
-    dependents = memo(snapshot, "dependents", snapshot.edges, lambda: _dependents(snapshot.edges))
+    dependents = dependents_of(snapshot)
     affected = touched | {issue for target in named for issue in dependents.get(target, ())}
     beads = dict(beads)
     beads.update(read_rows(Bead.objects.filter(pk__in=sorted(touched))))
@@ -320,12 +322,16 @@ _cache: OrderedDict[tuple[str, datetime, int], Snapshot] = OrderedDict()
 _lock = threading.Lock()
 
 
-def _dependents(edges: list[Edge]) -> dict[str, list[str]]:
-    """{target: [the beads whose dependency names it]}."""
-    out: dict[str, list[str]] = {}
-    for issue, target, _ in edges:
-        out.setdefault(target, []).append(issue)
-    return out
+def dependents_of(snapshot: Snapshot) -> dict[str, list[str]]:
+    """{target: [the tracked beads whose dependency names it]}, made once per edge list."""
+
+    def index() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for issue, target, _ in snapshot.edges:
+            out.setdefault(target, []).append(issue)
+        return out
+
+    return memo(snapshot, "dependents", snapshot.edges, index)
 
 
 def _tracking(convoy: Convoy) -> Any:

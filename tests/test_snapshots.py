@@ -98,6 +98,8 @@ def same_as_fresh(convoy, seq):
 
     assert untimed(kept) == untimed(loaded)
     assert (kept.blockers, kept.limited) == (loaded.blockers, loaded.limited)
+    if "loaded" in carried.derived["kept"]:  # the statuses the summary counts
+        assert carried.derived["kept"]["loaded"] == selectors._statuses(fresh.beads, fresh.beads)
     if "cooling" in carried.derived["kept"]:  # the ready beads the feeders skip
         assert carried.derived["kept"]["cooling"] == selectors._cooling(fresh.ready, timezone.now())
     if "samples" in carried.derived["kept"]:  # and the ETA's samples
