@@ -134,60 +134,94 @@ def convoy_summary(
     `tracked_beads` (one query for the ready rule, one for spin), or with a
     `snapshots.Snapshot` (its ready, failed and blocker sets: no query for those)."""
     now = now or timezone.now()
+    if snapshot is not None:
+        return _kept_summary(convoy, tracked, beads, now, snapshot), snapshot.ready
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    cooling = None
-    ready_ids: Set[str]
-    failed: Set[str]
-    if snapshot is not None:
-        ready_ids, failed = snapshot.ready, snapshot.failed
-        facts = (snapshot.beads, snapshot.blockers, snapshot.target_types, snapshot.rigs)
-        ready = snapshot.ready
-        kept = snapshots.carried(
-            snapshot,
-            "cooling",
-            lambda previous, affected, _: _carried_cooling(previous, affected, ready, now),
-            lambda: _cooling(ready, now),
-        )
-        cooling = kept.parked | kept.recent
-    else:
-        ready_ids = set(
-            ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
-        )
-        failed, facts = failed_beads(Bead.objects.filter(pk__in=tracking)), None
-    rows = [(convoy.pk, bead_id) for bead_id in tracked]
-    loaded: dict[str, tuple[Any, ...]] = {}
-    if snapshot is not None:
-        # Kept with the snapshot: a live update replaces the rows of the beads it re-read.
-        loaded = snapshots.carried(
-            snapshot,
-            "loaded",
-            lambda previous, affected, _: previous | _statuses(affected, beads),
-            lambda: _statuses(beads, beads),
-        )
-    else:
-        loaded = _statuses(beads, beads)
-    verdicts = stranding.classify(
-        [convoy],
-        now,
-        explain=True,
-        loaded=(rows, loaded, ready_ids),
-        facts=facts,
-        cap=snapshot.cap if snapshot is not None else None,
-        cooling=cooling,
+    ready_ids = set(
+        ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
     )
-    if snapshot is None:
-        spin = spinning([convoy.pk], now)
-    else:  # none in the last hour and none since: none now (an hour-old one only expires)
-        spin = snapshots.carried(
-            snapshot,
-            "spin",
-            lambda previous, _, changes: (
-                previous if not previous and "spin" not in changes.kinds else None
-            ),
-            lambda: spinning([convoy.pk], now),
-        )
+    failed = failed_beads(Bead.objects.filter(pk__in=tracking))
+    rows = [(convoy.pk, bead_id) for bead_id in tracked]
+    loaded = _statuses(beads, beads)
+    verdicts = stranding.classify(
+        [convoy], now, explain=True, loaded=(rows, loaded, ready_ids), facts=None
+    )
+    spin = spinning([convoy.pk], now)
     summary = summarise([convoy], rows, loaded, ready_ids, spin, verdicts, failed)[convoy.pk]
     return summary, ready_ids
+
+
+class KeptSummary(NamedTuple):
+    summary: Summary
+    inputs: tuple[Any, ...]  # what besides the beads' rows it was derived from
+
+
+def _kept_summary(
+    convoy: Convoy,
+    tracked: list[str],
+    beads: dict[str, TrackedRow],
+    now: datetime,
+    snapshot: snapshots.Snapshot,
+) -> Summary:
+    """The summary from a snapshot, each part kept with it: the statuses (replaced for the
+    beads a live update re-read), the ready beads the feeders skip, the spin flag; and the
+    summary itself while no event came and nothing else it reads changed (the convoy's row,
+    the skipped beads, the spin flag; never with a town cap, whose in-flight count moves
+    when a worker falls silent)."""
+    ready = snapshot.ready
+    kept = snapshots.carried(
+        snapshot,
+        "cooling",
+        lambda previous, affected, _: _carried_cooling(previous, affected, ready, now),
+        lambda: _cooling(ready, now),
+    )
+    cooling = kept.parked | kept.recent
+    # None in the last hour and none since: none now (an hour-old one only expires).
+    spin = snapshots.carried(
+        snapshot,
+        "spin",
+        lambda previous, _, changes: (
+            previous if not previous and "spin" not in changes.kinds else None
+        ),
+        lambda: spinning([convoy.pk], now),
+    )
+    inputs = (
+        convoy.status,
+        convoy.paused_at,
+        convoy.max_in_flight,
+        convoy.updated_at,
+        snapshot.cap,
+        cooling,
+        frozenset(spin),
+    )
+
+    # Kept with the snapshot: a live update replaces the rows of the beads it re-read.
+    loaded = snapshots.carried(
+        snapshot,
+        "loaded",
+        lambda previous, affected, _: previous | _statuses(affected, beads),
+        lambda: _statuses(beads, beads),
+    )
+
+    def build() -> KeptSummary:
+        rows = [(convoy.pk, bead_id) for bead_id in tracked]
+        verdicts = stranding.classify(
+            [convoy],
+            now,
+            explain=True,
+            loaded=(rows, loaded, ready),
+            facts=(snapshot.beads, snapshot.blockers, snapshot.target_types, snapshot.rigs),
+            cap=snapshot.cap,
+            cooling=cooling,
+        )
+        summary = summarise([convoy], rows, loaded, ready, spin, verdicts, snapshot.failed)
+        return KeptSummary(summary[convoy.pk], inputs)
+
+    def carry(previous: KeptSummary, _: Set[str], changes: Changes) -> KeptSummary | None:
+        quiet = not changes.events and not snapshot.cap
+        return previous if quiet and previous.inputs == inputs else None
+
+    return snapshots.carried(snapshot, "summary", carry, build).summary
 
 
 class Cooling(NamedTuple):

@@ -98,6 +98,12 @@ def same_as_fresh(convoy, seq):
 
     assert untimed(kept) == untimed(loaded)
     assert (kept.blockers, kept.limited) == (loaded.blockers, loaded.limited)
+    if "summary" in carried.derived["kept"]:  # the head's counts and the stranded verdict
+        summary = carried.derived["kept"]["summary"].summary
+        fresh_summary = selectors.convoy_summary(
+            convoy, fresh.tracked, fresh.beads, timezone.now(), fresh
+        )[0]
+        assert summary == fresh_summary
     if "loaded" in carried.derived["kept"]:  # the statuses the summary counts
         assert carried.derived["kept"]["loaded"] == selectors._statuses(fresh.beads, fresh.beads)
     if "cooling" in carried.derived["kept"]:  # the ready beads the feeders skip
