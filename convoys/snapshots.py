@@ -209,13 +209,14 @@ def obtain(
     now: datetime,
     since: int | None = None,
     changes: Changes | None = None,
+    fresh: bool = False,
 ) -> Snapshot:
     """The snapshot for a page drawn at `seq`: carried forward from the one a live page was
     drawn from (`since`, over `changes`) when this process has it and may, else loaded.
     With CONVOY_RELOAD_FROM_KEPT a full render (no `since`) carries forward the newest
     snapshot this process keeps of the convoy the same way (a big convoy's reload then reads
-    only what changed since; off by default: a reload reads everything afresh)."""
-    if since is None and settings.CONVOY_RELOAD_FROM_KEPT:
+    only what changed since), unless `fresh` (a hard reload: everything read afresh)."""
+    if since is None and settings.CONVOY_RELOAD_FROM_KEPT and not fresh:
         with _lock:
             seqs = [k[2] for k in _cache if k[:2] == (convoy.pk, convoy.created_at)]
         if seqs and max(seqs) <= seq:

@@ -128,7 +128,9 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
     # A live request carries forward the snapshot its page was drawn from (`snapshots`).
     seq = since(request)
     changes = selectors.changes_since(seq, context["as_of"], dependents=False) if seq else None
-    snapshot = snapshots.obtain(convoy, context["as_of"], context["now"], seq, changes)
+    # A hard reload (the browser asks for no cached copy) reads everything afresh.
+    hard = "no-cache" in request.headers.get("Cache-Control", "")
+    snapshot = snapshots.obtain(convoy, context["as_of"], context["now"], seq, changes, hard)
     page = selectors.convoy_page(convoy, request.GET, user, context["now"], snapshot)
     context |= {
         "page": page,

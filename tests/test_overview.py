@@ -188,3 +188,34 @@ def test_a_reload_from_the_kept_snapshot_equals_one_read_afresh(routes, admin_us
         snapshots.load = real_load
     strip = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00")  # the moment drawn
     assert strip.sub("", same_markup(carried)) == strip.sub("", same_markup(fresh))
+
+
+def test_a_quiet_reload_keeps_the_page_and_a_hard_reload_reads_afresh(
+    routes, admin_user, settings, monkeypatch
+):
+    """With the kept snapshot, a reload with no event since derives nothing again (the
+    summary and stranded verdict are the kept ones) and draws what a fresh read draws; a hard
+    reload (Cache-Control: no-cache) reads everything afresh."""
+    from convoys import selectors, snapshots
+
+    from .test_web import same_markup
+
+    convoy_id, _ = big_convoy()
+    client = logged_in(admin_user)
+    settings.CONVOY_RELOAD_FROM_KEPT = True
+    url = f"/convoys/{convoy_id}/"
+    client.get(url)
+    loads, verdicts = [], []
+    real_load, real_classify = snapshots.load, selectors.stranding.classify
+    monkeypatch.setattr(snapshots, "load", lambda *a: loads.append(a) or real_load(*a))
+    monkeypatch.setattr(
+        selectors.stranding,
+        "classify",
+        lambda *a, **k: verdicts.append(a) or real_classify(*a, **k),
+    )
+    kept = client.get(url).content.decode()
+    assert loads == [] and verdicts == []  # carried, and the summary kept
+    hard = client.get(url, headers={"Cache-Control": "no-cache"}).content.decode()
+    assert len(loads) == 1 and len(verdicts) == 1
+    strip = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00")  # the moment drawn
+    assert strip.sub("", same_markup(kept)) == strip.sub("", same_markup(hard))
