@@ -291,8 +291,9 @@ CONVOY_MAX_DISPATCH_FAILURES = env_int("CONVOY_MAX_DISPATCH_FAILURES", 3)  # the
 CONVOY_MAX_IN_FLIGHT = env_int("CONVOY_MAX_IN_FLIGHT", 0, minimum=0)
 CONVOY_WORKER_TIMEOUT = env_float("CONVOY_WORKER_TIMEOUT", 600.0)
 # A convoy page's full render carries forward the newest snapshot its process keeps (as a live
-# update does) instead of reading every bead afresh (convoys/snapshots.py).
-CONVOY_RELOAD_FROM_KEPT = env_bool("CONVOY_RELOAD_FROM_KEPT", False)
+# update does) instead of reading every bead afresh (convoys/snapshots.py); a hard reload
+# (Cache-Control: no-cache) always reads afresh. 0: every reload reads afresh.
+CONVOY_RELOAD_FROM_KEPT = env_bool("CONVOY_RELOAD_FROM_KEPT", True)
 CONVOY_EMPTY_GRACE = env_float("CONVOY_EMPTY_GRACE", 300.0)
 # Escalation (convoys/services/escalation.py): no progress this long raises an action-needed
 # notification; unacknowledged, it is raised again after CONVOY_REESCALATE_AFTER (twice at most).
