@@ -57,7 +57,7 @@ from .models import (
     Worker,
 )
 from .readiness import blocked_by, dead_among, ready_beads, worker_dead
-from .rows import TrackedRow
+from .rows import BEAD_KINDS, TrackedRow
 from .services import breaker, capacity
 from .services.breaker import parked_among
 
@@ -323,22 +323,7 @@ class Causes(dict[str, "Cause"]):
 
 # Events that change the cause only of the beads they name and of the beads those block: any
 # other kind (a convoy's, a rig's, a setting) may change the cause of beads it does not name.
-CARRY_KINDS = frozenset(
-    {
-        "bead.created",
-        "bead.updated",
-        "bead.status",
-        "bead.closed",
-        "bead.reopened",
-        "bead.dispatched",
-        "dispatch.failed",
-        "bead.parked",
-        "bead.retried",
-        "spin",
-        "stranded.found",
-        "notification",
-    }
-)
+CARRY_KINDS = BEAD_KINDS
 # Causes that time alone changes (a silent worker's rescue is due by a time taken from now;
 # a queue position moves with any dispatch): never carried.
 TIMED_KINDS = frozenset({"dead-worker", "waiting-for-capacity"})

@@ -99,6 +99,24 @@ LISTING_KINDS = frozenset(
     }
 )
 GRAPH_KINDS = LISTING_KINDS - {"convoy.launched", "convoy.landed", "convoy.closed"}
+# Events about beads (and the log's own notes): each changes the row of the bead it names,
+# and what that bead blocks, and nothing else; snapshots and causes carry across these.
+BEAD_KINDS = frozenset(
+    {
+        "bead.created",
+        "bead.updated",
+        "bead.status",
+        "bead.closed",
+        "bead.reopened",
+        "bead.dispatched",
+        "dispatch.failed",
+        "bead.parked",
+        "bead.retried",
+        "spin",
+        "stranded.found",
+        "notification",
+    }
+)
 # Event kinds that change beads' rows and nothing a convoy shows about itself (a dispatch
 # and a failed one are progress for the escalation and count in the pause panel).
 ROW_ONLY_KINDS = frozenset(

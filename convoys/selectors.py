@@ -948,36 +948,12 @@ def convoy_page(
     href = bead_url_maker()
     # Per bead: its row, its node's state, the wave table: a live update derives them again
     # for the beads whose state or cause may have changed only.
+    facts = BeadFacts(why, beads, graph, waves, wave_number, gated_ids, ready_ids, state, href)
     parts = snapshots.carried(
         snapshot,
         f"parts:{big}:{chips}",
-        lambda previous, affected, _: _carried_parts(
-            previous,
-            affected,
-            why,
-            beads,
-            graph,
-            waves,
-            wave_number,
-            gated_ids,
-            ready_ids,
-            state,
-            href,
-        ),
-        lambda: _parts(
-            why,
-            tracked,
-            beads,
-            graph,
-            waves,
-            wave_number,
-            gated_ids,
-            ready_ids,
-            state,
-            href,
-            big,
-            chips,
-        ),
+        lambda previous, affected, _: _carried_parts(previous, affected, facts),
+        lambda: _parts(facts, tracked, big, chips),
     )
     rows = list(parts.rows.values())
     hidden_rows, capped = 0, False
@@ -1244,68 +1220,59 @@ class BeadParts:
     plan: list[list[str]]  # and the waves
 
 
-def _bead_row(
-    bead_id: str,
-    beads: dict[str, TrackedRow],
-    wave_number: Mapping[str, int],
-    gated: Set[str],
-    state: Callable[[str], str],
-    href: Callable[[str], str],
-    why: Mapping[str, dict[str, Any]],
-) -> dict[str, Any]:
-    return {
-        "id": bead_id,
-        "bead": beads.get(bead_id),
-        "state": state(bead_id),
-        "wave": wave_number.get(bead_id),
-        "gated": bead_id in gated,
-        "cause": why.get(bead_id),
-        "href": href(bead_id),
-    }
+class BeadFacts(NamedTuple):
+    """What the convoy page derives each bead's parts from."""
+
+    why: causemod.Causes
+    beads: dict[str, TrackedRow]
+    graph: dagmod.DAG
+    waves: list[list[str]]
+    wave_number: Mapping[str, int]
+    gated: Set[str]
+    ready_ids: Set[str]
+    state: Callable[[str], str]
+    href: Callable[[str], str]
+
+    def row(self, bead_id: str) -> dict[str, Any]:
+        """The bead table's row of `bead_id`."""
+        return {
+            "id": bead_id,
+            "bead": self.beads.get(bead_id),
+            "state": self.state(bead_id),
+            "wave": self.wave_number.get(bead_id),
+            "gated": bead_id in self.gated,
+            "cause": self.why.get(bead_id),
+            "href": self.href(bead_id),
+        }
+
+    def node(self, bead_id: str) -> tuple[str, str]:
+        """(title, state) of `bead_id`'s node in the DAG."""
+        nodes = self.graph.nodes
+        return (nodes[bead_id].title if bead_id in nodes else "", self.state(bead_id))
 
 
-def _parts(
-    why: causemod.Causes,
-    tracked: list[str],
-    beads: dict[str, TrackedRow],
-    graph: dagmod.DAG,
-    waves: list[list[str]],
-    wave_number: Mapping[str, int],
-    gated: Set[str],
-    ready_ids: Set[str],
-    state: Callable[[str], str],
-    href: Callable[[str], str],
-    big: bool,
-    chips: int | None,
-) -> BeadParts:
-    wave_rows, frontier = _wave_rows(waves, beads, ready_ids, graph, state, href, big, why, chips)
+def _parts(facts: BeadFacts, tracked: list[str], big: bool, chips: int | None) -> BeadParts:
+    f = facts
+    wave_rows, frontier = _wave_rows(
+        f.waves, f.beads, f.ready_ids, f.graph, f.state, f.href, big, f.why, chips
+    )
     return BeadParts(
-        rows={i: _bead_row(i, beads, wave_number, gated, state, href, why) for i in tracked},
-        states={i: (graph.nodes[i].title if i in graph.nodes else "", state(i)) for i in tracked},
+        rows={i: f.row(i) for i in tracked},
+        states={i: f.node(i) for i in tracked},
         waves=wave_rows,
         frontier=frontier,
-        done=frozenset(i for i in tracked if i in beads and beads[i].status in DONE_STATUSES),
-        why=why,
-        plan=waves,
+        done=frozenset(i for i in tracked if i in f.beads and f.beads[i].status in DONE_STATUSES),
+        why=f.why,
+        plan=f.waves,
     )
 
 
-def _carried_parts(
-    previous: BeadParts,
-    affected: Set[str],
-    why: causemod.Causes,
-    beads: dict[str, TrackedRow],
-    graph: dagmod.DAG,
-    waves: list[list[str]],
-    wave_number: Mapping[str, int],
-    gated: Set[str],
-    ready_ids: Set[str],
-    state: Callable[[str], str],
-    href: Callable[[str], str],
-) -> BeadParts | None:
+def _carried_parts(previous: BeadParts, affected: Set[str], facts: BeadFacts) -> BeadParts | None:
     """`previous` with the beads `affected` (and those whose cause was read again) derived
     again; None (derive all) when the causes were all read again, the waves were computed
     again or a wave's being done changed (the wave table's links move)."""
+    f = facts
+    why, waves = f.why, f.waves
     if why.changed is None or why.origin is not previous.why.token or waves is not previous.plan:
         return None
     again = [i for i in previous.rows if i in affected or i in why.changed]
@@ -1314,19 +1281,20 @@ def _carried_parts(
     rows, states = dict(previous.rows), dict(previous.states)
     done = set(previous.done)
     for i in again:
-        rows[i] = _bead_row(i, beads, wave_number, gated, state, href, why)
-        states[i] = (graph.nodes[i].title if i in graph.nodes else "", state(i))
+        rows[i], states[i] = f.row(i), f.node(i)
         done.discard(i)
-        if i in beads and beads[i].status in DONE_STATUSES:
+        if i in f.beads and f.beads[i].status in DONE_STATUSES:
             done.add(i)
     wave_rows = list(previous.waves)
-    for number in sorted({wave_number[i] for i in again if i in wave_number}):
+    for number in sorted({f.wave_number[i] for i in again if i in f.wave_number}):
         wave, old = waves[number - 1], wave_rows[number - 1]
-        counts = _wave_counts(wave, beads, ready_ids)
+        counts = _wave_counts(wave, f.beads, f.ready_ids)
         if (counts["done"] == len(wave)) != (old["counts"]["done"] == old["total"]):
             return None
         shown = old["total"] - old["hidden"]
-        wave_rows[number - 1] = _wave_row(number, wave, counts, shown, graph, state, href, why)
+        wave_rows[number - 1] = _wave_row(
+            number, wave, counts, shown, f.graph, f.state, f.href, why
+        )
     return BeadParts(
         rows=rows,
         states=states,

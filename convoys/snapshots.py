@@ -38,6 +38,7 @@ from .models import (
 )
 from .readiness import blocked_by, ready_among, ready_beads
 from .rows import (
+    BEAD_KINDS,
     Changes,
     Edge,
     TrackedRow,
@@ -54,31 +55,17 @@ Gate = tuple[str, str, str, str]  # (id, title, issue type, status)
 
 # Event kinds that change at most the rows of the beads they name (and the convoy's own row,
 # which the page reads every time): a snapshot is carried forward across these only.
-ROW_KINDS = frozenset(
-    {
-        "bead.created",
-        "bead.updated",
-        "bead.status",
-        "bead.closed",
-        "bead.reopened",
-        "bead.dispatched",
-        "dispatch.failed",
-        "bead.parked",
-        "bead.retried",
-        "spin",
-        "stranded.found",
-        "convoy.launched",
-        "convoy.landed",
-        "convoy.closed",
-        "convoy.paused",
-        "convoy.resumed",
-        "convoy.updated",
-        "convoy.escalated",
-        "convoy.acknowledged",
-        "convoy.status",
-        "notification",
-    }
-)
+ROW_KINDS = BEAD_KINDS | {
+    "convoy.launched",
+    "convoy.landed",
+    "convoy.closed",
+    "convoy.paused",
+    "convoy.resumed",
+    "convoy.updated",
+    "convoy.escalated",
+    "convoy.acknowledged",
+    "convoy.status",
+}
 # Events that may change whether a bead is "failed" (rows.failed_beads: its last dispatch
 # failed and it is neither running nor done): a dispatch row written, a status changed.
 FAILED_KINDS = frozenset(
