@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from .compiled import SHAPES
 from .formatting import person
+from .kinds import BEAD_KINDS, PROGRESS_KINDS
 from .models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
@@ -57,7 +58,7 @@ from .models import (
     Worker,
 )
 from .readiness import blocked_by, dead_among, ready_beads, worker_dead
-from .rows import BEAD_KINDS, TrackedRow
+from .rows import TrackedRow
 from .services import breaker, capacity
 from .services.breaker import parked_among
 
@@ -323,7 +324,6 @@ class Causes(dict[str, "Cause"]):
 
 # Events that change the cause only of the beads they name and of the beads those block: any
 # other kind (a convoy's, a rig's, a setting) may change the cause of beads it does not name.
-CARRY_KINDS = BEAD_KINDS
 # Causes that time alone changes (a silent worker's rescue is due by a time taken from now;
 # a queue position moves with any dispatch): never carried.
 TIMED_KINDS = frozenset({"dead-worker", "waiting-for-capacity"})
@@ -352,8 +352,8 @@ def carry(
     """The causes of `known.tracked` now, from `previous` (their causes after fewer events)
     and `affected` read again: the beads the events after it named and the beads those block.
     None (load them all) when the events or the causes may have changed others: a kind outside
-    CARRY_KINDS, a max in flight, a timed cause, a cooldown that ran out since."""
-    if previous.limited or not set(kinds) <= CARRY_KINDS:
+    BEAD_KINDS, a max in flight, a timed cause, a cooldown that ran out since."""
+    if previous.limited or not set(kinds) <= BEAD_KINDS:
         return None
     for old in previous.values():
         if old["kind"] in TIMED_KINDS or (old["kind"] == "cooling-down" and old["until"] <= now):
@@ -395,15 +395,11 @@ def outside_blockers(causes: Causes, tracked: Iterable[str], limit: int = 200) -
     return sorted(set(causes.blockers) - set(tracked))[:limit]
 
 
-# Events anywhere in the town that move the town queue (a slot taken or freed).
-QUEUE_KINDS = ("bead.dispatched", "bead.closed", "dispatch.failed")
-
-
 def watch_kinds(causes: Mapping[str, Cause | None]) -> list[str]:
     """The event kinds a page showing these causes must hear of from other convoys: the town
-    queue's, while a bead waits in it."""
+    queue's (a slot taken or freed), while a bead waits in it."""
     town = any(c and c.get("scope") == "town" for c in causes.values())
-    return list(QUEUE_KINDS) if town else []
+    return sorted(PROGRESS_KINDS) if town else []
 
 
 def jsonable(cause: Cause | None) -> Cause | None:

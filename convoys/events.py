@@ -11,10 +11,10 @@ from typing import Any, Literal, NotRequired, TypedDict, overload
 from django.db import connection
 from django.utils import timezone
 
-from . import bulk
+from . import bulk, kinds
 from .models import Event, EventCounter, TrackedBead
 
-CLOSED = "bead.closed"  # its writers hand it to the cluster: queue.handle_closes_on_commit
+CLOSED = kinds.CLOSED
 COUNTER = "events"
 
 
@@ -87,6 +87,9 @@ def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[E
     `bead.closed`) says so itself through convoys/queue.py."""
     if not items:
         return [] if instances else range(0)
+    unknown = kinds.unregistered([item["kind"] for item in items])
+    if unknown:
+        raise ValueError(f"event kind not registered in convoys/kinds.py: {', '.join(unknown)}")
     first = reserve(len(items))
     now = timezone.now()
     bead_ids = {item["bead_id"] for item in items if item.get("bead_id")}

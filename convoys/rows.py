@@ -13,6 +13,8 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from .compiled import Shaped
+from .kinds import BEAD_KINDS as BEAD_KINDS  # re-exported
+from .kinds import GRAPH_KINDS, LISTING_KINDS, ROW_ONLY_KINDS
 from .models import (
     ACTIVE_WORK_STATUSES,
     DONE_STATUSES,
@@ -82,55 +84,6 @@ def _failed(beads: QuerySet[Bead]) -> QuerySet[Bead]:
     return candidates.annotate(last_ok=Subquery(last_ok.values("ok")[:1])).filter(last_ok=False)
 
 
-# Event kinds that change what a page lists or how its graph is drawn (not just states).
-LISTING_KINDS = frozenset(
-    {
-        "convoy.created",
-        "convoy.staged",
-        "convoy.restaged",
-        "convoy.launched",
-        "convoy.tracked",
-        "convoy.landed",
-        "convoy.closed",
-        "convoy.reopened",
-        "convoy.imported",
-        "rig.state",
-        "bead.created",
-    }
-)
-GRAPH_KINDS = LISTING_KINDS - {"convoy.launched", "convoy.landed", "convoy.closed"}
-# Events about beads (and the log's own notes): each changes the row of the bead it names,
-# and what that bead blocks, and nothing else; snapshots and causes carry across these.
-BEAD_KINDS = frozenset(
-    {
-        "bead.created",
-        "bead.updated",
-        "bead.status",
-        "bead.closed",
-        "bead.reopened",
-        "bead.dispatched",
-        "dispatch.failed",
-        "bead.parked",
-        "bead.retried",
-        "spin",
-        "stranded.found",
-        "notification",
-    }
-)
-# Event kinds that change beads' rows and nothing a convoy shows about itself (a dispatch
-# and a failed one are progress for the escalation and count in the pause panel).
-ROW_ONLY_KINDS = frozenset(
-    {
-        "bead.created",
-        "bead.updated",
-        "bead.status",
-        "bead.parked",
-        "bead.retried",
-        "spin",
-        "stranded.found",
-        "notification",
-    }
-)
 CHANGES_LIMIT = 500
 
 

@@ -19,6 +19,7 @@ from . import dag as dagmod
 from . import layout, snapshots, stranding
 from .formatting import ACTOR_CHANNELS, duration, person
 from .ids import quoted_url_segment
+from .kinds import PROGRESS_KINDS
 from .models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
@@ -732,7 +733,6 @@ class Samples(NamedTuple):
 
 
 # Events after which the samples may differ: a close or reopen, a dispatch.
-SAMPLE_KINDS = frozenset({"bead.closed", "bead.reopened", "bead.dispatched"})
 
 
 def samples(tracked_rows: Iterable[TrackedRow]) -> Samples:
@@ -773,7 +773,7 @@ def samples(tracked_rows: Iterable[TrackedRow]) -> Samples:
 
 def carried_samples(previous: Samples, changes: Changes) -> Samples | None:
     """`previous` while no bead closed, reopened, was dispatched or moved rig since."""
-    if changes.kinds & SAMPLE_KINDS or changes.done_changed or changes.rigs:
+    if changes.kinds & PROGRESS_KINDS or changes.done_changed or changes.rigs:
         return None
     return previous
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 from .dag import EXECUTION_TYPES
+from .kinds import FAILED_KINDS, ROW_KINDS
 from .models import (
     ACTIVE_WORK_STATUSES,
     SLINGABLE_TYPES,
@@ -38,7 +39,6 @@ from .models import (
 )
 from .readiness import blocked_by, ready_among, ready_beads
 from .rows import (
-    BEAD_KINDS,
     Changes,
     Edge,
     TrackedRow,
@@ -53,24 +53,6 @@ from .services import capacity
 T = TypeVar("T")
 Gate = tuple[str, str, str, str]  # (id, title, issue type, status)
 
-# Event kinds that change at most the rows of the beads they name (and the convoy's own row,
-# which the page reads every time): a snapshot is carried forward across these only.
-ROW_KINDS = BEAD_KINDS | {
-    "convoy.launched",
-    "convoy.landed",
-    "convoy.closed",
-    "convoy.paused",
-    "convoy.resumed",
-    "convoy.updated",
-    "convoy.escalated",
-    "convoy.acknowledged",
-    "convoy.status",
-}
-# Events that may change whether a bead is "failed" (rows.failed_beads: its last dispatch
-# failed and it is neither running nor done): a dispatch row written, a status changed.
-FAILED_KINDS = frozenset(
-    {"bead.dispatched", "dispatch.failed", "bead.status", "bead.closed", "bead.reopened"}
-)
 KEEP = 32  # snapshots per process
 MEMOS = 16  # derived values kept per line of carried snapshots
 KEEP_PER_CONVOY = 4  # pages of one convoy catch up to the newest seq within a second or two

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 from . import formatting, layout, selectors, snapshots, timeline
 from .events import last_seq
 from .fragments import Fragment, respond, since, unread
+from .kinds import FEEDING_KINDS, NOTE_KINDS
 from .models import (
     Convoy,
     DeliveryPreference,
@@ -88,7 +89,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         # Only rows of convoys whose beads changed; the list and its order stay as they are.
         rows = selectors.dashboard_rows(params, only=changes.convoys) if changes.convoys else []
         fragments = [_row_fragment(row) for row in rows] + [unread()]
-        if changes.kinds - QUIET_KINDS:  # the town's capacity may have moved
+        if changes.kinds - NOTE_KINDS:  # the town's capacity may have moved
             context["capacity"] = capacity.panel()
             fragments.append(CAPACITY)
         return respond(request, "convoys/dashboard.html", context, fragments)
@@ -110,7 +111,6 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 
 CAPACITY = Fragment("capacity-panel", "convoys/_capacity_panel.html")
-QUIET_KINDS = frozenset({"notification", "spin"})  # events that never move the town's capacity
 
 
 def _row_fragment(row: selectors.DashboardRow) -> Fragment:
@@ -157,8 +157,6 @@ PANELS = [
     Fragment("convoy-escalation", "convoys/_escalation.html"),
     Fragment("convoy-staging", "convoys/_convoy_staging.html"),
 ]
-# Events that change the causes of beads they do not name (a pause, a new max in flight).
-CAUSE_KINDS = frozenset({"convoy.paused", "convoy.resumed", "convoy.updated"})
 
 
 def _convoy_fragments(
@@ -182,7 +180,7 @@ def _convoy_fragments(
         or changes.dependencies
         or "rig.state" in changes.kinds
         or "bead.reopened" in changes.kinds
-        or bool(changes.kinds & CAUSE_KINDS)
+        or bool(changes.kinds & FEEDING_KINDS)
         or (page.waiting and bool(changes.beads))
         or bool(changes.beads & set(page.watch_beads))
         or (page.convoy.pk in changes.convoys and changes.touches_graph())
