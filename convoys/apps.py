@@ -16,8 +16,12 @@ class ConvoysConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .services import guard  # noqa: PLC0415  (Django: models load once the registry is ready)
+        # Django: models load once the registry is ready.
+        from . import events, projection  # noqa: PLC0415
+        from .services import guard  # noqa: PLC0415
 
         guard.connect()
+        if projection.apply not in events.KEEPERS:
+            events.KEEPERS.append(projection.apply)
         gc.set_threshold(*GC_THRESHOLDS)
         gc.freeze()

@@ -5,7 +5,7 @@ are gap-free in commit order on SQLite and PostgreSQL alike (SPEC §10): a secon
 on the row lock until the first commits.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict, overload
 
 from django.db import connection
@@ -16,6 +16,13 @@ from .models import Event, EventCounter, TrackedBead
 
 CLOSED = kinds.CLOSED
 COUNTER = "events"
+
+
+# Called with (rows, first seq) by every append, in the writer's transaction: the read model
+# kept with the log (convoys/projection.py, registered by the app's ready()) sits above this
+# module, so it is handed in rather than imported.
+Keeper = Callable[[Sequence[Mapping[str, Any]], int], None]
+KEEPERS: list[Keeper] = []
 
 
 class EventItem(TypedDict):
@@ -111,9 +118,12 @@ def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[E
             }
         )
     if instances:
-        return Event.objects.bulk_create([Event(**row) for row in rows])
-    bulk.insert(Event, rows)
-    return range(first, first + len(rows))
+        created = Event.objects.bulk_create([Event(**row) for row in rows])
+    else:
+        bulk.insert(Event, rows)
+    for keep in KEEPERS:
+        keep(rows, first)
+    return created if instances else range(first, first + len(rows))
 
 
 def last_seq() -> int:

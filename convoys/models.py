@@ -534,3 +534,48 @@ class ConvoyVisit(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["user", "convoy_id"], name="unique_convoy_visit")
         ]
+
+
+# --- the read model: derived facts kept with the event log (convoys/projection.py) ----------
+class BeadFacts(models.Model):
+    """What the rules say about one bead, refreshed in the transaction of every event that may
+    change it (and by the ticker's time events); `manage.py convoy reproject` rebuilds it."""
+
+    bead_id = models.CharField(max_length=255, primary_key=True)
+    segment = models.CharField(max_length=10)  # done | active | failed | ready | blocked
+    ready = models.BooleanField(default=False)  # the readiness rule
+    feedable = models.BooleanField(default=False)  # ready, not cooling down, not parked
+    failed = models.BooleanField(default=False)  # its last dispatch failed
+    open_blockers = models.PositiveIntegerField(default=0)
+    worker_dead = models.BooleanField(default=False)  # assigned, and its worker is silent
+    dead_at = models.DateTimeField(null=True, blank=True)  # when its worker counts as dead
+    cooldown_until = models.DateTimeField(null=True, blank=True)  # a failed dispatch's cooldown
+    seq = models.BigIntegerField(default=0)  # the event that last refreshed it
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["dead_at"], name="beadfacts_dead_at"),
+            models.Index(fields=["cooldown_until"], name="beadfacts_cooldown"),
+        ]
+
+
+class ConvoyFacts(models.Model):
+    """A convoy's counts by segment, last activity and stranded verdict, kept with the log."""
+
+    convoy_id = models.CharField(max_length=64, primary_key=True)
+    done = models.PositiveIntegerField(default=0)
+    active = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    ready = models.PositiveIntegerField(default=0)
+    blocked = models.PositiveIntegerField(default=0)
+    unknown = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    dispatchable = models.PositiveIntegerField(default=0)
+    last_activity = models.DateTimeField(null=True, blank=True)
+    verdict = models.CharField(max_length=10, blank=True, default="")  # stranding's kinds
+    code = models.CharField(max_length=30, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    # Since when it has had ready work nobody claimed (kept while it stays feedable): pages
+    # call it stranded only once that is older than one feed interval.
+    feedable_since = models.DateTimeField(null=True, blank=True)
+    seq = models.BigIntegerField(default=0)

@@ -10,13 +10,13 @@ from typing import Any, NamedTuple, TypedDict
 
 from django.contrib.auth.models import User
 from django.core.cache import cache
-from django.db.models import Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Max, Min, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
 from . import causes as causemod
 from . import dag as dagmod
-from . import layout, snapshots, stranding
+from . import layout, projection, snapshots, stranding
 from .formatting import ACTOR_CHANNELS, duration, person
 from .ids import quoted_url_segment
 from .kinds import PROGRESS_KINDS
@@ -28,6 +28,7 @@ from .models import (
     STAGED_STATUSES,
     Bead,
     Convoy,
+    ConvoyFacts,
     Dependency,
     Dispatch,
     Event,
@@ -48,7 +49,8 @@ from .rows import (
 from .rows import changes_since as changes_since
 from .services import breaker, notify
 
-SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
+SEGMENTS = projection.SEGMENTS
+segment_for = projection.segment_for  # the one segment rule, re-exported for the pages
 
 
 class Summary(TypedDict):
@@ -94,22 +96,6 @@ def segment_of(
     return segment_for(bead.pk, bead.status, ready_ids, failed_ids)
 
 
-def segment_for(
-    bead_id: str, status: str | None, ready_ids: Set[str], failed_ids: Set[str] = frozenset()
-) -> str:
-    if status is None:
-        return "unknown"
-    if status in DONE_STATUSES:
-        return "done"
-    if bead_id in failed_ids:
-        return "failed"
-    if bead_id in ready_ids:
-        return "ready"
-    if status in ACTIVE_WORK_STATUSES:
-        return "active"
-    return "blocked"
-
-
 def progress_json(summary: Summary) -> dict[str, int]:
     """Seed 003's progress shape, from a summary."""
     return {
@@ -136,7 +122,8 @@ def convoy_summary(
     `snapshots.Snapshot` (its ready, failed and blocker sets: no query for those)."""
     now = now or timezone.now()
     if snapshot is not None:
-        return _kept_summary(convoy, tracked, beads, now, snapshot), snapshot.ready
+        kept = _kept_summary(convoy, tracked, beads, now, snapshot)
+        return _after_grace(convoy, kept, now), snapshot.ready
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     ready_ids = set(
         ready_beads(Bead.objects.filter(pk__in=tracking), now).values_list("pk", flat=True)
@@ -149,7 +136,18 @@ def convoy_summary(
     )
     spin = spinning([convoy.pk], now)
     summary = summarise([convoy], rows, loaded, ready_ids, spin, verdicts, failed)[convoy.pk]
-    return summary, ready_ids
+    return _after_grace(convoy, summary, now), ready_ids
+
+
+def _after_grace(convoy: Convoy, summary: Summary, now: datetime) -> Summary:
+    """The summary with the stranded flag pages show (`stranding.shown_stranded`): the read
+    model knows since when the convoy has been feedable."""
+    if summary["state"].kind != stranding.FEEDABLE:
+        return summary
+    since = (
+        ConvoyFacts.objects.filter(pk=convoy.pk).values_list("feedable_since", flat=True).first()
+    )
+    return {**summary, "stranded": stranding.shown_stranded(summary["state"], since, now)}
 
 
 class KeptSummary(NamedTuple):
@@ -260,29 +258,51 @@ def _statuses(
 
 
 def convoy_summaries(convoys: Sequence[Convoy], now: datetime | None = None) -> dict[str, Summary]:
-    """{convoy id: counts per segment, total, last activity, stranded and spin flags}.
-
-    Six queries whatever the number of convoys and beads; tracked beads are selected by
-    subquery, never by a long list of ids."""
+    """{convoy id: counts per segment, total, last activity, stranded and spin flags}, read
+    from the read model kept with the event log (`projection`): one row per convoy, and one
+    query for the spin flags, whatever the number of beads."""
     now = now or timezone.now()
     ids = [c.pk for c in convoys]
-    tracking = TrackedBead.objects.filter(convoy_id__in=ids)
-    rows = list(tracking.values_list("convoy_id", "bead_id"))
-    tracked_beads = Bead.objects.filter(pk__in=tracking.values("bead_id"))
-    # Statuses only: each bead's update time is a datetime to convert (a third of the
-    # dashboard's time at 20,000 beads); the database finds each convoy's latest instead.
-    beads = {row[0]: row[1:] for row in tracked_beads.values_list("id", "status")}
-    updated = Bead.objects.filter(pk=OuterRef("bead_id")).values("updated_at")[:1]
-    latest = dict(
-        tracking.annotate(updated=Subquery(updated))
-        .values("convoy_id")
-        .annotate(latest=Max("updated"))
-        .values_list("convoy_id", "latest")
+    kept = {
+        row["convoy_id"]: row
+        for row in ConvoyFacts.objects.filter(convoy_id__in=ids).values(
+            "convoy_id", *projection.CONVOY_FIELDS
+        )
+    }
+    spin = spinning(ids, now)
+    result: dict[str, Summary] = {}
+    for convoy in convoys:
+        facts = kept.get(convoy.pk)
+        if facts is None:  # derived in a transaction that has not committed yet
+            facts = projection.derive_convoys([convoy.pk], now).get(convoy.pk, {})
+        result[convoy.pk] = _summary_of(convoy, facts, convoy.pk in spin, now)
+    return result
+
+
+def _summary_of(convoy: Convoy, facts: Mapping[str, Any], spin: bool, now: datetime) -> Summary:
+    n = {segment: int(facts.get(segment) or 0) for segment in SEGMENTS}
+    total = int(facts.get("total") or 0)
+    share = total or 1
+    verdict = (
+        stranding.Verdict(facts["verdict"], facts["reason"], facts["code"])
+        if facts.get("verdict")
+        else stranding.NOT_OPEN
     )
-    ready_ids = set(ready_beads(tracked_beads, now).values_list("pk", flat=True))
-    verdicts = stranding.classify(convoys, now, loaded=(rows, beads, ready_ids))
-    failed = failed_beads(tracked_beads)
-    return summarise(convoys, rows, beads, ready_ids, spinning(ids, now), verdicts, failed, latest)
+    return Summary(
+        done=n["done"],
+        active=n["active"],
+        failed=n["failed"],
+        ready=n["ready"],
+        blocked=n["blocked"],
+        unknown=n["unknown"],
+        total=total,
+        last_activity=facts.get("last_activity") or convoy.updated_at,
+        spin=spin,
+        percent={k: round(100 * n[k] / share, 2) for k in SEGMENTS},
+        percent_complete=100 * n["done"] // share,  # 100 only when all are done
+        state=verdict,
+        stranded=stranding.shown_stranded(verdict, facts.get("feedable_since"), now),
+    )
 
 
 def spinning(convoy_ids: Iterable[str], now: datetime) -> set[str]:

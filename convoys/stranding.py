@@ -21,8 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.utils import timezone
 
 from .formatting import person
@@ -126,6 +127,14 @@ WAITING_FOR_CAPACITY = "waiting_for_capacity"
 COOLING_LOOKUP = 500
 
 
+def shown_stranded(verdict: Verdict, feedable_since: datetime | None, now: datetime) -> bool:
+    """Whether pages call the convoy stranded: never a feedable one whose ready work has
+    waited less than one feed interval (the feeder takes it this instant)."""
+    if verdict.kind == FEEDABLE and feedable_since is not None:
+        return (now - feedable_since).total_seconds() >= settings.CONVOY_FEED_INTERVAL
+    return verdict.stranded
+
+
 def classify(
     convoys: Sequence[Convoy],
     now: datetime | None = None,
@@ -156,14 +165,11 @@ def classify(
             per_convoy[convoy_id].append(bead_id)
     if cooling is None:
         cooling = cooling_among(ready, now)
-    to_explain, town = [], _town_full(now, cap)
+    to_explain, town = [], town_full(now, cap)
     for convoy in open_:
         statuses = {i: status_of[i][0] for i in per_convoy[convoy.pk] if i in status_of}
         verdict = _first_pass(convoy, per_convoy[convoy.pk], statuses, ready, cooling)
-        if verdict.kind == FEEDABLE and town:
-            verdict = _waiting_for_capacity(verdict, *town)
-        if convoy.paused_at and verdict.code not in ("empty", "complete"):
-            verdict = _paused(convoy, verdict)
+        verdict = judge(convoy, verdict, town)
         result[convoy.pk] = verdict
         if (verdict.kind == STUCK and not verdict.code) or (
             explain and verdict.kind in (FEEDABLE, MOVING)
@@ -204,6 +210,15 @@ def open_verdicts(
     return [(c, verdicts[c.pk]) for c in convoys]
 
 
+class Tally(NamedTuple):
+    """What the first pass counts of a convoy's tracked beads."""
+
+    tracked: int
+    unfinished: int  # not done (unknown beads too)
+    dispatchable: int  # ready and not cooling down
+    busy: int  # in progress by a live worker
+
+
 def _first_pass(
     convoy: Convoy,
     ids: Sequence[str],
@@ -211,29 +226,57 @@ def _first_pass(
     ready: AbstractSet[str],
     cooling: AbstractSet[str],
 ) -> Verdict:
-    """The kind from statuses alone: ready work, work in progress, or neither."""
-    if not ids:
-        return Verdict(EMPTY, "tracks no beads", "empty")
+    """The kind from statuses alone (`first_pass` of their tally), with the ready ids."""
     unfinished = [i for i in ids if statuses.get(i) not in DONE_STATUSES]
-    if not unfinished:
-        text = "every tracked bead is done: waiting to land"
-        return Verdict(STUCK, text, "complete", [], len(ids), [Cause("complete", text)])
     dispatchable = [i for i in unfinished if i in ready and i not in cooling]
     busy = [i for i in unfinished if i not in ready and statuses.get(i) in ACTIVE_WORK_STATUSES]
+    verdict = first_pass(convoy, Tally(len(ids), len(unfinished), len(dispatchable), len(busy)))
+    if verdict.kind == FEEDABLE:
+        verdict.ready = dispatchable
+    return verdict
+
+
+def first_pass(convoy: Convoy, tally: Tally) -> Verdict:
+    """The kind from counts alone: ready work, work in progress, or neither (a stuck convoy's
+    cause is found by `_explain`)."""
+    if not tally.tracked:
+        return Verdict(EMPTY, "tracks no beads", "empty")
+    if not tally.unfinished:
+        text = "every tracked bead is done: waiting to land"
+        return Verdict(STUCK, text, "complete", [], tally.tracked, [Cause("complete", text)])
     limit = convoy.max_in_flight
-    capped = bool(limit and len(busy) >= limit)
-    if dispatchable and not capped:
-        text = f"{len(dispatchable)} ready, nobody on them"
-        return Verdict(FEEDABLE, text, "ready", dispatchable, len(ids))
-    if busy:
-        text = f"{len(busy)} in progress"
-        if dispatchable:
-            text += f" (max in flight {convoy.max_in_flight}; {len(dispatchable)} ready waiting)"
-        return Verdict(MOVING, text, "in_progress", [], len(ids))
-    return Verdict(STUCK, "", "", [], len(ids))
+    capped = bool(limit and tally.busy >= limit)
+    if tally.dispatchable and not capped:
+        text = f"{tally.dispatchable} ready, nobody on them"
+        return Verdict(FEEDABLE, text, "ready", [], tally.tracked)
+    if tally.busy:
+        text = f"{tally.busy} in progress"
+        if tally.dispatchable:
+            text += f" (max in flight {convoy.max_in_flight}; {tally.dispatchable} ready waiting)"
+        return Verdict(MOVING, text, "in_progress", [], tally.tracked)
+    return Verdict(STUCK, "", "", [], tally.tracked)
 
 
-def _town_full(now: datetime, cap: int | None = None) -> tuple[int, int] | None:
+def judge(convoy: Convoy, verdict: Verdict, town: tuple[int, int] | None) -> Verdict:
+    """The first pass's verdict with the town's capacity (`town_full`) and the pause."""
+    if verdict.kind == FEEDABLE and town:
+        verdict = _waiting_for_capacity(verdict, *town)
+    if convoy.paused_at and verdict.code not in ("empty", "complete"):
+        verdict = _paused(convoy, verdict)
+    return verdict
+
+
+def explain(
+    per_convoy: dict[str, list[str]],
+    verdicts: dict[str, Verdict],
+    ready: AbstractSet[str],
+    cooling: AbstractSet[str],
+) -> None:
+    """Fill the causes (and a stuck convoy's code and reason) of `verdicts`."""
+    _explain(per_convoy, verdicts, ready, cooling)
+
+
+def town_full(now: datetime, cap: int | None = None) -> tuple[int, int] | None:
     """(in flight, cap) when the town is at its cap, else None (`cap`: read already)."""
     limit = capacity.cap() if cap is None else cap
     busy = capacity.in_flight(now) if limit else 0

@@ -1,7 +1,7 @@
 """django-q2 entry points: each a few lines calling a service. Tasks are enqueued through
 convoys/queue.py (by dotted name), so nothing below imports this module."""
 
-from .services import escalation, feeding, notify
+from .services import escalation, feeding, notify, timekeeping
 
 
 def feed_town() -> list[str]:
@@ -28,3 +28,7 @@ def send_digests() -> int:
 
 def send_notification_emails(notification_ids: list[int]) -> int:
     return int(notify.send_emails(notification_ids))
+
+
+def pass_time() -> dict[str, object]:
+    return timekeeping.pass_time()

@@ -99,7 +99,8 @@ def same_as_fresh(convoy, seq):
     assert untimed(kept) == untimed(loaded)
     assert (kept.blockers, kept.limited) == (loaded.blockers, loaded.limited)
     if "summary" in carried.derived["kept"]:  # the head's counts and the stranded verdict
-        summary = carried.derived["kept"]["summary"].summary
+        kept_summary = carried.derived["kept"]["summary"].summary
+        summary = selectors._after_grace(convoy, kept_summary, timezone.now())  # as pages show it
         fresh_summary = selectors.convoy_summary(
             convoy, fresh.tracked, fresh.beads, timezone.now(), fresh
         )[0]

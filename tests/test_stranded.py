@@ -5,6 +5,7 @@ import html
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,13 @@ from .factories import bead, blocks, signed_in
 from .factories import command as cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _no_grace(settings):
+    """These tests compare every surface with the rule's verdict at once; the grace pages give
+    a feedable convoy (one feed interval) has its own test below."""
+    settings.CONVOY_FEED_INTERVAL = 0
 
 
 @pytest.fixture
@@ -319,3 +327,18 @@ def test_convoy_stuck_behind_work_in_progress_is_listed_with_its_cause(gated, cl
     staged = staging.stage(["gt-later"], actor="test")  # a staged convoy is never listed (I-7)
     assert staged.convoy_id not in {r["id"] for r in client.get("/api/stranded").json()}
     assert_surfaces_agree(client)
+
+
+def test_ready_work_is_called_stranded_only_after_one_feed_interval(routes, client, settings):
+    """A close makes work ready and the feeder takes it within a feed interval: pages never
+    call the convoy stranded in between, and do once the work has waited longer."""
+    settings.CONVOY_FEED_INTERVAL = 1
+    bead("gt-w1")
+    convoy = convoys.create("Waiting", ["gt-w1"], actor="test")
+    assert stranding.classify_one(convoy).kind == stranding.FEEDABLE
+    assert dashboard_badges(client)[convoy.pk] is None
+    assert page_badge(client, convoy.pk) == (None, "")
+    time.sleep(1.1)
+    assert dashboard_badges(client)[convoy.pk] == "stranded"
+    assert page_badge(client, convoy.pk)[0] == "stranded"
+    assert client.get(f"/api/convoys/{convoy.pk}").json()["progress"]["stranded"] is True

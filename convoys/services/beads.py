@@ -6,16 +6,25 @@ Each function changes rows and appends its event in one transaction.
 import secrets
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from .. import ids, queue
-from ..events import CLOSED, record
+from ..events import CLOSED, record, record_many
 from ..ids import unwrap_external
-from ..models import BLOCKING_DEP_TYPES, Bead, Dependency, SourcedRecord, Worker
+from ..models import (
+    ACTIVE_WORK_STATUSES,
+    BLOCKING_DEP_TYPES,
+    Bead,
+    BeadFacts,
+    Dependency,
+    SourcedRecord,
+    Worker,
+)
 from . import discovered
 from .errors import NotFound, ServiceError
 from .rigs import rig_for
@@ -277,12 +286,26 @@ def remove_dependency(issue_id: str, target: str, actor: str = "") -> None:
 
 
 def heartbeat(worker_name: str) -> datetime:
-    """A worker reports it is alive (no event: heartbeats are not changes)."""
+    """A worker reports it is alive. No event, but when it had been silent past the timeout:
+    then each bead it holds records `worker.back` (it is no longer ready for a rescue). The
+    time its beads' worker counts as dead moves on with it (the read model's `dead_at`)."""
     worker_name = (worker_name or "").strip()
     if not worker_name:
         raise ServiceError("worker name must not be empty")
     check_assignee(worker_name, "worker name")
     now = timezone.now()
     rig = worker_name.split("/")[0] if "/" in worker_name else ""
-    Worker.objects.update_or_create(name=worker_name, defaults={"last_seen": now, "rig": rig})
+    with transaction.atomic():
+        Worker.objects.update_or_create(name=worker_name, defaults={"last_seen": now, "rig": rig})
+        held = Bead.objects.filter(assignee=worker_name, status__in=("open", *ACTIVE_WORK_STATUSES))
+        facts = BeadFacts.objects.filter(bead_id__in=held.values("pk"))
+        back = list(facts.filter(worker_dead=True).values_list("bead_id", flat=True))
+        facts.update(dead_at=now + timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT))
+        if back:
+            record_many(
+                [
+                    {"kind": "worker.back", "bead_id": i, "data": {"worker": worker_name}}
+                    for i in back
+                ]
+            )
     return now

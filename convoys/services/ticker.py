@@ -22,6 +22,7 @@ Job = tuple[str, str, str]  # (name, task path, setting holding its interval in 
 
 JOBS: tuple[Job, ...] = (
     ("catch-up", "convoys.tasks.catch_up", "CONVOY_FEED_INTERVAL"),
+    ("time", "convoys.tasks.pass_time", "CONVOY_FEED_INTERVAL"),
     ("stranded-scan", "convoys.tasks.stranded_scan", "CONVOY_STRANDED_INTERVAL"),
     ("digest", "convoys.tasks.send_digests", "CONVOY_DIGEST_INTERVAL"),
 )
