@@ -283,6 +283,9 @@ CONVOY_DISPATCHER = os.environ.get("CONVOY_DISPATCHER", "builtin")
 CONVOY_DISPATCH_COMMAND = os.environ.get("CONVOY_DISPATCH_COMMAND", "")
 CONVOY_DISPATCH_TIMEOUT = env_float("CONVOY_DISPATCH_TIMEOUT", 30.0)
 CONVOY_FEED_INTERVAL = env_float("CONVOY_FEED_INTERVAL", 5.0)
+# A close feeds every bead it made ready, up to max in flight and the town cap (FILL); ONE
+# feeds one per close, as the original does, and leaves the rest to the scans.
+CONVOY_FEED = env_choice("CONVOY_FEED", "FILL", ("FILL", "ONE"))
 CONVOY_STRANDED_INTERVAL = env_float("CONVOY_STRANDED_INTERVAL", 30.0)
 CONVOY_RETRY_COOLDOWN = env_float("CONVOY_RETRY_COOLDOWN", 60.0)
 CONVOY_MAX_DISPATCH_FAILURES = env_int("CONVOY_MAX_DISPATCH_FAILURES", 3)  # then the bead is parked

@@ -55,12 +55,25 @@ def test_close_dispatches_the_next_ready_bead(routes, closing):
     assert Dispatch.objects.filter(path="event").count() == 2
 
 
-def test_one_dispatch_per_close_in_priority_then_id_order(routes, closing):
+def _three_behind_a_root():
     bead("gt-root")
     for bead_id, priority in (("gt-x3", 2), ("gt-x1", 2), ("gt-x2", 1)):
         bead(bead_id, priority=priority)
         blocks("gt-root", bead_id)
     launched(["gt-root", "gt-x1", "gt-x2", "gt-x3"])
+
+
+def test_a_close_dispatches_every_bead_it_made_ready(routes, closing):
+    _three_behind_a_root()
+    closing("gt-root")
+    assert hooked() == ["gt-x1", "gt-x2", "gt-x3"]
+    dispatched = Event.objects.filter(kind="bead.dispatched", data__path="event").order_by("seq")
+    assert [e.bead_id for e in dispatched] == ["gt-x2", "gt-x1", "gt-x3"]  # (priority, id)
+
+
+def test_feed_one_dispatches_one_per_close_in_priority_then_id_order(routes, closing, settings):
+    settings.CONVOY_FEED = "ONE"  # the original's feeding
+    _three_behind_a_root()
     closing("gt-root")
     assert hooked() == ["gt-x2"]
 
@@ -108,7 +121,8 @@ def test_failed_dispatch_iterates_cools_down_and_releases(routes, closing, setti
     assert Bead.objects.get(pk="gt-f1").status == "hooked"
 
 
-def test_close_event_is_handled_once_and_again_after_reopen(routes, closing):
+def test_close_event_is_handled_once_and_again_after_reopen(routes, closing, settings):
+    settings.CONVOY_FEED = "ONE"  # each close feeds one: the second close is seen to feed
     bead("gt-root")
     for bead_id in ("gt-z1", "gt-z2"):
         bead(bead_id)

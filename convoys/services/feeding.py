@@ -12,6 +12,7 @@ what is complete and runs `feed_town`, which dispatches queue heads while slots 
 import logging
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Required, TypedDict
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("convoys.feeding")
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 CATCH_UP_CURSOR = "close-feeder"
+EVERY = sys.maxsize  # a close's feed: every ready bead (its convoy's max in flight still holds)
 
 
 class CloseHandled(TypedDict, total=False):
@@ -99,8 +101,9 @@ def drain_ttl() -> float:
 def feed_convoy(
     convoy: Convoy, path: str, limit: int | None = None, wait: float = 0.5
 ) -> list[DispatchResult]:
-    """Land the convoy if complete; else dispatch its first ready bead(s) by (priority, id),
-    iterating past failures. One drain runs per convoy at a time: a caller that finds it busy
+    """Land the convoy if complete; else dispatch its ready beads by (priority, id), iterating
+    past failures: all of them (up to its max in flight) with `limit` None, or `limit`; with
+    CONVOY_FEED=one, one. One drain runs per convoy at a time: a caller that finds it busy
     leaves a credit, which the running drain pays before it stops (nobody waits long, so no
     task outlives its timeout behind a lease). Returns the successful dispatch results."""
     me = holder()
@@ -144,8 +147,8 @@ def _drain(
     if capacity.cap():  # a town cap: the slot goes to the head of the town's queue
         return feed_town(path)
     tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    if limit is None:
-        limit = 1 if not convoy.max_in_flight else convoy.max_in_flight
+    if limit is None:  # a close: every bead it made ready, or one as the original feeds
+        limit = 1 if settings.CONVOY_FEED == "ONE" else convoy.max_in_flight or EVERY
     if convoy.max_in_flight:  # every caller, credits and scans too (the claim checks again)
         busy = Bead.objects.filter(pk__in=tracked, status__in=ACTIVE_WORK_STATUSES).count()
         limit = min(limit, convoy.max_in_flight - busy)
