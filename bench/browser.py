@@ -55,6 +55,7 @@ def build(sizes):
     from django.test import Client
     from django.utils import timezone
 
+    from convoys import projection
     from convoys.services import rigs
 
     rigs.upsert_route("gt-", "gastown")
@@ -63,6 +64,7 @@ def build(sizes):
     for size in sizes:
         ids = generated_epic(f"gt-b{size}x", size, rng, now)
         tracking_convoy(f"hq-cv-b{size}", f"{size} beads", ids, now)
+    projection.rebuild()  # bulk-inserted past the log: derive the read model
     user = User.objects.create_superuser("bench", "bench@localhost", "pw-pw-pw-123")
     client = Client()
     client.force_login(user)

@@ -95,7 +95,7 @@ def build():
     from django.test import Client
     from django.utils import timezone
 
-    from convoys import bulk
+    from convoys import bulk, projection
     from convoys.models import Dependency
     from convoys.services import rigs
 
@@ -122,6 +122,7 @@ def build():
             for i in range(140_000)
         ],
     )
+    projection.rebuild()  # the rows went in by bulk insert, past the log: derive the read model
     user = User.objects.create_superuser("bench", "bench@localhost", "pw-pw-pw-123")
     client = Client()
     client.force_login(user)
