@@ -38,8 +38,8 @@ from .models import (
     TrackedBead,
     Worker,
 )
-from .readiness import blocked_by, ready_beads
-from .rows import failed_beads
+from .readiness import blocked_by, ready_among, ready_beads
+from .rows import failed_among, failed_beads
 
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
 CHUNK = 500  # ids per query
@@ -95,20 +95,26 @@ def segment_for(
 def derive_beads(ids: Collection[str] | None, now: datetime) -> dict[str, dict[str, Any]]:
     """{bead id: facts} of the beads among `ids` that exist (every bead with None)."""
     if ids is None:
-        return _derive(Bead.objects.all(), now)
+        return _derive(Bead.objects.all(), None, now)
     result: dict[str, dict[str, Any]] = {}
     ordered = sorted(ids)
     for start in range(0, len(ordered), CHUNK):
-        result |= _derive(Bead.objects.filter(pk__in=ordered[start : start + CHUNK]), now)
+        part = ordered[start : start + CHUNK]
+        result |= _derive(Bead.objects.filter(pk__in=part), part, now)
     return result
 
 
-def _derive(beads: Any, now: datetime) -> dict[str, dict[str, Any]]:
+def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, dict[str, Any]]:
+    """The facts of `beads` (a queryset; `ids`: the few ids it selects, whose rules run as
+    queries compiled once per number of ids, or None for a set-based pass)."""
     rows = list(beads.values_list("id", "status", "assignee", "updated_at"))
     if not rows:
         return {}
-    ready = set(ready_beads(beads, now).values_list("pk", flat=True))
-    failed = failed_beads(beads)
+    if ids is None:
+        ready = set(ready_beads(beads, now).values_list("pk", flat=True))
+        failed = failed_beads(beads)
+    else:
+        ready, failed = ready_among(ids, now), failed_among(ids)
     cooling = stranding.cooling_among(ready, now)
     cooldown = timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
     recent = (
@@ -372,7 +378,7 @@ def _dependencies_changed(data: Mapping[str, Any]) -> bool:
 
 
 def _dependents(bead_ids: Collection[str]) -> set[str]:
-    ordered, found = sorted(bead_ids), set()
+    ordered, found = sorted(bead_ids), set[str]()
     for start in range(0, len(ordered), CHUNK):
         part = ordered[start : start + CHUNK]
         found.update(
@@ -382,7 +388,7 @@ def _dependents(bead_ids: Collection[str]) -> set[str]:
 
 
 def _tracking(bead_ids: Collection[str]) -> set[str]:
-    ordered, found = sorted(bead_ids), set()
+    ordered, found = sorted(bead_ids), set[str]()
     for start in range(0, len(ordered), CHUNK):
         part = ordered[start : start + CHUNK]
         found.update(

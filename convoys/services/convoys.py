@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Exists, Max, OuterRef
 from django.utils import timezone
 
 from ..events import record
@@ -187,7 +187,11 @@ def progress(pairs: Sequence[tuple[str, Bead | None]]) -> Progress:
 
 
 def is_complete(convoy: Convoy) -> bool:
-    return progress(tracked_details([convoy])[convoy.pk])["complete"]
+    """It tracks at least one bead and every tracked bead is done (an unknown one is not):
+    `progress`'s rule as one query, whatever the convoy's size."""
+    tracked = TrackedBead.objects.filter(convoy=convoy)
+    done = Bead.objects.filter(pk=OuterRef("bead_id"), status__in=DONE_STATUSES)
+    return tracked.exists() and not tracked.filter(~Exists(done)).exists()
 
 
 def looks_like_issue_id(text: str) -> bool:

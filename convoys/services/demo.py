@@ -11,7 +11,9 @@ from django.db import transaction
 from ..models import (
     CONVOY_OPEN,
     Bead,
+    BeadFacts,
     Convoy,
+    ConvoyFacts,
     Dispatch,
     Event,
     HandledEvent,
@@ -109,9 +111,10 @@ def replenish(
 @transaction.atomic
 def reset() -> None:
     """Delete the work data (beads, convoys, dispatches, workers, notifications, the event log,
-    rigs and routes). Accounts, subscriptions to every convoy, tokens and the event counter
+    rigs and routes, and the read model derived from them). Accounts, subscriptions to every convoy, tokens and the event counter
     stay: sequence numbers keep counting forward, so open pages and feeders carry on."""
-    for model in (Event, HandledEvent, Notification, Dispatch, Worker, Convoy, Bead):
+    derived = (BeadFacts, ConvoyFacts)
+    for model in (Event, HandledEvent, Notification, Dispatch, Worker, Convoy, Bead, *derived):
         model.objects.all().delete()
     Route.objects.all().delete()
     Rig.objects.all().delete()
