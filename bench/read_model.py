@@ -83,7 +83,9 @@ def main():
     pages = [timed(client.get, "/")[0] for _ in range(args.runs)]
     print(f"  dashboard page (HTTP, full render) {median(pages) * 1000:.1f} ms")
 
-    print("\nwrite: a close and the dispatches it feeds (median of %d; kept / not kept)" % args.runs)
+    print(
+        "\nwrite: a close and the dispatches it feeds (median of %d; kept / not kept)" % args.runs
+    )
     keepers = list(events.KEEPERS)
     for size in (1000, 20000):
         convoy = Convoy.objects.get(pk=f"hq-cv-w{size}")
@@ -99,7 +101,7 @@ def main():
             events.KEEPERS[:] = keepers if keeping else []
             bead_id = open_.pop()
 
-            def close_and_feed(bead_id=bead_id):
+            def close_and_feed(bead_id=bead_id, convoy=convoy):
                 beads.close_bead(bead_id, actor="bench")
                 feeding.feed_convoy(convoy, "event")
 
