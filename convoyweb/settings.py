@@ -256,6 +256,18 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "convoys.layers.InMemoryChannelLayer"}}
+# Content-addressed results (a graph's layout, keyed by its fingerprint) are shared by every
+# process through Redis when there is one; the embedded default keeps them per process.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "convoyweb",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # A task must finish before `retry`, or the ORM broker hands it out again (reliability §1.1).
 CONVOY_TASK_TIMEOUT = env_int("CONVOY_TASK_TIMEOUT", 60)
