@@ -7,7 +7,8 @@ import time
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from convoys.models import Bead, Convoy
+from convoys.events import last_seq
+from convoys.models import Bead, Convoy, ConvoyVisit
 from convoys.services import beads, staging
 from convoys.services.launch import launch_staged
 
@@ -133,4 +134,56 @@ def test_timeline_slider_and_since_last_visit(browser, server, convoy_id):  # no
     assert "since-visit" in node_class(page, "gt-h2")
     assert "since-visit" not in node_class(page, "gt-h1")
     assert Convoy.objects.get(pk=convoy_id).status == "open"
+    context.close()
+
+
+def _shown_up_to(page, seq):
+    wait_js(page, f"parseInt(document.body.dataset.rendered || '0', 10) >= {seq}", 20000)
+
+
+def _visit_seq(username, convoy_id):
+    visit = ConvoyVisit.objects.filter(user__username=username, convoy_id=convoy_id).first()
+    return visit.seq if visit else 0
+
+
+def test_what_a_visible_page_showed_is_seen_and_a_hidden_tab_marks_it(browser, server, convoy_id):  # noqa: F811
+    make_user("ines")
+    context, page = login(browser, server, "ines")
+    url = f"{server}/convoys/{convoy_id}/"
+    page.goto(url)
+    wait_live(page)
+    wait_until(lambda: _visit_seq("ines", convoy_id) > 0)
+    # Watched live: the change is seen, and a reload marks nothing.
+    beads.update_bead("gt-h3", title="Step 3, renamed", actor="test")
+    seq = last_seq()
+    _shown_up_to(page, seq)
+    wait_until(lambda: _visit_seq("ines", convoy_id) >= seq)
+    page.reload()
+    wait_js(page, "!document.getElementById('since-visit').hidden")
+    assert "Nothing changed since your last visit" in page.inner_text("#since-visit")
+    assert "since-visit" not in node_class(page, "gt-h3")
+    wait_live(page)
+    # The tab is hidden while a change arrives: applied, not seen; shown again, it is marked.
+    page.evaluate(
+        "() => { Object.defineProperty(document, 'visibilityState', "
+        "{ value: 'hidden', configurable: true }); "
+        "document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    before = _visit_seq("ines", convoy_id)
+    beads.update_bead("gt-h2", title="Step 2, renamed", actor="test")
+    seq = last_seq()
+    _shown_up_to(page, seq)
+    time.sleep(1)
+    assert _visit_seq("ines", convoy_id) == before  # not reported while hidden
+    page.evaluate(
+        "() => { Object.defineProperty(document, 'visibilityState', "
+        "{ value: 'visible', configurable: true }); "
+        "document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    wait_js(page, "document.getElementById('since-visit').textContent.includes('hidden')")
+    text = page.inner_text("#since-visit")
+    assert "While this tab was hidden: 1 bead changed" in text and "gt-h2" in text
+    assert "since-visit" in node_class(page, "gt-h2")
+    assert "since-visit" not in node_class(page, "gt-h3")
+    wait_until(lambda: _visit_seq("ines", convoy_id) >= seq)
     context.close()

@@ -8,7 +8,10 @@
  *
  * Since your last visit: the page reports it was shown (POST, the seq it was drawn at); the
  * answer names the beads changed since this user's previous visit, marked .since-visit in the
- * graph, the wave table and the timeline until the page is left. */
+ * graph, the wave table and the timeline until the page is left. A visible page that showed a
+ * live update has shown it: the visit moves on with it, so a reload after watching marks
+ * nothing the user watched change. What arrived while the tab was hidden is marked when the
+ * tab is shown again. */
 (function () {
   "use strict";
   const card = document.getElementById("history-card");
@@ -142,38 +145,79 @@
     });
   }
 
-  async function reportVisit() {
-    const body = new URLSearchParams({ seq: document.body.dataset.asOf || "0" });
+  const shownSeq = () =>
+    parseInt(document.body.dataset.rendered || document.body.dataset.asOf || "0", 10) || 0;
+  let reported = 0, reporting = false, missed = false;
+
+  async function post(seq) {
+    const body = new URLSearchParams({ seq: String(seq) });
+    const response = await fetch(card.dataset.visitUrl, {
+      method: "POST", body, credentials: "same-origin", headers: { "X-CSRFToken": csrf() },
+    });
+    return response.ok ? response.json() : null;
+  }
+
+  // The page shows events up to shownSeq(): while it is visible, the user has seen them.
+  async function seen() {
+    if (reporting || document.visibilityState !== "visible" || shownSeq() <= reported) return;
+    reporting = true;
+    const seq = shownSeq(), back = missed;
+    missed = false;
     try {
-      const response = await fetch(card.dataset.visitUrl, {
-        method: "POST", body, credentials: "same-origin",
-        headers: { "X-CSRFToken": csrf() },
-      });
-      if (!response.ok) return;
-      const data = await response.json();
-      if (!data.previous) return;
-      history.changed = data.changed;
-      const when = new Date(data.previous.at).toLocaleString();
-      sinceEl.textContent = "";
-      sinceEl.append(data.changed.length
-        ? `Since your last visit (${when}): ${data.changed.length} bead${data.changed.length === 1 ? "" : "s"} changed, marked ◆: `
-        : `Nothing changed since your last visit (${when}).`);
-      for (const id of data.shown) {
-        const code = document.createElement("code");
-        code.className = "since-visit";
-        code.textContent = id;
-        sinceEl.append(code, " ");
+      const data = await post(seq);
+      reported = Math.max(reported, seq);
+      if (back && data && data.changed.length) {  // shown again: what arrived while hidden
+        history.changed = [...new Set([...history.changed, ...data.changed])];
+        banner(`While this tab was hidden: ${data.changed.length} bead${data.changed.length === 1 ? "" : "s"} changed, marked ◆: `, data);
+        markChanged();
       }
-      if (data.hidden) sinceEl.append(`+${data.hidden} more`);
-      sinceEl.hidden = false;
-      markChanged();
+    } catch (e) { missed = missed || back; /* the next update reports again */ }
+    reporting = false;
+    if (shownSeq() > reported) seen();
+  }
+
+  function banner(text, data) {
+    sinceEl.textContent = "";
+    sinceEl.append(text);
+    for (const id of data.shown) {
+      const code = document.createElement("code");
+      code.className = "since-visit";
+      code.textContent = id;
+      sinceEl.append(code, " ");
+    }
+    if (data.hidden) sinceEl.append(`+${data.hidden} more`);
+    sinceEl.hidden = false;
+  }
+
+  async function reportVisit() {
+    const seq = parseInt(document.body.dataset.asOf || "0", 10) || 0;
+    reporting = true;  // first: a later report must not overtake the one that reads the visit
+    try {
+      const data = await post(seq);
+      reported = Math.max(reported, seq);
+      if (data && data.previous) {
+        history.changed = data.changed;
+        const when = new Date(data.previous.at).toLocaleString();
+        const n = data.changed.length;
+        banner(n
+          ? `Since your last visit (${when}): ${n} bead${n === 1 ? "" : "s"} changed, marked ◆: `
+          : `Nothing changed since your last visit (${when}).`, data);
+        markChanged();
+      }
     } catch (e) { /* no mark this time */ }
+    finally { reporting = false; }
+    seen();
   }
 
   document.addEventListener("convoy:fragments", () => {
     setMax();
     if (history.past) applyPast(history.past);
     else markChanged();
+    if (document.visibilityState === "visible") seen();
+    else missed = true;
+  });
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") seen();
   });
   setMax();
   reportVisit();
