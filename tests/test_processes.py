@@ -474,3 +474,64 @@ def test_an_interrupted_dispatch_releases_its_claim(routes):
     attempt = Dispatch.objects.get(bead_id="gt-slow")
     assert attempt.ok is False and attempt.error.startswith("interrupted: SystemExit")
     assert Event.objects.filter(kind="dispatch.failed", bead_id="gt-slow").exists()
+
+
+def _children_of(pid):
+    """{"web" | "tasks" | "swarm": pid} of `serve`'s children (by their command lines)."""
+    found = {}
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        words = b" ".join(argv)
+        label = "web" if b"daphne" in words else "swarm" if b"swarm" in words else "tasks"
+        found[label] = int(child)
+    return found
+
+
+def _answers(port):
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def test_nothing_a_user_does_brings_serve_down(routes):
+    """A bead in progress with nobody assigned (an admin edit) makes the swarm skip it with
+    one line, not exit; kill -9 of each child of `serve` in turn: it is started again and the
+    others keep answering."""
+    from django.contrib.auth import get_user_model
+
+    from .conftest import free_port
+
+    from django.contrib.auth.models import Permission
+
+    swarm_user = get_user_model().objects.create_user("demo")  # the swarm's account
+    swarm_user.user_permissions.add(*Permission.objects.filter(content_type__app_label="convoys"))
+    bead("gt-odd")
+    Bead.objects.filter(pk="gt-odd").update(status="in_progress", assignee="")  # as the admin did
+    port = free_port()
+    serve = start("serve", "--port", str(port), "--swarm", env={**FAST})
+    try:
+        ready = lambda: _answers(port) and "swarm: working" in output(serve)  # noqa: E731
+        assert wait_for(ready, timeout=60, step=0.2), "serve did not start"
+        skipped = lambda: "swarm: skipped gt-odd: in_progress with nobody assigned" in output(serve)  # noqa: E731
+        assert wait_for(skipped, timeout=30), output(serve)
+        time.sleep(3)  # several polls later: still one line, and the swarm still works
+        assert output(serve).count("swarm: skipped gt-odd") == 1
+        for label in ("swarm", "tasks", "web"):
+            before = _children_of(serve.pid)
+            os.kill(before[label], signal.SIGKILL)
+            said = f"[{label:<5}] exited with code -9; starting it again in 1 s"
+            assert wait_for(lambda said=said: said in output(serve), timeout=10), output(serve)
+            if label != "web":
+                assert _answers(port), f"the web server stopped answering when {label} died"
+            again = lambda label=label, before=before: (  # noqa: E731
+                _children_of(serve.pid).get(label, before[label]) != before[label]
+            )
+            assert wait_for(again, timeout=15), output(serve)
+            assert wait_for(lambda: _answers(port), timeout=30), f"no answer after {label}"
+            assert serve.poll() is None
+    finally:
+        stop(serve)

@@ -5,7 +5,9 @@ Ctrl-C, or SIGTERM/SIGINT to this process or to its whole process group, stops e
 within the task timeout (CONVOY_TASK_TIMEOUT). Each child runs in a session of its own and
 gets one SIGTERM from here, the swarm first and the web server last; the cluster lets running
 tasks finish and hands queued ones back. On Linux a child also gets SIGTERM if this process is
-killed outright."""
+killed outright. A child that exits on its own (a crash, kill -9, the swarm giving up) is
+started again after a wait that grows with each exit in a row, and its log says so; the
+others keep running."""
 
 import os
 import signal
@@ -17,9 +19,12 @@ from argparse import ArgumentParser
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from ... import processes
+
+RESTART_MAX = 30.0  # seconds: the longest wait before a crashed child is started again
+RESTART_STABLE = 60.0  # seconds a child must run for its next crash to wait 1 s again
 
 
 class Command(BaseCommand):
@@ -59,39 +64,16 @@ class Command(BaseCommand):
         ]
         if swarm:
             commands.append(("swarm", [*manage, "swarm", "--url", f"http://{host}:{port}"]))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        me = os.getpid()
-        children = [
-            (
-                label,
-                subprocess.Popen(
-                    argv,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    text=True,
-                    bufsize=1,
-                    start_new_session=True,
-                    # no other thread runs yet, so this is safe before exec
-                    preexec_fn=lambda: processes.die_with_parent(me, signal.SIGTERM),
-                ),
-            )
-            for label, argv in commands
-        ]
-        lock = threading.Lock()
-        for label, proc in children:
-            threading.Thread(target=self._pump, args=(label, proc, lock), daemon=True).start()
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.lock = threading.Lock()
+        children = [(label, self._start(label, argv)) for label, argv in commands]
         self.stdout.write(
             self.style.SUCCESS(f"convoyweb is running at http://{host}:{port}/  (Ctrl-C to stop)")
         )
         stopping = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda signum, frame: stopping.set())
-        died = None
-        while not stopping.wait(0.5):
-            died = next((label for label, proc in children if proc.poll() is not None), None)
-            if died:
-                break
+        self._supervise(children, dict(commands), stopping)
         timeout = settings.CONVOY_TASK_TIMEOUT
         deadline = time.monotonic() + timeout - 1
         self.stdout.write("stopping: running tasks finish, queued ones go back to the queue")
@@ -106,9 +88,55 @@ class Command(BaseCommand):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         codes = ", ".join(f"{label}: {proc.returncode}" for label, proc in children)
-        if died:
-            raise CommandError(f"{died} exited unexpectedly; stopped the others ({codes})")
         self.stdout.write(f"stopped ({codes})")
+
+    def _start(self, label: str, argv: list[str]) -> subprocess.Popen[str]:
+        me = os.getpid()
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+            # the child runs nothing else between fork and exec
+            preexec_fn=lambda: processes.die_with_parent(me, signal.SIGTERM),
+        )
+        threading.Thread(target=self._pump, args=(label, proc, self.lock), daemon=True).start()
+        return proc
+
+    def _supervise(
+        self,
+        children: list[tuple[str, subprocess.Popen[str]]],
+        commands: dict[str, list[str]],
+        stopping: threading.Event,
+    ) -> None:
+        """Until stopped: a child that exits is started again after a wait that doubles with
+        each exit in a row (1 s up to RESTART_MAX; a child that ran RESTART_STABLE seconds
+        starts from 1 s again); the others keep running."""
+        waits = dict.fromkeys(commands, 0.0)
+        started = dict.fromkeys(commands, time.monotonic())
+        due: dict[str, float] = {}
+        while not stopping.wait(0.5):
+            now = time.monotonic()
+            for index, (label, proc) in enumerate(children):
+                if label in due:
+                    if now >= due[label]:
+                        del due[label]
+                        children[index] = (label, self._start(label, commands[label]))
+                        started[label] = now
+                    continue
+                if proc.poll() is None:
+                    continue
+                stable = now - started[label] >= RESTART_STABLE
+                waits[label] = 1.0 if stable else min(max(waits[label] * 2, 1.0), RESTART_MAX)
+                due[label] = now + waits[label]
+                with self.lock:
+                    self.stderr.write(
+                        f"[{label:<5}] exited with code {proc.returncode}; "
+                        f"starting it again in {waits[label]:.0f} s (the others keep running)"
+                    )
 
     def _pump(self, label: str, proc: subprocess.Popen[str], lock: threading.Lock) -> None:
         for line in proc.stdout or ():

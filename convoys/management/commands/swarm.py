@@ -52,6 +52,10 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     _stopping.set()
 
 
+class Unworkable(Exception):
+    """The server refused what the swarm asked for one bead: it skips the bead and goes on."""
+
+
 def _pause(seconds: float) -> None:
     """Wait `seconds` (a stop seen now or during it ends the swarm after it)."""
     if seconds:
@@ -149,10 +153,11 @@ class Command(BaseCommand):
             token = create_token(account, "swarm")
         self.base, self.token = url.rstrip("/") + "/api", token
         rng = random.Random()
-        due = {}
+        due: dict[str, float] = {}
         replenish_at = time.monotonic()
         report_at = time.monotonic() + REPORT_EVERY
         waiting = False
+        skipped: dict[str, str] = {}  # bead id -> why it was skipped (said once)
         self.stdout.write(f"swarm: working against {self.base}")
         while True:
             if keep_open and time.monotonic() >= replenish_at:
@@ -166,7 +171,7 @@ class Command(BaseCommand):
             try:
                 hooked = self.call("GET", "/beads?status=hooked&limit=500")
                 working = self.call("GET", "/beads?status=in_progress&limit=500")
-            except (urllib.error.URLError, OSError) as exc:
+            except (urllib.error.URLError, OSError, Unworkable) as exc:
                 if not waiting:  # once per outage, not every 2 s
                     self.stdout.write(f"swarm: waiting for the server ({exc})")
                 waiting = True
@@ -178,19 +183,39 @@ class Command(BaseCommand):
             now = time.monotonic()
             for bead in hooked + working:
                 _pause(0)  # between two beads' calls, never inside one
-                if bead["id"] not in due:
-                    due[bead["id"]] = now + rng.uniform(min_work, max_work)
-                    self.count("picked up", f"swarm: {bead['assignee']} picked up {bead['id']}")
-                self.call("POST", "/heartbeat", {"worker": bead["assignee"]})
-                if bead["status"] == "hooked" and rng.random() < 0.5:
-                    self.call("PATCH", f"/beads/{bead['id']}", {"status": "in_progress"})
-                elif now >= due[bead["id"]]:
-                    if rng.random() < discover_rate and not bead["title"].startswith(FOLLOW_UP):
-                        self.discover(bead)
-                    self.call("POST", f"/beads/{bead['id']}/close", {"reason": "Done by swarm"})
-                    self.count("closed", f"swarm: {bead['assignee']} closed {bead['id']}")
-                    due.pop(bead["id"], None)
+                try:
+                    self.step(bead, due, now, rng, min_work, max_work, discover_rate)
+                except Unworkable as exc:  # a record it cannot work: skip it, go on
+                    if skipped.get(bead["id"]) != str(exc):  # one line, not one per poll
+                        skipped[bead["id"]] = str(exc)
+                        self.stdout.write(f"swarm: skipped {bead['id']}: {exc}")
             _pause(poll)
+
+    def step(
+        self,
+        bead: dict[str, Any],
+        due: dict[str, float],
+        now: float,
+        rng: random.Random,
+        min_work: float,
+        max_work: float,
+        discover_rate: float,
+    ) -> None:
+        """One bead's turn: picked up, a heartbeat, in progress, or closed when its time came."""
+        if bead["id"] not in due:
+            due[bead["id"]] = now + rng.uniform(min_work, max_work)
+            self.count("picked up", f"swarm: {bead['assignee']} picked up {bead['id']}")
+        if not bead["assignee"]:
+            raise Unworkable(f"{bead['status']} with nobody assigned (fix it in the admin)")
+        self.call("POST", "/heartbeat", {"worker": bead["assignee"]})
+        if bead["status"] == "hooked" and rng.random() < 0.5:
+            self.call("PATCH", f"/beads/{bead['id']}", {"status": "in_progress"})
+        elif now >= due[bead["id"]]:
+            if rng.random() < discover_rate and not bead["title"].startswith(FOLLOW_UP):
+                self.discover(bead)
+            self.call("POST", f"/beads/{bead['id']}/close", {"reason": "Done by swarm"})
+            self.count("closed", f"swarm: {bead['assignee']} closed {bead['id']}")
+            due.pop(bead["id"], None)
 
     def discover(self, bead: dict[str, Any]) -> None:
         worker = bead["assignee"]
@@ -229,4 +254,8 @@ class Command(BaseCommand):
         except urllib.error.HTTPError as exc:
             if exc.code in (400, 404):  # closed or reassigned meanwhile
                 return []
-            raise
+            try:
+                detail = json.loads(exc.read() or b"{}").get("detail", "")
+            except (ValueError, AttributeError):
+                detail = ""
+            raise Unworkable(f"{method} {path}: {exc.code} {detail or exc.reason}".rstrip())
