@@ -502,10 +502,9 @@ def test_nothing_a_user_does_brings_serve_down(routes):
     one line, not exit; kill -9 of each child of `serve` in turn: it is started again and the
     others keep answering."""
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
 
     from .conftest import free_port
-
-    from django.contrib.auth.models import Permission
 
     swarm_user = get_user_model().objects.create_user("demo")  # the swarm's account
     swarm_user.user_permissions.add(*Permission.objects.filter(content_type__app_label="convoys"))
