@@ -21,7 +21,7 @@ class ConvoysConfig(AppConfig):
         from .services import guard  # noqa: PLC0415
 
         guard.connect()
-        if projection.apply not in events.KEEPERS:
-            events.KEEPERS.append(projection.apply)
+        if projection.KEEPER not in events.KEEPERS:
+            events.KEEPERS.append(projection.KEEPER)
         gc.set_threshold(*GC_THRESHOLDS)
         gc.freeze()

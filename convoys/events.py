@@ -5,8 +5,8 @@ are gap-free in commit order on SQLite and PostgreSQL alike (SPEC §10): a secon
 on the row lock until the first commits.
 """
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, NotRequired, TypedDict, overload
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, overload
 
 from django.db import connection
 from django.utils import timezone
@@ -18,11 +18,23 @@ CLOSED = kinds.CLOSED
 COUNTER = "events"
 
 
-# Called with (rows, first seq) by every append, in the writer's transaction: the read model
-# kept with the log (convoys/projection.py, registered by the app's ready()) sits above this
-# module, so it is handed in rather than imported.
-Keeper = Callable[[Sequence[Mapping[str, Any]], int], None]
+class Keeper(Protocol):
+    """What is kept with the log (convoys/projection.py, registered by the app's ready(): it
+    sits above this module, so it is handed in rather than imported). `keep` is called with
+    every append's rows in the writer's transaction; a bulk append (import, sync) may defer
+    its work to `settle`, which the bulk writer calls before its transaction ends."""
+
+    def keep(self, rows: Sequence[Mapping[str, Any]], first: int, bulk: bool) -> None: ...
+    def settle(self) -> None: ...
+
+
 KEEPERS: list[Keeper] = []
+
+
+def settle() -> None:
+    """A bulk writer's last step inside its transaction: what its bulk appends deferred."""
+    for keeper in KEEPERS:
+        keeper.settle()
 
 
 class EventItem(TypedDict):
@@ -121,8 +133,8 @@ def record_many(items: Sequence[EventItem], *, instances: bool = True) -> list[E
         created = Event.objects.bulk_create([Event(**row) for row in rows])
     else:
         bulk.insert(Event, rows)
-    for keep in KEEPERS:
-        keep(rows, first)
+    for keeper in KEEPERS:
+        keeper.keep(rows, first, bulk=not instances)
     return created if instances else range(first, first + len(rows))
 
 

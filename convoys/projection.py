@@ -14,6 +14,8 @@ time passes (`services.timekeeping`), so what is kept depends on "now" only thro
 compares the incremental projection with, and what import, sync and `convoy reproject` use.
 """
 
+import logging
+import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,7 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
-from . import kinds, stranding
+from . import bulk, kinds, stranding
 from .events import last_seq
 from .models import (
     ACTIVE_WORK_STATUSES,
@@ -35,15 +37,16 @@ from .models import (
     ConvoyFacts,
     Dependency,
     Dispatch,
+    Event,
     TrackedBead,
     Worker,
 )
 from .readiness import blocked_by, ready_among, ready_beads
 from .rows import failed_among, failed_beads
 
+log = logging.getLogger("convoys.projection")
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
 CHUNK = 500  # ids per query
-WHOLE = 5000  # more beads than this in one write: derive every bead (one pass, no id lists)
 BEAD_FIELDS = (
     "segment",
     "ready",
@@ -164,10 +167,12 @@ def refresh_beads(ids: Collection[str] | None, seq: int, now: datetime) -> set[s
     if gone:
         _delete(BeadFacts, "bead_id", gone)
     changed = {i for i, facts in derived.items() if kept.get(i) != facts}
+    new = sorted(i for i in changed if i not in kept)  # most of an import's: a plain insert
+    bulk.insert(BeadFacts, [{"bead_id": i, "seq": seq, **derived[i]} for i in new])
     _upsert(
         BeadFacts,
         "bead_id",
-        [BeadFacts(bead_id=i, seq=seq, **derived[i]) for i in sorted(changed)],
+        [BeadFacts(bead_id=i, seq=seq, **derived[i]) for i in sorted(changed - set(new))],
         BEAD_FIELDS,
     )
     return changed | (gone & set(kept))
@@ -325,6 +330,62 @@ def _kept_convoys(ids: Iterable[str] | None) -> dict[str, dict[str, Any]]:
 
 
 # --- the write path ---------------------------------------------------------------------------
+class _Keeper:
+    """`events.Keeper`: every append is applied at once, but a bulk load's (an import's, a sync
+    pass's: thousands of beads in batches) are settled in one pass at the end of its
+    transaction (`events.settle`), over the range of the log it appended."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def keep(self, rows: Sequence[Mapping[str, Any]], first: int, bulk: bool) -> None:
+        if not bulk:
+            apply(rows, first)
+            return
+        key = id(connection.atomic_blocks[0])  # the outermost transaction
+        pending = getattr(self.local, "pending", None)
+        if pending is None or pending[0] != key:  # none, or of a transaction that is over
+            transaction.on_commit(lambda: self._unsettled(key))
+            pending = (key, first)
+        self.local.pending = (key, pending[1], first + len(rows) - 1)
+
+    def settle(self) -> None:
+        pending = getattr(self.local, "pending", None)
+        self.local.pending = None
+        if pending is not None and len(pending) == 3:
+            settle_range(pending[1], pending[2])
+
+    def _unsettled(self, key: int) -> None:
+        """After a commit whose bulk appends nobody settled (a writer's mistake): settle them
+        now, in a transaction of their own, and say so."""
+        pending = getattr(self.local, "pending", None)
+        if pending is not None and pending[0] == key:
+            log.warning("bulk events %s..%s were not settled in their transaction", *pending[1:])
+            with transaction.atomic():
+                self.settle()
+
+
+KEEPER = _Keeper()
+
+
+def settle_range(first: int, last: int) -> None:
+    """Keep the facts that the events first..last (a bulk load) may have changed: every bead
+    and convoy in one set-based pass when they name a quarter of the beads or more, else the
+    beads they name, those these block and the convoys tracking them."""
+    now = timezone.now()
+    events = Event.objects.filter(seq__gte=first, seq__lte=last)
+    named = set(events.exclude(bead_id="").values_list("bead_id", flat=True).distinct())
+    convoys = set(events.exclude(convoy_id="").values_list("convoy_id", flat=True).distinct())
+    if len(named) * 4 >= Bead.objects.count():
+        refresh_beads(None, last, now)
+        refresh_convoys(None, last, now)
+        return
+    changed = refresh_beads(named | _dependents(named), last, now) if named else set()
+    convoys |= _tracking(changed)
+    if convoys:
+        refresh_convoys(convoys, last, now)
+
+
 def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
     """Keep the facts that `items` (events just appended from `first_seq` on, in the writer's
     transaction) may have changed."""
@@ -351,7 +412,7 @@ def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
             every_convoy = True
         if touches & {kinds.PROGRESS, kinds.TIME, kinds.CAPACITY, kinds.DONE}:
             capacity_moved = True
-    if every_bead or len(beads) > WHOLE:
+    if every_bead:
         changed = refresh_beads(None, seq, now)
     else:
         if dependents_of:
@@ -360,7 +421,6 @@ def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
     if changed:
         convoys |= _tracking(changed)
     if capacity_moved and stranding.town_full(now) is not None or every_convoy:
-        every_convoy = every_convoy or len(convoys) > WHOLE
         convoys |= _capacity_sensitive()
     if every_convoy:
         refresh_convoys(None, seq, now)

@@ -4,6 +4,7 @@ CI runs it on SQLite and on PostgreSQL); and time passing is recorded as events.
 
 import random
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db import transaction
@@ -56,6 +57,7 @@ def assert_equals_rebuild(now, step=""):
     assert kept == projection.derive_convoys(None, now, kept), step
 
 
+FIXTURES = Path(__file__).parent / "fixtures"
 IDS = [f"gt-p{i}" for i in range(10)]
 
 
@@ -258,3 +260,25 @@ def test_reproject_of_an_unknown_convoy_says_so_and_changes_nothing(routes):
 
     with pytest.raises((CommandError, SystemExit)):
         call_command("convoy", "reproject", "hq-cv-nope")
+
+
+def test_an_import_is_settled_in_its_transaction_and_equals_a_rebuild(routes):
+    """An import appends its events in bulk; the read model is derived in one pass before
+    the import's transaction ends, and equals a rebuild."""
+    command("beads", "import", str(FIXTURES / "hooked.jsonl"))
+    assert BeadFacts.objects.count() == Bead.objects.count() > 0
+    assert ConvoyFacts.objects.count() == Convoy.objects.count() > 0
+    assert_equals_rebuild(timezone.now(), "import")
+
+
+def test_a_bulk_append_nobody_settles_is_settled_after_its_commit(
+    routes, caplog, django_capture_on_commit_callbacks
+):
+    from convoys.events import record_many
+
+    bead("gt-u1")
+    BeadFacts.objects.filter(pk="gt-u1").delete()
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        record_many([{"kind": "bead.updated", "bead_id": "gt-u1"}], instances=False)
+    assert BeadFacts.objects.filter(pk="gt-u1").exists()
+    assert "were not settled in their transaction" in caplog.text

@@ -30,7 +30,7 @@ from ..beadfile import (
     format_timestamp,
     parse_timestamp,
 )
-from ..events import CLOSED, EventItem, record_many
+from ..events import CLOSED, EventItem, record_many, settle
 from ..ids import unwrap_external
 from ..models import Bead, Convoy, Dependency, Memory, TrackedBead
 from . import discovered
@@ -397,6 +397,7 @@ def import_file(
             with open(path, "rb") as stream:
                 read_ahead = os.fstat(stream.fileno()).st_size >= READ_AHEAD_MIN_BYTES
                 import_stream(stream, str(path), report, actor, read_ahead=read_ahead)
+            settle()  # the read model, in one pass over what the import appended
     except BadLine as exc:
         raise ImportFailed(str(exc)) from None
     except OSError as exc:

@@ -72,7 +72,7 @@ from django.utils import timezone
 
 from .. import beadfile, bulk
 from ..beadfile import BadLine
-from ..events import EventItem, record_many
+from ..events import EventItem, record_many, settle
 from ..models import (
     Bead,
     Convoy,
@@ -388,6 +388,7 @@ def _pass(source: Source, routes_path: str | os.PathLike[str] | None, actor: str
                 _remember(source.name, lines, written, identity, opened, store=True)
             else:  # taken from during the pass: what it read of the source may be stale
                 _memos.pop(source.name, None)
+            settle()  # the read model, in one pass over what the pass appended
     return report
 
 
@@ -1220,6 +1221,7 @@ def forget(name: str, actor: str = "sync", force: bool = False) -> tuple[int, in
             SyncSource.objects.filter(name=name).delete()
             SyncMemo.objects.filter(source=name).delete()
             Cursor.objects.filter(name=_token_name(name)).delete()
+            settle()
         _memos.pop(name, None)
     finally:
         leases.release(lease, holder)
