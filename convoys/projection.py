@@ -14,8 +14,6 @@ time passes (`services.timekeeping`), so what is kept depends on "now" only thro
 compares the incremental projection with, and what import, sync and `convoy reproject` use.
 """
 
-import logging
-import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +33,7 @@ from .models import (
     BeadFacts,
     Convoy,
     ConvoyFacts,
+    Cursor,
     Dependency,
     Dispatch,
     Event,
@@ -44,9 +43,9 @@ from .models import (
 from .readiness import blocked_by, ready_among, ready_beads
 from .rows import failed_among, failed_beads
 
-log = logging.getLogger("convoys.projection")
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
 CHUNK = 500  # ids per query
+BULK = "projection-bulk"  # the cursor where a bulk load's unsettled range starts
 BEAD_FIELDS = (
     "segment",
     "ready",
@@ -333,36 +332,22 @@ def _kept_convoys(ids: Iterable[str] | None) -> dict[str, dict[str, Any]]:
 class _Keeper:
     """`events.Keeper`: every append is applied at once, but a bulk load's (an import's, a sync
     pass's: thousands of beads in batches) are settled in one pass at the end of its
-    transaction (`events.settle`), over the range of the log it appended."""
-
-    def __init__(self) -> None:
-        self.local = threading.local()
+    transaction (`events.settle`), over the range of the log it appended. Where that range
+    starts is a row written in the writer's transaction (gone with it on a rollback); one a
+    writer committed without settling is settled by the next settle, the ticker's included."""
 
     def keep(self, rows: Sequence[Mapping[str, Any]], first: int, bulk: bool) -> None:
         if not bulk:
             apply(rows, first)
-            return
-        key = id(connection.atomic_blocks[0])  # the outermost transaction
-        pending = getattr(self.local, "pending", None)
-        if pending is None or pending[0] != key:  # none, or of a transaction that is over
-            transaction.on_commit(lambda: self._unsettled(key))
-            pending = (key, first)
-        self.local.pending = (key, pending[1], first + len(rows) - 1)
+        elif not Cursor.objects.filter(name=BULK).exists():
+            Cursor.objects.create(name=BULK, position=first)
 
     def settle(self) -> None:
-        pending = getattr(self.local, "pending", None)
-        self.local.pending = None
-        if pending is not None and len(pending) == 3:
-            settle_range(pending[1], pending[2])
-
-    def _unsettled(self, key: int) -> None:
-        """After a commit whose bulk appends nobody settled (a writer's mistake): settle them
-        now, in a transaction of their own, and say so."""
-        pending = getattr(self.local, "pending", None)
-        if pending is not None and pending[0] == key:
-            log.warning("bulk events %s..%s were not settled in their transaction", *pending[1:])
-            with transaction.atomic():
-                self.settle()
+        with transaction.atomic():
+            pending = Cursor.objects.select_for_update().filter(name=BULK).first()
+            if pending is not None:
+                settle_range(pending.position, last_seq())
+                pending.delete()
 
 
 KEEPER = _Keeper()
