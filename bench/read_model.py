@@ -58,10 +58,10 @@ def main():
     dashboard = list(Convoy.objects.filter(pk__startswith="hq-cv-d"))
     ids = [c.pk for c in dashboard]
 
-    def derived():
+    def derived():  # the same rules over the tracked beads as sets, the way pages read before
         now = timezone.now()
-        tracked = TrackedBead.objects.filter(convoy_id__in=ids).values_list("bead_id", flat=True)
-        projection.derive_beads(set(tracked), now)
+        tracked = TrackedBead.objects.filter(convoy_id__in=ids).values("bead_id")
+        projection._derive(Bead.objects.filter(pk__in=tracked), None, now)
         return projection.derive_convoys(ids, now)
 
     kept, fresh, kept_q, fresh_q = [], [], 0, 0
