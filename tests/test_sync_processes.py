@@ -2,7 +2,7 @@
 cluster) syncs a test town's bd JSONL every second; the town's dispatcher command answers at
 once and a detached worker rewrites the bead closed in that file a moment later, as gt and a
 polecat would. An epic staged and launched through the API lands with no manual step; the
-cluster is killed (kill -9) mid-run and serve started again, and nothing is lost and nothing
+cluster is killed (kill -9) mid-run and serve starts it again, and nothing is lost and nothing
 dispatched twice."""
 
 import json
@@ -144,22 +144,19 @@ def test_a_launched_epic_lands_through_the_town_across_a_cluster_kill(routes, tm
         cluster = first.cluster_pid()
         assert cluster, "no task cluster under serve"
         os.killpg(cluster, signal.SIGKILL)
-        first.proc.wait(timeout=60)  # serve stops the web server when its cluster dies
-        assert "tasks exited unexpectedly" in output(first.proc)
-    finally:
-        stop(first.proc)
-    killed_at = closed()
-
-    second = Serve(env)
-    try:
-        assert wait_for(second.ready, timeout=90, step=0.2), "serve did not start again"
+        # serve starts its task cluster again; the web server kept answering meanwhile
+        said = "[tasks] exited with code -9; starting it again"
+        assert wait_for(lambda: said in output(first.proc), timeout=30), output(first.proc)
+        killed_at = closed()
+        assert wait_for(lambda: first.cluster_pid() not in (None, cluster), timeout=30)
         assert wait_for(lambda: Convoy.objects.get(pk=convoy_id).status == "closed", timeout=120), (
             f"landed {closed()} of {len(ids)} ({killed_at} before the kill)"
         )
+        assert first.proc.poll() is None
     finally:
-        stop(second.proc)
+        stop(first.proc)
     assert closed() == len(ids)
-    assert wait_for(lambda: not survivors(first.proc) and not survivors(second.proc), timeout=30)
+    assert wait_for(lambda: not survivors(first.proc), timeout=30)
 
     dispatched = Dispatch.objects.values("bead_id").annotate(n=Count("id"))
     assert sorted((row["bead_id"], row["n"]) for row in dispatched) == [(i, 1) for i in ids]
