@@ -423,23 +423,15 @@ def _dependencies_changed(data: Mapping[str, Any]) -> bool:
 
 
 def _dependents(bead_ids: Collection[str]) -> set[str]:
-    ordered, found = sorted(bead_ids), set[str]()
-    for start in range(0, len(ordered), CHUNK):
-        part = ordered[start : start + CHUNK]
-        found.update(
-            Dependency.objects.filter(depends_on_id__in=part).values_list("issue_id", flat=True)
-        )
-    return found
+    """The beads that depend on any of `bead_ids`."""
+    return {
+        row[1] for row in bulk.select_in(Dependency, "depends_on_id", bead_ids, also="issue_id")
+    }
 
 
 def _tracking(bead_ids: Collection[str]) -> set[str]:
-    ordered, found = sorted(bead_ids), set[str]()
-    for start in range(0, len(ordered), CHUNK):
-        part = ordered[start : start + CHUNK]
-        found.update(
-            TrackedBead.objects.filter(bead_id__in=part).values_list("convoy_id", flat=True)
-        )
-    return found
+    """The convoys tracking any of `bead_ids`."""
+    return {row[1] for row in bulk.select_in(TrackedBead, "bead_id", bead_ids, also="convoy_id")}
 
 
 def _capacity_sensitive() -> set[str]:
