@@ -162,6 +162,13 @@ class WaveOut(Schema):
     tasks: list[TaskOut]
 
 
+class WindowOut(Schema):
+    offset: int
+    limit: int
+    total: int  # tracked beads in all
+    next: int | None  # the next window's offset (None: this is the last)
+
+
 class ConvoyDetailOut(ConvoyOut):
     tracked: list[dict[str, Any]]
     waves: list[WaveOut]
@@ -170,6 +177,7 @@ class ConvoyDetailOut(ConvoyOut):
     causes: dict[str, int] = {}  # unfinished beads per cause kind (each tracked bead: "cause")
     # stuck since, reminders sent, causes, acknowledged (None: never)
     escalation: dict[str, Any] | None
+    window: WindowOut  # which tracked beads this answer lists
 
 
 class BeadOut(Schema):
@@ -346,23 +354,43 @@ def list_convoys(
 
 
 @api.get("/convoys/{convoy_id}", response=responses(ConvoyDetailOut, 404), tags=["convoys"])
-def get_convoy(request: HttpRequest, convoy_id: Text) -> dict[str, Any]:
+def get_convoy(
+    request: HttpRequest,
+    convoy_id: Text,
+    offset: int = query(0, ge=0, le=10**9),
+    limit: int = query(500, ge=1, le=1000),
+) -> dict[str, Any]:
+    """A convoy with a window of its tracked beads (`offset`, `limit`, in position order):
+    `tracked`, `waves` and `gated` list the window's beads; counts cover every bead; `window`
+    says where the next one starts (`next`: null on the last)."""
     need(request, "view_convoy")
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
         raise NotFound(f"convoy '{convoy_id}' not found")
     found, summary, waves = selectors.wave_tasks(convoy)
-    status = selectors.convoy_status_json(convoy)
+    status = selectors.convoy_status_json(convoy, slice(offset, offset + limit))
+    shown = {t["id"] for t in status["tracked"]}
+    total = status["total"]
     return {
         **_convoy_out(convoy, summary),
         "source": status["source"],
         "missing_from_source": status["missing_from_source"],
         "tracked": [{k: v for k, v in t.items() if k != "worker_seen"} for t in status["tracked"]],
-        "waves": waves,
-        "gated": [g.id for g in found.gated],
+        "waves": [
+            {**wave, "tasks": tasks}
+            for wave in waves
+            if (tasks := [t for t in wave["tasks"] if t["id"] in shown])
+        ],
+        "gated": [g.id for g in found.gated if g.id in shown],
         "paused": controls.pause_json(convoy),
         "causes": status["causes"],
         "escalation": escalation.state_json(convoy),
+        "window": {
+            "offset": offset,
+            "limit": limit,
+            "total": total,
+            "next": offset + limit if offset + limit < total else None,
+        },
     }
 
 

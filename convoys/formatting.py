@@ -1,6 +1,6 @@
 """Text and JSON shapes shared by the CLI and the web pages (reference §2.5–§2.8, §3.1)."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,26 +24,38 @@ def node_line(node: Node) -> str:
 
 
 def render_tree(dag: DAG, input_kind: str, root: str | None = None) -> str:
+    """The epic's parent-child tree as text (each bead once, where it is first reached), or
+    the beads one per line. Indentation stops growing at MAX_INDENT levels, so the text stays
+    linear in the number of beads however deep the tree."""
     if input_kind == EPIC and root in dag.nodes:
         lines = [node_line(dag.nodes[root])]
-        stack = [
-            (child, "", i == len(kids) - 1)
-            for kids in [sorted(set(dag.nodes[root].children))]
-            for i, child in enumerate(kids)
-        ][::-1]
-        seen = {root}
-        while stack:
-            node_id, prefix, last = stack.pop()
-            if node_id in seen:
-                continue
-            seen.add(node_id)
+        for node_id, depth, prefix, last in _walk(dag, root):
+            if depth > MAX_INDENT:
+                prefix = f"{prefix}… {depth - MAX_INDENT} levels deeper "
             lines.append(prefix + ("└── " if last else "├── ") + node_line(dag.nodes[node_id]))
-            kids = sorted(set(dag.nodes[node_id].children))
-            child_prefix = prefix + ("    " if last else "│   ")
-            for i, child in reversed(list(enumerate(kids))):
-                stack.append((child, child_prefix, i == len(kids) - 1))
         return "\n".join(lines) + "\n"
     return "".join(f"  {node_line(dag.nodes[n])}\n" for n in sorted(dag.nodes))
+
+
+MAX_INDENT = 32  # tree levels drawn with their own indentation
+
+
+def _walk(dag: DAG, root: str) -> Iterator[tuple[str, int, str, bool]]:
+    """(id, depth, prefix, last child) of each bead below `root`, depth first, each once; the
+    prefix is shared by siblings and bounded by MAX_INDENT levels."""
+    seen = {root}
+    kids = sorted(set(dag.nodes[root].children))
+    stack = [(child, 1, "", i == len(kids) - 1) for i, child in enumerate(kids)][::-1]
+    while stack:
+        node_id, depth, prefix, last = stack.pop()
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        yield node_id, depth, prefix, last
+        kids = sorted(set(dag.nodes[node_id].children))
+        inner = prefix if depth >= MAX_INDENT else prefix + ("    " if last else "│   ")
+        for i, child in reversed(list(enumerate(kids))):
+            stack.append((child, depth + 1, inner, i == len(kids) - 1))
 
 
 def render_wave_table(dag: DAG, waves: Sequence[Sequence[str]]) -> str:
@@ -99,7 +111,12 @@ def render_findings(title: str, findings: Sequence[Finding]) -> str:
 
 
 def tree_json(dag: DAG, input_kind: str, root: str | None = None) -> list[dict[str, Any]]:
-    def entry(node_id: str, seen: set[str]) -> dict[str, Any]:
+    """The epic's tree as nested entries (each bead once, where it is first reached), or the
+    beads as a flat list: built without recursion, linear in the number of beads. Nesting
+    stops at MAX_INDENT levels: deeper beads are listed, each with its "depth", among the
+    children of their ancestor at that level."""
+
+    def entry(node_id: str) -> dict[str, Any]:
         node = dag.nodes[node_id]
         data: dict[str, Any] = {
             "id": node.id,
@@ -109,15 +126,38 @@ def tree_json(dag: DAG, input_kind: str, root: str | None = None) -> list[dict[s
         }
         if node.rig:
             data["rig"] = node.rig
-        kids = [c for c in sorted(set(node.children)) if c not in seen]
-        if kids and input_kind == EPIC:
-            seen.update(kids)
-            data["children"] = [entry(child, seen) for child in kids]
         return data
 
-    if input_kind == EPIC and root in dag.nodes:
-        return [entry(root, {root})]
-    return [entry(n, set(dag.nodes)) for n in sorted(dag.nodes)]
+    if input_kind != EPIC or root not in dag.nodes:
+        return [entry(n) for n in sorted(dag.nodes)]
+    top = entry(root)
+    seen = {root}
+    # (bead, its entry, its depth, the list its descendants go to once nesting stops)
+    todo: list[tuple[str, dict[str, Any], int, list[dict[str, Any]] | None]] = [
+        (root, top, 0, None)
+    ]
+    while todo:
+        node_id, data, depth, flat = todo.pop()
+        kids = [c for c in sorted(set(dag.nodes[node_id].children)) if c not in seen]
+        if not kids:
+            continue
+        seen.update(kids)
+        entries = [entry(child) for child in kids]
+        if flat is None and depth < MAX_INDENT:
+            data["children"] = entries
+        else:  # below MAX_INDENT levels: listed flat under that ancestor, with their depth
+            for item in entries:
+                item["depth"] = depth + 1
+            if flat is None:
+                flat = data["children"] = entries
+            else:
+                flat.extend(entries)
+        # Depth first, in order, as the tree is read: the first child's subtree first.
+        todo.extend(
+            (child, item, depth + 1, flat)
+            for child, item in reversed(list(zip(kids, entries, strict=True)))
+        )
+    return [top]
 
 
 def waves_json(dag: DAG, waves: Iterable[Iterable[str]]) -> list[dict[str, Any]]:

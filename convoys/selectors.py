@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, NamedTuple, TypedDict
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db.models import Max, Min, Q, QuerySet
@@ -362,9 +363,11 @@ def summarise(
     return result
 
 
-def convoy_status_json(convoy: Convoy) -> dict[str, Any]:
-    """The `convoy status --json` shape."""
-    tracked = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
+def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str, Any]:
+    """The `convoy status --json` shape; `window`: only those tracked beads (in position
+    order) are listed, the counts cover them all."""
+    every = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
+    tracked = every if window is None else every[window]
     why = causemod.for_convoy(convoy)
     beads = Bead.objects.in_bulk(tracked)
     workers = dict(
@@ -391,7 +394,12 @@ def convoy_status_json(convoy: Convoy) -> dict[str, Any]:
                 "missing_from_source": bool(origin and origin.missing_since),
             }
         )
-    completed = sum(1 for i in items if i["status"] in DONE_STATUSES)
+    if window is None:
+        completed = sum(1 for i in items if i["status"] in DONE_STATUSES)
+    else:
+        tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+        done = Bead.objects.filter(pk__in=tracking, status__in=DONE_STATUSES)
+        completed = done.count()
     origin = convoy.sourced
     return {
         "id": convoy.id,
@@ -402,7 +410,7 @@ def convoy_status_json(convoy: Convoy) -> dict[str, Any]:
         "missing_from_source": bool(origin and origin.missing_since),
         "tracked": items,
         "completed": completed,
-        "total": len(items),
+        "total": len(every),
         "progress": progress_json(convoy_summaries([convoy])[convoy.pk]),
         "causes": dict(causemod.counts(why)),
     }
@@ -890,6 +898,7 @@ class ConvoyPage:
     bead_pages: int = 1
     bpage: int = 1
     critical_length: int = 0
+    can_show_all: bool = True  # ?all=1 is honoured: at most CONVOY_SHOW_ALL_MAX beads
 
     blockers: Mapping[str, list[str]] = field(default_factory=dict, repr=False)
 
@@ -962,8 +971,10 @@ def convoy_page(
             return "ready"
         return bead.status
 
-    big = len(tracked) > COLLAPSE_AT and params.get("all") != "1"
-    overview = len(tracked) > OVERVIEW_AT and params.get("all") != "1"
+    # ?all=1 draws and lists everything, up to CONVOY_SHOW_ALL_MAX beads (a bounded page).
+    show_all = params.get("all") == "1" and len(tracked) <= settings.CONVOY_SHOW_ALL_MAX
+    big = len(tracked) > COLLAPSE_AT and not show_all
+    overview = len(tracked) > OVERVIEW_AT and not show_all
     chips = 0 if overview else None
     href = bead_url_maker()
     # Per bead: its row, its node's state, the wave table: a live update derives them again
@@ -1053,6 +1064,7 @@ def convoy_page(
         gated=gated,
         critical=[(i, href(i)) for i in (critical[:CRITICAL_LISTED] if overview else critical)],
         critical_length=len(critical),
+        can_show_all=len(tracked) <= settings.CONVOY_SHOW_ALL_MAX,
         eta=estimate(
             snapshots.carried(
                 snapshot,

@@ -53,7 +53,12 @@ from .services import capacity
 T = TypeVar("T")
 Gate = tuple[str, str, str, str]  # (id, title, issue type, status)
 
-KEEP = 32  # snapshots per process
+# The per-process cache is bounded by bytes (CONVOY_PAGE_CACHE_MB), estimated per snapshot from
+# its beads and edges: a snapshot with what pages derive from it holds about 3.3-4.2 kB a bead
+# (measured with tracemalloc at 1,000 and 10,000 beads; bench/bounded.py). One bigger than
+# the whole budget is used for its page and not kept.
+BYTES_PER_BEAD = 4096
+BYTES_PER_EDGE = 256
 MEMOS = 16  # derived values kept per line of carried snapshots
 KEEP_PER_CONVOY = 4  # pages of one convoy catch up to the newest seq within a second or two
 
@@ -202,15 +207,27 @@ def obtain(
     if snapshot is None:
         snapshot = load(convoy, now)
     key = (convoy.pk, convoy.created_at, seq)
+    budget = settings.CONVOY_PAGE_CACHE_MB * 2**20
     with _lock:
         _cache[key] = snapshot
         _cache.move_to_end(key)
         mine = [k for k in _cache if k[:2] == key[:2]]
         for old in sorted(mine, key=lambda k: k[2])[:-KEEP_PER_CONVOY]:
             del _cache[old]
-        while len(_cache) > KEEP:
-            _cache.popitem(last=False)
+        while _cache and sum(map(cost, _cache.values())) > budget:
+            _cache.popitem(last=False)  # the least recently used first; maybe this one
     return snapshot
+
+
+def cost(snapshot: Snapshot) -> int:
+    """The bytes a kept snapshot is estimated to hold (BYTES_PER_BEAD)."""
+    return BYTES_PER_BEAD * len(snapshot.beads) + BYTES_PER_EDGE * len(snapshot.edges)
+
+
+def held() -> int:
+    """The estimated bytes of every snapshot this process keeps."""
+    with _lock:
+        return sum(map(cost, _cache.values()))
 
 
 def kept(convoy: Convoy, seq: int) -> Snapshot | None:

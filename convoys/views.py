@@ -327,8 +327,9 @@ def stage(request: HttpRequest) -> HttpResponse:
             plan = staging.analyze(ids, title)
         except ServiceError as exc:
             error = str(exc)
+    more = 0
     if plan is not None and plan.dag is not None:
-        text = formatting.render_tree(plan.dag, plan.input_kind, plan.root)
+        text, more = _first_lines(formatting.render_tree(plan.dag, plan.input_kind, plan.root))
     epics = selectors.epics_to_stage()
     context |= {
         "plan": plan,
@@ -336,9 +337,12 @@ def stage(request: HttpRequest) -> HttpResponse:
         "ids_text": ids_text,
         "epic": epic,
         "tree": text,
+        "tree_more": more,
+        "moved": list(plan.moved.items())[:PREVIEW_CHIPS] if plan else [],
         "epics": epics,
         "title": title or "",
-        "waves": formatting.waves_json(plan.dag, plan.waves) if plan and plan.waves else [],
+        "waves": _wave_chips(plan) if plan and plan.waves else [],
+        "waves_more": max(0, len(plan.waves) - PREVIEW_WAVES) if plan else 0,
     }
     fragments = [
         Fragment("epics", "convoys/_stage_epics.html"),
@@ -346,6 +350,30 @@ def stage(request: HttpRequest) -> HttpResponse:
         unread(),
     ]
     return respond(request, "convoys/stage.html", context, fragments)
+
+
+# What a stage preview shows of a big plan: its size stays bounded however big the epic; the
+# command line (`convoy stage --json`) gives the whole plan.
+PREVIEW_LINES = 500  # lines of the tree
+PREVIEW_CHIPS = 100  # beads named per wave
+PREVIEW_WAVES = 50  # waves listed
+
+
+def _first_lines(text: str) -> tuple[str, int]:
+    """(the first PREVIEW_LINES lines of `text`, how many more there are)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:PREVIEW_LINES]), max(0, len(lines) - PREVIEW_LINES)
+
+
+def _wave_chips(plan: staging.Plan) -> list[dict[str, Any]]:
+    """The first PREVIEW_WAVES waves: each one's number, first PREVIEW_CHIPS beads and how many
+    more it has."""
+    assert plan.dag is not None
+    waves = plan.waves[:PREVIEW_WAVES]
+    rows = formatting.waves_json(plan.dag, [wave[:PREVIEW_CHIPS] for wave in waves])
+    for row, wave in zip(rows, waves, strict=True):
+        row["more"] = len(wave) - len(row["tasks"])
+    return rows
 
 
 # --- stranded, beads, inbox, subscriptions ------------------------------------------------------
