@@ -17,10 +17,11 @@ class ConvoysConfig(AppConfig):
 
     def ready(self) -> None:
         # Django: models load once the registry is ready.
-        from . import events, projection  # noqa: PLC0415
+        from . import events, projection, revocation  # noqa: PLC0415
         from .services import guard  # noqa: PLC0415
 
         guard.connect()
+        revocation.connect()
         if projection.KEEPER not in events.KEEPERS:
             events.KEEPERS.append(projection.KEEPER)
         gc.set_threshold(*GC_THRESHOLDS)

@@ -5,6 +5,18 @@ number the page was drawn at, or the last one it applied). convoyweb.asgi lets i
 same-origin, authenticated users (convoys.wsgate); convoy, bead and dashboard topics need the
 `view_convoy` permission, the inbox carries only the user's own notices.
 
+Revocation: each socket joins its user's account group (convoys.revocation) before it reads
+its rights, and checks its session and rights afresh on every message sent there, before each
+replay and every CONVOY_WS_RECHECK seconds: a session that no longer signs its user in closes
+the socket with 4401; a topic the user may no longer see is dropped (the client is told the
+topics left). Topics are never added after the handshake.
+
+Limits (settings, each told to the client in an `error` frame, then the close code): at most
+CONVOY_WS_SOCKETS_PER_USER open sockets per user in this process (4409), CONVOY_WS_TOPICS
+topics per socket (4413), CONVOY_WS_FRAMES_PER_S frames a second per socket in bursts of
+FRAME_BURST_SECONDS' worth (4429). A ping reads no database: its sequence number is this
+process's, at most HEAD_SECONDS old.
+
 A client sends `{"type": "ack"}`, `{"type": "ping"}` or `{"type": "replay", "since": N}`;
 anything else closes the socket with 4400 and one info line in the log.
 
@@ -20,10 +32,11 @@ import asyncio
 import collections
 import json
 import logging
+import random
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Never, TypeVar
+from typing import Any, Never, TypeVar, cast
 from urllib.parse import parse_qs
 
 from autobahn.exception import Disconnected
@@ -31,19 +44,19 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 
-from . import relay
+from . import relay, revocation
 from .events import last_seq
 from .models import Event
-from .wsgate import quick_read
+from .wsgate import quick_read, session_user
 
 log = logging.getLogger("convoys.live")
 
 T = TypeVar("T")
 
 MAX_UNACKED = 1000
-MAX_TOPICS = 100
 MAX_FRAME = 1024  # characters; the frames a client sends are a few dozen
 
 REPLAY_LIMIT = 5000  # events one replay sends at most
@@ -58,9 +71,15 @@ USER_ROWS_PER_S = 2000  # ... refilled at this rate
 # and a reconnect storm's 1,000 at once timed out connecting to Redis.
 LAYER_CALLS = 32
 
+FRAME_BURST_SECONDS = 10.0  # a socket's unused frame allowance saves up this many seconds' worth
+HEAD_SECONDS = 1.0  # a pong's sequence number is at most this old
+
 BAD_FRAME = 4400
+SIGNED_OUT = 4401
+TOO_MANY_SOCKETS = 4409
+TOO_MANY_TOPICS = 4413
 STALLED = 4008
-TOO_MANY_REPLAYS = 4429
+TOO_MANY_REPLAYS = TOO_MANY_FRAMES = 4429
 
 
 def read_db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
@@ -76,7 +95,7 @@ def _topic_groups(user: AbstractUser, topics: Sequence[str]) -> dict[str, str]:
     permission."""
     groups = {}
     may_view = user.has_perm("convoys.view_convoy")
-    for topic in topics[:MAX_TOPICS]:
+    for topic in topics:
         name, _, arg = topic.partition(":")
         if name == "inbox":
             groups[topic] = relay.group_name("user", user.pk)
@@ -115,8 +134,21 @@ def _replay(since: int, groups: Sequence[str]) -> tuple[list[dict[str, Any]] | N
     return None, read
 
 
-def _groups_and_head(user: AbstractUser, topics: Sequence[str]) -> tuple[dict[str, str], int]:
-    return _topic_groups(user, topics), last_seq()
+def _access(
+    session_key: str | None, user_pk: object, topics: Sequence[str]
+) -> dict[str, str] | None:
+    """The socket's {topic: group} as of now, or None when its session no longer signs this
+    user in (logged out, password changed, deactivated, deleted)."""
+    user = session_user(session_key)
+    if user is None or user.pk != user_pk:
+        return None
+    return _topic_groups(cast("AbstractUser", user), topics)
+
+
+def _access_and_head(
+    session_key: str | None, user_pk: object, topics: Sequence[str]
+) -> tuple[dict[str, str] | None, int]:
+    return _access(session_key, user_pk, topics), last_seq()
 
 
 class UserReplays:
@@ -143,8 +175,26 @@ _per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] 
 def _limits() -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     if loop not in _per_loop:
-        _per_loop[loop] = {"layer": asyncio.Semaphore(LAYER_CALLS), "users": {}}
+        _per_loop[loop] = {
+            "layer": asyncio.Semaphore(LAYER_CALLS),
+            "users": {},
+            "sockets": collections.Counter(),  # user pk -> open sockets
+            "head": (float("-inf"), None),  # (when read, the read)
+        }
     return _per_loop[loop]
+
+
+async def recent_head() -> int:
+    """The log's last sequence number, read at most once per HEAD_SECONDS in this process
+    whatever the number of pings."""
+    limits = _limits()
+    read_at, head = limits["head"]
+    now = time.monotonic()
+    if head is None or now - read_at >= HEAD_SECONDS:
+        head = asyncio.ensure_future(quick_read(last_seq))
+        limits["head"] = (now, head)
+    result: int = await asyncio.shield(head)
+    return result
 
 
 def user_replays(pk: int) -> UserReplays:
@@ -187,6 +237,14 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
             return
         self.user = user
         self.closing = False
+        self.counted = False
+        self.session_key = self.scope["cookies"].get(settings.SESSION_COOKIE_NAME)
+        self.account = revocation.account_group(user.pk)
+        self.groups_joined: list[str] = []
+        self.recheck_timer: asyncio.Task[None] | None = None
+        rate = settings.CONVOY_WS_FRAMES_PER_S
+        self.frame_allowance = self.frame_burst = max(1.0, rate * FRAME_BURST_SECONDS)
+        self.frame_at = time.monotonic()
         self.replay_requests = 0
         self.last_request = float("-inf")
         self.pending_since: int | None = None
@@ -201,25 +259,91 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
         # see are known.
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        topics = ",".join(query.get("topics", [""])).split(",")
-        followed, head = await quick_read(_groups_and_head, user, topics)
+        requested = ",".join(query.get("topics", [""])).split(",")
+        self.topics = list(dict.fromkeys(topic for topic in requested if topic))
+        if len(self.topics) > settings.CONVOY_WS_TOPICS:
+            limit = settings.CONVOY_WS_TOPICS
+            await self.shut(TOO_MANY_TOPICS, f"{len(self.topics)} topics (at most {limit})")
+            return
+        sockets = _limits()["sockets"]
+        if sockets[user.pk] >= settings.CONVOY_WS_SOCKETS_PER_USER:
+            limit = settings.CONVOY_WS_SOCKETS_PER_USER
+            await self.shut(TOO_MANY_SOCKETS, f"more than {limit} open sockets for this user")
+            return
+        sockets[user.pk] += 1
+        self.counted = True
+        # Joined before the rights are read: a revocation sent after this read reaches the
+        # socket, and one sent before it is in what the read sees.
+        await self.join_groups()
+        followed, head = await quick_read(_access_and_head, self.session_key, user.pk, self.topics)
+        if followed is None:
+            await self.shut(SIGNED_OUT, "the session no longer signs this user in")
+            return
         self.groups_joined = sorted(set(followed.values()))
+        self.followed = followed
         # Everything up to `head` is covered by the replay below (or not wanted): an event the
         # relay sent before the joins shows up as a gap at the group's next message or tick.
         self.last_in_group = dict.fromkeys(self.groups_joined, head)
         await self.join_groups()
+        self.recheck_timer = asyncio.get_running_loop().create_task(self.recheck_every())
         await self.send_json({"type": "hello", "seq": head, "topics": sorted(followed)})
         since = query.get("since", [""])[0]
         if since.isascii() and since.isdigit() and len(since) < 19:
-            await self.replay_from(int(since), head)
+            await self.replay_from(int(since), head, checked=True)
 
-    async def replay_from(self, since: int, head: int) -> None:
+    async def replay_from(self, since: int, head: int, checked: bool = False) -> None:
         if since > head:  # drawn from another log (the database was replaced): reload
             await self.send_json({"type": "resync"})
         elif since == head:
             await self.send_json({"type": "replayed", "since": since, "seq": since})
         else:
-            await self.replay(since, requested=True)
+            await self.replay(since, requested=True, checked=checked)
+
+    async def recheck_every(self) -> None:
+        """The backstop for revocations no signal saw (a session expired or deleted by hand, a
+        change on another process's in-memory layer): a fresh check every CONVOY_WS_RECHECK
+        seconds, spread so a process's sockets do not check all at once."""
+        while True:
+            await asyncio.sleep(settings.CONVOY_WS_RECHECK * random.uniform(0.8, 1.2))
+            # Through this socket's own channel, so it runs in order with the live events.
+            await self.channel_layer.send(self.channel_name, {"type": "convoy.recheck"})
+
+    async def convoy_recheck(self, message: dict[str, Any]) -> None:
+        if not self.closing:
+            await self.recheck()
+
+    async def convoy_revoke(self, message: dict[str, Any]) -> None:
+        """Something was taken away from this user (convoys.revocation): check afresh; a
+        logout names the session it ended, whose sockets close without a read."""
+        if self.closing:
+            return
+        if message.get("session") == revocation.session_tag(self.session_key):
+            await self.shut(SIGNED_OUT, "logged out")
+        else:
+            await self.recheck()
+
+    async def recheck(self) -> bool:
+        """Read the session and rights afresh: close when the session no longer signs the
+        user in, leave the groups of topics the user may no longer see. False when closed."""
+        followed = await quick_read(_access, self.session_key, self.user.pk, self.topics)
+        if self.closing:
+            return False
+        if followed is None:
+            await self.shut(SIGNED_OUT, "the session no longer signs this user in")
+            return False
+        allowed = set(followed.values())
+        dropped = [group for group in self.groups_joined if group not in allowed]
+        if dropped:
+            self.groups_joined = [group for group in self.groups_joined if group in allowed]
+            for group in dropped:
+                self.last_in_group.pop(group, None)
+            async with _limits()["layer"]:
+                for group in dropped:
+                    await self.channel_layer.group_discard(group, self.channel_name)
+            joined = set(self.groups_joined)
+            self.followed = {t: g for t, g in self.followed.items() if g in joined}
+            await self.send_json({"type": "topics", "topics": sorted(self.followed)})
+        return True
 
     async def websocket_disconnect(self, message: dict[str, Any]) -> Never:
         # channels' version also closes database connections on the shared database thread,
@@ -229,19 +353,30 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
 
     async def join_groups(self) -> None:
         async with _limits()["layer"]:
-            for group in self.groups_joined:
+            for group in [self.account, *self.groups_joined]:
                 await self.channel_layer.group_add(group, self.channel_name)
 
     async def disconnect(self, code: int) -> None:
-        timer = getattr(self, "replay_timer", None)  # None before connect accepted
-        if timer:
-            timer.cancel()
+        if not hasattr(self, "user"):  # refused before accept
+            return
+        for timer in (self.replay_timer, self.recheck_timer):
+            if timer:
+                timer.cancel()
+        if self.counted:
+            sockets = _limits()["sockets"]
+            sockets[self.user.pk] -= 1
+            if sockets[self.user.pk] <= 0:
+                del sockets[self.user.pk]
         async with _limits()["layer"]:
-            for group in getattr(self, "groups_joined", []):
+            for group in [self.account, *self.groups_joined]:
                 await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.closing:
+            return
+        if not self.frame_allowed():
+            rate = settings.CONVOY_WS_FRAMES_PER_S
+            await self.shut(TOO_MANY_FRAMES, f"more than {rate:g} frames a second")
             return
         try:
             message = parse_frame(text_data)
@@ -253,9 +388,22 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
             self.unacked = 0
         elif kind == "ping":
             await self.join_groups()  # refresh memberships (Redis group expiry)
-            await self.send_json({"type": "pong", "seq": await quick_read(last_seq)})
+            await self.send_json({"type": "pong", "seq": await recent_head()})
         else:
             await self.request_replay(message["since"])
+
+    def frame_allowed(self) -> bool:
+        """A token bucket: CONVOY_WS_FRAMES_PER_S, saved up to FRAME_BURST_SECONDS' worth."""
+        now = time.monotonic()
+        rate = settings.CONVOY_WS_FRAMES_PER_S
+        self.frame_allowance = min(
+            self.frame_burst, self.frame_allowance + (now - self.frame_at) * rate
+        )
+        self.frame_at = now
+        if self.frame_allowance < 1:
+            return False
+        self.frame_allowance -= 1
+        return True
 
     async def request_replay(self, since: int) -> None:
         """A client's replay request: at most one per REPLAY_INTERVAL (an earlier one waits,
@@ -289,10 +437,14 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
         if since is not None and not self.closing:
             await self.requested_replay(since)
 
-    async def replay(self, since: int, requested: bool = False) -> None:
+    async def replay(self, since: int, requested: bool = False, checked: bool = False) -> None:
         """Send the events after `since` that this socket's topics show, then `replayed`; or
-        `resync`. A replay the client chose (`requested`) spends the user's row budget; one
-        filling a gap the layer left is bounded by what was sent."""
+        `resync`. The session and rights are checked afresh first (unless the caller just did,
+        `checked`): a replay never holds more than the user may see now. A replay the client
+        chose (`requested`) spends the user's row budget; one filling a gap the layer left is
+        bounded by what was sent."""
+        if not checked and not await self.recheck():
+            return
         budget = user_replays(self.user.pk)
         async with budget.lock:
             if self.closing:
@@ -317,8 +469,11 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
         await self.shut(TOO_MANY_REPLAYS, reason)
 
     async def shut(self, code: int, reason: str) -> None:
+        """Close with `code`, telling the client why in an `error` frame first (daphne sends no
+        close reason)."""
         log.info("live socket of %s closed %s: %s", self.user.get_username(), code, reason)
-        await self.close(code=code)
+        await self.send_json({"type": "error", "code": code, "error": reason})
+        await self.close(code=code, reason=reason)
 
     async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
         self.closing = True

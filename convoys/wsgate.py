@@ -8,34 +8,39 @@ host could read the stream with the user's cookie. A handshake without Origin is
 
 User: the session and user are read by `quick_read`, in a small pool of threads of its own, not
 on the one shared database thread of channels' AuthMiddleware: queued there behind everything
-else, a reconnect storm's handshakes waited past daphne's 5 s and were dropped.
+else, a reconnect storm's handshakes waited past daphne's 5 s and were dropped. Every handshake
+reads the session afresh (`session_user`, Django's rule for a request's user): handshakes of one
+session arriving while its lookup runs share it, and nothing is remembered after, so a
+logged-out cookie never opens a socket.
 """
 
 import asyncio
 import functools
-import time
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from importlib import import_module
 from typing import Any, ClassVar, TypeVar, cast
 
 from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
-from channels.auth import AuthMiddleware, get_user
+from channels.auth import AuthMiddleware
 from channels.security.websocket import WebsocketDenier
 from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, load_backend
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import DisallowedHost
 from django.db import connection
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.crypto import constant_time_compare
 from django.utils.http import is_same_domain
 
 QUICK_THREADS = 4
-SESSION_SECONDS = 5.0
-MAX_SESSIONS = 10000
 T = TypeVar("T")
 _quick = ThreadPoolExecutor(QUICK_THREADS, thread_name_prefix="ws-quick")
-_Lookups = dict[str | None, tuple[float, asyncio.Future[Any]]]  # session key: (expiry, lookup)
+_Lookups = dict[str | None, asyncio.Future[Any]]  # session key: its lookup under way
 
 
 def _read_keeping_connection(func: Callable[..., T], *args: Any) -> T:
@@ -58,6 +63,31 @@ async def quick_read(func: Callable[..., T], *args: Any) -> T:
     return await loop.run_in_executor(
         _quick, functools.partial(_read_keeping_connection, func, *args)
     )
+
+
+def session_user(session_key: str | None) -> AbstractBaseUser | None:
+    """The user a session cookie signs in now, read afresh, or None: Django's rule for a
+    request's user (a known backend, an active user, the session's hash of the password and
+    secret still the user's), without flushing a stale session (a socket never writes).
+    None after a logout, a password change elsewhere, a deactivation or a deleted user."""
+    if not session_key:
+        return None
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    try:
+        user_id = session[SESSION_KEY]
+        backend_path = session[BACKEND_SESSION_KEY]
+    except KeyError:
+        return None
+    if backend_path not in settings.AUTHENTICATION_BACKENDS:
+        return None
+    user = load_backend(backend_path).get_user(user_id)
+    if user is None:
+        return None
+    session_hash = session.get(HASH_SESSION_KEY) or ""
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    if not any(constant_time_compare(session_hash, valid) for valid in hashes):
+        return None
+    return user
 
 
 class Handshake(HttpRequest):
@@ -110,13 +140,12 @@ class OriginGate:
 
 
 class PooledAuthMiddleware(AuthMiddleware):  # type: ignore[misc]  # channels ships no types
-    """channels' AuthMiddleware, reading the session and user through quick_read, and
-    remembering a logged-in session's user for SESSION_SECONDS: the pages of one browser
-    reconnecting together cost one lookup (and one permission read), not one each; handshakes
-    arriving while it runs wait for it. A logout or password change reaches new sockets that
-    much later (open ones are not closed by it either way)."""
+    """channels' AuthMiddleware, reading the session and user through quick_read
+    (`session_user`): the pages of one browser reconnecting together while the lookup runs
+    share it, not one each. Nothing is remembered once it is done: a logout, a password change
+    or a deactivation refuses the very next handshake."""
 
-    # event loop -> {session key: (expiry, future)}
+    # event loop -> {session key: lookup under way}
     lookups: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lookups]] = (
         weakref.WeakKeyDictionary()
     )
@@ -124,32 +153,19 @@ class PooledAuthMiddleware(AuthMiddleware):  # type: ignore[misc]  # channels sh
     async def resolve_scope(self, scope: dict[str, Any]) -> None:
         """`scope`: channels' scope, the ASGI one with `cookies`, `session` and `user` added."""
         key = scope["cookies"].get(settings.SESSION_COOKIE_NAME)
-        recent = self.lookups.setdefault(asyncio.get_running_loop(), {})
-        now = time.monotonic()
-        remembered = recent.get(key)
-        if remembered is not None and remembered[0] > now:
-            lookup = remembered[1]
-        else:
-            if len(recent) > MAX_SESSIONS:
-                recent.clear()
-            # get_user.func: channels' lookup itself, without its thread_sensitive wrapper
-            lookup = asyncio.ensure_future(quick_read(get_user.func, scope))
-            recent[key] = (now + SESSION_SECONDS, lookup)
-            lookup.add_done_callback(functools.partial(_forget_unless_user, recent, key))
+        running = self.lookups.setdefault(asyncio.get_running_loop(), {})
+        lookup = running.get(key)
+        if lookup is None:
+            lookup = asyncio.ensure_future(quick_read(session_user, key))
+            running[key] = lookup
+            lookup.add_done_callback(functools.partial(_forget, running, key))
         # shielded: a handshake given up (daphne's timeout) must not cancel the others' lookup
-        scope["user"]._wrapped = await asyncio.shield(lookup)
+        scope["user"]._wrapped = await asyncio.shield(lookup) or AnonymousUser()
 
 
-def _forget_unless_user(
-    recent: _Lookups,
-    key: str | None,
-    lookup: asyncio.Future[Any],
-) -> None:
-    """Failed lookups and anonymous answers are not remembered."""
-    failed = lookup.cancelled() or lookup.exception() is not None
-    if failed or not lookup.result().is_authenticated:
-        if recent.get(key, (0, None))[1] is lookup:
-            del recent[key]
+def _forget(running: _Lookups, key: str | None, lookup: asyncio.Future[Any]) -> None:
+    if running.get(key) is lookup:
+        del running[key]
 
 
 def gate(app: ASGI3Application) -> OriginGate:

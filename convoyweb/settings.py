@@ -324,6 +324,14 @@ CONVOY_DIGEST_HOUR = env_int("CONVOY_DIGEST_HOUR", 7)
 CONVOY_DIGEST_INTERVAL = env_float("CONVOY_DIGEST_INTERVAL", 300.0)
 CONVOY_DISCOVERED_JOINS = env_bool("CONVOY_DISCOVERED_JOINS", True)
 CONVOY_RELAY_INTERVAL = env_float("CONVOY_RELAY_INTERVAL", 0.1)
+# The live websocket's limits (convoys/consumers.py): open sockets per user in each web process,
+# topics per socket, frames a client may send a second (in bursts of up to 10 s' worth), and
+# how often each socket checks its session and rights afresh: a backstop, since a revocation
+# reaches open sockets at once (convoys/revocation.py).
+CONVOY_WS_SOCKETS_PER_USER = env_int("CONVOY_WS_SOCKETS_PER_USER", 50, minimum=1)
+CONVOY_WS_TOPICS = env_int("CONVOY_WS_TOPICS", 20, minimum=1)
+CONVOY_WS_FRAMES_PER_S = env_float("CONVOY_WS_FRAMES_PER_S", 5.0, minimum=0.1)
+CONVOY_WS_RECHECK = env_float("CONVOY_WS_RECHECK", 60.0, minimum=1.0)
 CONVOY_IMPORT_MAX_LINE = env_int("CONVOY_IMPORT_MAX_LINE", 8 * 1024 * 1024)
 # `beads sync` sources the task cluster syncs continuously (a bd JSONL path or `cmd:<command>`)
 CONVOY_SYNC_SOURCES = env_list("CONVOY_SYNC_SOURCES", [])

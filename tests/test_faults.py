@@ -2,7 +2,8 @@
 and real websocket clients: a burst of 300 events to 100 subscribers, a stalled reader beside
 prompt ones, and the Redis channel layer's server stopped for 10 s and started again.
 
-The clients behave like static/convoys/live.js: they remember the last sequence number they
+Every client signs in as one user (its limit of sockets per web process raised to fit). The
+clients behave like static/convoys/live.js: they remember the last sequence number they
 applied, ignore duplicates, acknowledge what they read, ping every 25 s, and on a drop
 reconnect with `since=<last>` so the server replays what they missed."""
 
@@ -142,7 +143,9 @@ def web(routes):
     """A daphne process on the test database (and on Redis when REDIS_URL is set)."""
     bead("gt-burst")
     port = free_port()
-    proc = spawn("web", child_env(CONVOY_RELAY_INTERVAL="0.05"), port)
+    proc = spawn(
+        "web", child_env(CONVOY_RELAY_INTERVAL="0.05", CONVOY_WS_SOCKETS_PER_USER="2000"), port
+    )
     wait_port(port)
     yield port
     proc.terminate()
@@ -289,6 +292,7 @@ def test_redis_outage_of_10_seconds_loses_nothing(routes, tmp_path):
     env = child_env(
         REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
         CONVOY_RELAY_INTERVAL="0.05",
+        CONVOY_WS_SOCKETS_PER_USER="2000",
     )
     web = spawn("web", env, port)
     wait_port(port)
@@ -360,7 +364,7 @@ def test_killed_web_process_with_1000_sockets_clients_reconnect(routes):
     each."""
     bead("gt-burst")
     port = free_port()
-    env = child_env(CONVOY_RELAY_INTERVAL="0.05")
+    env = child_env(CONVOY_RELAY_INTERVAL="0.05", CONVOY_WS_SOCKETS_PER_USER="2000")
     web = spawn("web", env, port)
     wait_port(port)
 

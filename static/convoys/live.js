@@ -33,7 +33,10 @@
     state.socket = ws;
     ws.onopen = () => { state.attempt = 0; setLive("live", true); };
     ws.onmessage = (msg) => handle(JSON.parse(msg.data));
-    ws.onclose = () => {
+    ws.onclose = (closed) => {
+      // 4401: the session no longer signs this user in (logged out, password changed,
+      // deactivated): reload, which leads to the login page, rather than knock forever.
+      if (closed.code === 4401) { setLive("signed out", false); location.reload(); return; }
       setLive("reconnecting", false);
       const delay = Math.min(30000, 500 * 2 ** state.attempt) * (0.5 + Math.random());
       state.attempt += 1;
