@@ -5,9 +5,14 @@
 `{convoy}` and `{worker}` are replaced in each argument, each exactly once (a value holding
 `{rig}` stays literal); an argument that only starts with '-' because of a value (a bead id
 or rig like `--output=FILE`) is refused, never passed as an option; exit 0 is success.
+A template that runs a shell or a remote one (`sh -c '…'`, `ssh host …`, `sudo bash -c …`:
+any word naming one of SHELLS) is refused unless CONVOY_DISPATCH_SHELL is on; then every
+value is quoted with `shlex.quote`, for one level of shell: write placeholders bare, never
+inside quotes of the shell's own command (`sh -c 'gt sling {bead}'`, not `"… '{bead}'"`).
 A dotted path names any class with the same `dispatch` method.
 """
 
+import os
 import re
 import shlex
 import subprocess
@@ -39,20 +44,45 @@ class BuiltinDispatcher:
 
 
 PLACEHOLDER = re.compile(r"\{(bead|rig|convoy|worker|)\}")
+# Programs that read their arguments as shell code, here or on another host.
+SHELLS = frozenset(
+    "sh bash dash zsh ksh mksh ash yash csh tcsh fish busybox eval ssh rsh autossh mosh su".split()
+)
+
+
+def shell_in(template_args: list[str]) -> str | None:
+    """The first word of the template naming a shell (by its file name), or None."""
+    for arg in template_args:
+        if os.path.basename(arg) in SHELLS:
+            return arg
+    return None
 
 
 class CommandDispatcher:
     name = "command"
     max_output = 10_000
 
-    def __init__(self, template: str | None = None, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        template: str | None = None,
+        timeout: float | None = None,
+        shell: bool | None = None,
+    ) -> None:
         self.template = template if template is not None else settings.CONVOY_DISPATCH_COMMAND
         self.timeout = timeout if timeout is not None else settings.CONVOY_DISPATCH_TIMEOUT
+        self.shell_allowed = shell if shell is not None else settings.CONVOY_DISPATCH_SHELL
         if not self.template.strip():
             raise ValueError("CONVOY_DISPATCHER=command needs CONVOY_DISPATCH_COMMAND")
+        self.tokens = shlex.split(self.template)
+        self.shell = shell_in(self.tokens)
 
     def argv(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> list[str]:
         """The command's arguments; ValueError when a value would turn one into an option."""
+        if self.shell and not self.shell_allowed:
+            raise ValueError(
+                f"refusing CONVOY_DISPATCH_COMMAND: it runs a shell ({self.shell[:40]!r}); "
+                "set CONVOY_DISPATCH_SHELL=1 to allow it, every value then shell-quoted"
+            )
         values = {
             "bead": bead_id,
             "": bead_id,
@@ -60,8 +90,10 @@ class CommandDispatcher:
             "convoy": convoy_id or "",
             "worker": worker or "",
         }
+        if self.shell:
+            values = {key: shlex.quote(value) for key, value in values.items()}
         args = []
-        for token in shlex.split(self.template):
+        for token in self.tokens:
             arg = PLACEHOLDER.sub(lambda match: values[match[1]], token)  # one pass
             if arg.startswith("-") and not token.startswith("-"):
                 raise ValueError(

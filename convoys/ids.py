@@ -11,10 +11,13 @@ breaks an exit or fools a reader:
   decimal digits and '-', '.', '_'; the first is a letter or a digit (no option-like '-x', no
   '.' or '..' path segment); Unicode NFC, so two ids that look the same are the same id.
   No '/', ':', space, quote, '$', '{', '<' or other punctuation.
-- names (rigs, assignees, workers): free text up to their column length, but not starting
+- rig names and route prefixes reach the dispatch command (a rig also starts every worker's
+  name), maybe through a shell: ASCII letters, digits and '-', '.', '_' only, the first a
+  letter or a digit (so no '/', '.' or '..', no option, nothing a shell reads). A prefix ends
+  with '-'.
+- names (assignees, workers): free text up to their column length, but not starting
   with '-' (never an option in a dispatcher's argv) and without control or format characters
-  (NUL, newlines, bidirectional overrides) or lone surrogates. A rig name is one path
-  component: no '/', not '.' or '..'.
+  (NUL, newlines, bidirectional overrides) or lone surrogates.
 - text (titles, descriptions, reasons, any stored string): anything but NUL (PostgreSQL stores
   none) and lone surrogates (not encodable as UTF-8).
 
@@ -37,6 +40,7 @@ ID_PUNCTUATION = "-._"
 # private use, unassigned, line and paragraph separators.
 FORBIDDEN_IN_NAMES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
 PLAIN_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*")  # every real id: checked without a loop
+SAFE_NAME_CHARACTERS = "letters, digits, '-', '.' and '_' only"
 
 
 def _describe(char: str) -> str:
@@ -76,10 +80,7 @@ def id_problem(value: object, max_length: int = BEAD_ID_MAX) -> str | None:
         return f"must start with a letter or a digit, not {_describe(value[0])}"
     for char in value:
         if not _in_id(char):
-            return (
-                f"character {_describe(char)} is not allowed "
-                "(letters, digits, '-', '.' and '_' only)"
-            )
+            return f"character {_describe(char)} is not allowed ({SAFE_NAME_CHARACTERS})"
     if not unicodedata.is_normalized("NFC", value):
         return "must be in Unicode normal form NFC"
     return None
@@ -109,17 +110,24 @@ def name_problem(value: object, max_length: int = NAME_MAX) -> str | None:
     return _control_problem(value)
 
 
-def rig_name_problem(value: str) -> str | None:
-    problem = name_problem(value, RIG_NAME_MAX)
-    if problem:
-        return problem
-    if not value.strip():
+def safe_name_problem(value: object, max_length: int) -> str | None:
+    """Rig names and route prefixes: what may reach a command, even one run by a shell."""
+    if not isinstance(value, str):
+        return "expected a string"
+    if not value:
         return "must not be empty"
-    if "/" in value:
-        return "must not contain '/' (a rig is one path component)"
-    if value in (".", ".."):
-        return f"must not be {value!r}"
-    return None
+    if len(value) > max_length:
+        return f"is {len(value)} characters long (at most {max_length})"
+    if PLAIN_ID.fullmatch(value):
+        return None
+    if not (value[0].isascii() and value[0].isalnum()):
+        return f"must start with a letter or a digit, not {_describe(value[0])}"
+    char = next(c for c in value if not (c.isascii() and (c.isalnum() or c in ID_PUNCTUATION)))
+    return f"character {_describe(char)} is not allowed (ASCII {SAFE_NAME_CHARACTERS})"
+
+
+def rig_name_problem(value: str) -> str | None:
+    return safe_name_problem(value, RIG_NAME_MAX)
 
 
 def route_path_problem(path: str) -> str | None:
@@ -141,7 +149,7 @@ def route_path_problem(path: str) -> str | None:
 
 
 def route_prefix_problem(value: str) -> str | None:
-    problem = id_problem(value, ROUTE_PREFIX_MAX)
+    problem = safe_name_problem(value, ROUTE_PREFIX_MAX)
     if problem:
         return problem
     if not value.endswith("-"):

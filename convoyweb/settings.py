@@ -294,6 +294,9 @@ else:
 CONVOY_DISPATCHER = os.environ.get("CONVOY_DISPATCHER", "builtin")
 CONVOY_DISPATCH_COMMAND = os.environ.get("CONVOY_DISPATCH_COMMAND", "")
 CONVOY_DISPATCH_TIMEOUT = env_float("CONVOY_DISPATCH_TIMEOUT", 30.0)
+# A dispatch command that runs a shell (sh -c, ssh …) is refused unless this is on; then every
+# value substituted into it is shell-quoted (convoys/dispatchers.py).
+CONVOY_DISPATCH_SHELL = env_bool("CONVOY_DISPATCH_SHELL", False)
 CONVOY_FEED_INTERVAL = env_float("CONVOY_FEED_INTERVAL", 5.0)
 # A close feeds every bead it made ready, up to max in flight and the town cap (FILL); ONE
 # feeds one per close, as the original does, and leaves the rest to the scans.

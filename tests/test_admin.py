@@ -441,9 +441,10 @@ def test_rig_added_and_its_state_changed(editor):
 
 def test_a_rig_name_that_would_be_an_option_is_a_form_error(editor):
     data = page_data(editor, "/admin/convoys/rig/add/")
-    data.update({"name": "-rf", "state": "active"})
-    errors = form_errors(editor.post("/admin/convoys/rig/add/", data))
-    assert any("must not start with '-'" in e for e in errors)
+    for name, says in (("-rf", "must start with a letter or a digit"), ("a;b", "';'")):
+        data.update({"name": name, "state": "active"})
+        errors = form_errors(editor.post("/admin/convoys/rig/add/", data))
+        assert any(says in e for e in errors), errors
     assert not Rig.objects.exists() and not Event.objects.exists()
 
 
@@ -478,7 +479,9 @@ def test_route_upsert_reroutes_the_prefix_beads_with_events(editor):
     [
         ("zz", "zoo", "must end with '-'"),
         ("zz-", "-rf/mayor", "must not start with '-'"),
-        ("zz-", "../etc", "must not be '..'"),
+        ("zz-", "../etc", "must start with a letter or a digit, not '.'"),
+        ("zz-", "zoo;reboot/mayor", "character ';'"),
+        ("z$(id)-", "zoo", "character '$'"),
     ],
 )
 def test_a_route_the_rules_refuse_is_a_form_error(editor, prefix, path, says):
