@@ -13,6 +13,7 @@ environment:
   PORT=9000        another port (default 8000)
   CONVOY_SWARM=0   no simulated workers
   DATABASE_URL     another database (default: convoyweb.sqlite3 here)
+  DEBUG=1          Django's debug pages (default 0)
 To follow a real town instead of the demo, see README.md ("Following a real town").
 USAGE
   exit 0;;
@@ -21,7 +22,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e .
-export DEBUG=${DEBUG:-1}
+export DEBUG=${DEBUG:-0}  # the debug page only when asked (DEBUG=1); WhiteNoise serves static
 .venv/bin/python manage.py migrate --noinput -v0
 .venv/bin/python manage.py collectstatic --noinput -v0
 .venv/bin/python manage.py demo "$@"

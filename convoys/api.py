@@ -6,7 +6,6 @@ than DRF for an API of this size. Workers and tools use `Authorization: Bearer <
 (`manage.py tokens create`); browsers use their session (with CSRF).
 """
 
-import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import wraps
@@ -15,12 +14,13 @@ from typing import Annotated, Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig
-from django.db import DataError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema, Swagger
 from ninja.errors import HttpError, ValidationError
 from ninja.params.functions import Query as query  # what ninja.Query(...) calls, typed for mypy
+from ninja.parser import Parser
 from ninja.security import HttpBearer, django_auth
 from pydantic import (
     AfterValidator,
@@ -33,10 +33,12 @@ from pydantic import (
 
 from . import causes, selectors
 from .models import ApiToken, Bead, Convoy, SourcedRecord
+from .parsing import NotJson, json_document
 from .services import beads as bead_service
 from .services import controls, escalation, feeding, launch, staging
 from .services.errors import NotFound, ServiceError
 from .services.tokens import digest
+from .web import database_unavailable
 
 
 class BearerToken(HttpBearer):
@@ -63,6 +65,14 @@ def docs_need_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
     return guarded
 
 
+class JsonBody(Parser):
+    """Request bodies read by the one rule for JSON from clients (convoys/parsing.py): a body
+    nested 100,000 deep is refused, not a RecursionError."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return json_document(request.body)
+
+
 # Swagger UI from ninja's own static files ("ninja" in INSTALLED_APPS): no CDN, works offline
 # and under the Content Security Policy. No online validator badge: on any host but localhost
 # it would load an image from validator.swagger.io, telling it where our schema is.
@@ -73,6 +83,7 @@ api = NinjaAPI(
     urls_namespace="api",
     docs=Swagger(settings={"validatorUrl": None}),
     docs_decorator=docs_need_login,
+    parser=JsonBody(),
 )
 
 
@@ -80,6 +91,15 @@ api = NinjaAPI(
 def api_not_found(request: HttpRequest) -> JsonResponse:
     """A path under /api/ that names no operation (an empty id, a '/' in one)."""
     return JsonResponse({"detail": f"no API operation at {request.path[:200]}"}, status=404)
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # As ninja answers, and for a body it cannot read ("Cannot parse request body") why not.
+    detail = str(exc)
+    if isinstance(exc.__cause__, NotJson):
+        detail = f"{detail}: {exc.__cause__}"
+    return api.create_response(request, {"detail": detail}, status=exc.status_code)
 
 
 @api.exception_handler(NotFound)
@@ -92,6 +112,17 @@ def refused_by_database(request: HttpRequest, exc: DataError) -> HttpResponse:
     # A value the database cannot store (a NUL byte on PostgreSQL, say): the statement failed
     # inside its transaction, so nothing was written.
     return api.create_response(request, {"detail": f"invalid input: {exc}".strip()}, status=400)
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def database_unreachable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # The database is down: 503 in this API's shape, with DEBUG on too (ninja would answer
+    # its traceback). Any other error of the database is a bug, raised as it was.
+    response = database_unavailable(request, exc)
+    if response is None:
+        raise exc
+    return response
 
 
 @api.exception_handler(RequestDataTooBig)
@@ -491,13 +522,15 @@ def no_body(request: HttpRequest) -> None:
         body = {} if not (request.POST or request.FILES) else None
     elif raw := request.body.strip():
         try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
+            body = json_document(raw)
+        except NotJson as exc:
+            body = exc
     else:
         body = {}
     if body != {}:
         msg = "this operation takes no body (send nothing or {})"
+        if isinstance(body, NotJson):
+            msg += f"; this one is {body}"
         raise ValidationError([{"loc": ["body"], "msg": msg, "type": "extra_forbidden"}])
 
 

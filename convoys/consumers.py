@@ -50,6 +50,7 @@ from django.contrib.auth.models import AbstractUser
 from . import relay, revocation
 from .events import last_seq
 from .models import Event
+from .parsing import NotJson, json_document, whole_number
 from .wsgate import quick_read, session_user
 
 log = logging.getLogger("convoys.live")
@@ -215,9 +216,9 @@ def parse_frame(text: str | None) -> dict[str, Any]:
     if len(text) > MAX_FRAME:
         raise BadFrame(f"frame of {len(text)} characters (at most {MAX_FRAME})")
     try:
-        message = json.loads(text)
-    except ValueError:
-        raise BadFrame("not JSON") from None
+        message = json_document(text)
+    except NotJson as exc:
+        raise BadFrame(str(exc)) from None
     if not isinstance(message, dict):
         raise BadFrame("not a JSON object")
     kind = message.get("type")
@@ -288,8 +289,9 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
         self.recheck_timer = asyncio.get_running_loop().create_task(self.recheck_every())
         await self.send_json({"type": "hello", "seq": head, "topics": sorted(followed)})
         since = query.get("since", [""])[0]
-        if since.isascii() and since.isdigit() and len(since) < 19:
-            await self.replay_from(int(since), head, checked=True)
+        number = whole_number(since)
+        if number is not None:
+            await self.replay_from(number, head, checked=True)
 
     async def replay_from(self, since: int, head: int, checked: bool = False) -> None:
         if since > head:  # drawn from another log (the database was replaced): reload

@@ -18,6 +18,8 @@ from django.template.backends.django import Template as BackendTemplate
 from django.template.loader import get_template
 from django.utils.cache import patch_vary_headers
 
+from .parsing import whole_number
+
 UNREAD = "unread"
 
 
@@ -46,9 +48,8 @@ def since(request: HttpRequest) -> int | None:
     for a request that is not live, draw the whole page)."""
     if not is_live(request):
         return None
-    value = request.headers.get("X-Live-Since", "")
-    # A sequence number is a bigint: anything else (or too long for one) means "everything".
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
+    # A sequence number is a bigint: anything else (or too big for one) means "everything".
+    return whole_number(request.headers.get("X-Live-Since"))
 
 
 def respond(

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from . import selectors, snapshots, timeline
 from .events import last_seq
 from .models import Convoy
+from .parsing import whole_number
 from .services import visits
 from .web import AuthenticatedHttpRequest, viewer
 
@@ -25,10 +26,10 @@ def _convoy(convoy_id: str) -> Convoy:
 
 def _number(value: str | None, name: str) -> int | JsonResponse:
     """The whole number in `value`, or the 400 answer saying it is not one."""
-    value = (value or "").strip()
-    if not (value.isascii() and value.isdigit() and len(value) < 19):
+    number = whole_number(value)
+    if number is None:
         return JsonResponse({"detail": f"{name} must be a whole number ≥ 0"}, status=400)
-    return int(value)
+    return number
 
 
 @require_GET

@@ -39,6 +39,7 @@ from .models import (
     TrackedBead,
     Worker,
 )
+from .parsing import whole_number
 from .readiness import blocked_by, is_ready, ready_beads
 from .rows import Changes as Changes  # and changes_since: re-exported, views read them here
 from .rows import (
@@ -711,9 +712,9 @@ def _overview_drawn(
     ones always)."""
     opened = []
     for part in params.get("open", "").split(","):
-        if part.isascii() and part.isdigit() and 1 <= int(part) <= len(waves):
-            if int(part) not in opened:
-                opened.append(int(part))
+        number = whole_number(part)
+        if number is not None and 1 <= number <= len(waves) and number not in opened:
+            opened.append(number)
     opened = opened[:OPEN_MAX]
     whole = set(opened)
     if frontier:
@@ -1147,9 +1148,8 @@ def band_window(
 
 def _page_number(value: str | None, pages: int, default: int) -> int:
     """A 1-based page number from a query parameter (anything else: `default`), clamped."""
-    value = value or ""
-    number = int(value) if value.isascii() and value.isdigit() and len(value) < 9 else default
-    return min(max(number, 1), pages)
+    number = whole_number(value)
+    return min(max(default if number is None else number, 1), pages)
 
 
 def _wave_rows(

@@ -13,6 +13,7 @@ from django.db.models.fields.json import KT
 from . import dag as dagmod
 from . import history
 from .models import Convoy, ConvoyVisit, Event, TrackedBead
+from .parsing import whole_number
 from .rows import Changes, TrackedRow
 from .selectors import COLLAPSE_AT, OVERVIEW_AT, SEGMENTS, ConvoyPage, _wave_rows, bead_url_maker
 from .snapshots import Snapshot, carried, memo
@@ -124,9 +125,8 @@ def gantt(
     events of the drawn beads its events touched and counts the events after it, carries it
     exactly."""
     numbers = sorted({w["number"] for w in page.waves})
-    chosen = params.get("twave", "")
-    wave = int(chosen) if chosen.isdigit() and int(chosen) in numbers else None
-    if wave is None:
+    wave = whole_number(params.get("twave"))
+    if wave not in numbers:
         wave = page.frontier or (numbers[-1] if numbers else None)
     members = [i for i, n in page.wave_of.items() if n == wave]
     shown = members[:GANTT_ROWS]

@@ -29,6 +29,7 @@ from .models import (
     Notification,
     Subscription,
 )
+from .parsing import whole_number
 from .services import beads as bead_service
 from .services import capacity, escalation, feeding, launch, notify, staging
 from .services import convoys as convoy_service
@@ -385,8 +386,7 @@ def stranded(request: HttpRequest) -> HttpResponse:
 
 
 def _deps_page(request: HttpRequest) -> int:
-    raw = request.GET.get("deps", "")
-    return int(raw) if raw.isascii() and raw.isdigit() and 0 < len(raw) < 7 and int(raw) else 1
+    return whole_number(request.GET.get("deps"), most=999_999) or 1
 
 
 @viewer
@@ -436,7 +436,7 @@ def bead_action(request: HttpRequest, bead_id: str, action: str) -> HttpResponse
 def inbox(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
         ids = request.POST.getlist("id")  # none: all; ids that are not row numbers are ignored
-        wanted = [int(i) for i in ids if i.isascii() and i.isdigit() and len(i) < 19]
+        wanted = [n for n in map(whole_number, ids) if n is not None]
         notify.mark_read(request.user, wanted if ids else None)
         return redirect("inbox")
     context = _base(request)

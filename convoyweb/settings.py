@@ -101,6 +101,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # After WhiteNoise: static files keep their own caching; everything else a signed-in user
+    # is answered is never stored.
+    "convoyweb.middleware.NoStoreWhenSignedIn",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -108,6 +111,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
+    "convoyweb.middleware.DatabaseUnavailable",
     # Last, as its documentation asks: it answers a locked-out login attempt.
     "axes.middleware.AxesMiddleware",
 ]
@@ -161,10 +165,20 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     # A connection attempt gives up after this long instead of waiting forever (a thread
     # stuck in connect held a test run open after its last test).
-    _db["OPTIONS"] = {"connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 10, minimum=1)}
+    connect_timeout = env_int("DATABASE_CONNECT_TIMEOUT", 10, minimum=1)
+    _db["OPTIONS"] = {"connect_timeout": connect_timeout}
     # Persistent connections leak under ASGI: CONN_MAX_AGE stays 0; use the pool instead.
     if env_bool("DATABASE_POOL", False):
-        _db["OPTIONS"]["pool"] = {"min_size": 1, "max_size": env_int("DATABASE_POOL_SIZE", 10)}
+        _db["OPTIONS"]["pool"] = {
+            "min_size": 1,
+            "max_size": env_int("DATABASE_POOL_SIZE", 10),
+            # A request waits for a connection no longer than a connection attempt may take
+            # (the pool's own default is 30 s): a database outage is a prompt 503.
+            "timeout": connect_timeout,
+        }
+        # Each connection is checked as the pool hands it out: after an outage the dead ones
+        # are replaced, not handed to the next requests.
+        _db["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -195,16 +209,23 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
-# --- Security (production values through the environment) ---------------------------------------
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+# --- Security: on by default in production (each can be turned off by its own variable) --------
+# Behind a proxy that terminates TLS, set SECURE_PROXY_SSL_HEADER=1 (the proxy sends
+# X-Forwarded-Proto) or SECURE_SSL_REDIRECT=0: the redirect would otherwise loop.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", PRODUCTION)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", PRODUCTION)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", PRODUCTION)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if PRODUCTION else 0, 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+# Never by default: a preload list entry is a months-long commitment for the whole domain
+# that only its operator can make, so the check asking for it (W021) is silenced.
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
 if env_bool("SECURE_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 USE_X_FORWARDED_HOST = env_bool("USE_X_FORWARDED_HOST", False)
+# Error pages (the debug page included) never show a database or Redis URL or password.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "convoyweb.reporting.HideConnectionSecrets"
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"

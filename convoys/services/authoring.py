@@ -12,6 +12,7 @@ from typing import NamedTuple
 from django.db import transaction
 
 from ..models import SLINGABLE_TYPES, Bead, Route
+from ..parsing import whole_number
 from . import beads
 from .errors import ServiceError
 
@@ -61,14 +62,15 @@ def parse_children(text: str | None) -> list[Child]:
             if not after.lower().startswith("after "):
                 raise ServiceError(f"line {number}: write '| after 1, 2' after the title")
             for ref in after[6:].replace(",", " ").split():
-                if ref.isdigit():
-                    if not 1 <= int(ref) < number:
+                if ref.isdigit():  # any digits name a line: `after ²` is refused as one
+                    line = whole_number(ref, most=number - 1)
+                    if line is None or line < 1:
                         raise ServiceError(
-                            f"line {number}: 'after {ref}' must name an earlier line (1..{number - 1})"
+                            f"line {number}: 'after {ref[:20]}' must name an earlier line (1..{number - 1})"
                             if number > 1
                             else f"line {number}: the first child cannot wait for a line"
                         )
-                    child.after_lines.append(int(ref))
+                    child.after_lines.append(line)
                 else:
                     child.after_beads.append(ref)
         child.after_lines = list(dict.fromkeys(child.after_lines))

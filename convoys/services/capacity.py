@@ -43,6 +43,7 @@ from ..models import (
     TownSetting,
     TrackedBead,
 )
+from ..parsing import whole_number
 from ..readiness import ready_beads, worker_dead
 from .breaker import recent_failures
 from .errors import ServiceError
@@ -92,11 +93,12 @@ def cap_source() -> tuple[int, CapOrigin]:
 def parse_cap(text: object) -> int:
     """A cap typed by an operator: a whole number from 0 (unlimited) to CAP_LIMIT."""
     text = str(text).strip()
-    if not (text.isascii() and text.isdigit()) or int(text) > CAP_LIMIT:
+    cap = whole_number(text, most=CAP_LIMIT)
+    if cap is None:
         raise ServiceError(
             f"cap: a whole number from 0 (unlimited) to {CAP_LIMIT:,} ({text[:40]!r} given)"
         )
-    return int(text)
+    return cap
 
 
 def override(value: object, *, actor: str) -> CapChange:

@@ -17,6 +17,7 @@ from django.utils import timezone
 from .. import bulk, formatting
 from .. import dag as dagmod
 from ..events import record
+from ..ids import text_problem
 from ..models import (
     CONVOY_OPEN,
     DONE_STATUSES,
@@ -108,6 +109,8 @@ def classify(ids: Sequence[str]) -> Classified:
     for arg in ids:
         if arg.startswith("-"):
             raise ServiceError(f'invalid bead ID "{arg}": looks like a CLI flag, not a bead ID')
+        if problem := text_problem(arg):  # no row holds one; PostgreSQL cannot even look
+            raise ServiceError(f"invalid bead ID {arg[:40]!r}: {problem}")
     unique = sorted(set(ids))
     convoys = Convoy.objects.in_bulk(unique)
     beads = Bead.objects.in_bulk([i for i in unique if i not in convoys])
