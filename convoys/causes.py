@@ -15,9 +15,6 @@ holds, in this order, is the cause:
   cooling-down          a dispatch failed within CONVOY_RETRY_COOLDOWN (until when)
   waiting-for-capacity  ready, but its convoy is at its max in flight (position in its queue)
                         or the town is at CONVOY_MAX_IN_FLIGHT (position in the town queue)
-  unknown-outcome       claimed, but the dispatch's outcome was never recorded and its worker
-                        has not reported since (the process died mid-dispatch): the catch-up
-                        releases it after the dispatch timeout (services.dispatch.resolve_unknown)
   working               a live worker holds it (worker, last seen)
   dead-worker           its worker is silent: a stranded scan rescues it, one bead per convoy
                         per scan (the next scan: by when)
@@ -98,7 +95,6 @@ KINDS = (
     "circuit-broken",
     "cooling-down",
     "waiting-for-capacity",
-    "unknown-outcome",
     "working",
     "dead-worker",
     "ready",
@@ -141,8 +137,6 @@ class Facts:
     worker_dead: bool = False
     dead_since: datetime | None = None
     rescue_by: datetime | None = None  # the latest the next stranded scan runs
-    # When its worker was claimed with no outcome recorded and no heartbeat since.
-    unknown_since: datetime | None = None
     feeders: list[str] = field(default_factory=list)  # open, unpaused convoys that feed it
     staged: list[str] = field(default_factory=list)  # staged convoys tracking it
 
@@ -234,14 +228,6 @@ def decide(facts: Facts) -> Cause:
         }
     if facts.ready and facts.capacity:
         return {"kind": "waiting-for-capacity", **facts.capacity}
-    if not facts.ready and facts.unknown_since is not None:
-        return {
-            "kind": "unknown-outcome",
-            "worker": row.assignee,
-            "since": facts.unknown_since,
-            "text": f"sent to {row.assignee}, no outcome recorded and no heartbeat yet: "
-            "released after the dispatch timeout",
-        }
     if not facts.ready:
         # Readiness refuses it and none of the above holds: a live worker has it.
         return {
@@ -267,13 +253,6 @@ def decide(facts: Facts) -> Cause:
     else:
         text = "no open convoy feeds it: sling it"
     return {"kind": "ready", "convoys": facts.feeders, "text": text}
-
-
-def _unknown_since(claimed_at: datetime | None, worker_seen: datetime | None) -> datetime | None:
-    """When the claim of a bead's worker has had no outcome and no heartbeat since, else None."""
-    if claimed_at is None or (worker_seen is not None and worker_seen > claimed_at):
-        return None
-    return claimed_at
 
 
 def word(kind: str) -> str:
@@ -520,11 +499,6 @@ def load(
     cooldown = timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
     timeout = timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
     rescue_by = now + timedelta(seconds=settings.CONVOY_STRANDED_INTERVAL)
-    unresolved = dict(
-        Dispatch.objects.filter(
-            bead_id__in=[i for i, (r, _) in rows.items() if r.assignee], ok__isnull=True
-        ).values_list("worker", "created_at")
-    )
 
     facts = {}
     for bead_id in wanted:
@@ -550,7 +524,6 @@ def load(
             # Readiness counts silence from the last heartbeat, else from the last update.
             dead_since=(worker_seen or updated_at) + timeout if is_dead else None,
             rescue_by=rescue_by if is_dead else None,
-            unknown_since=_unknown_since(unresolved.get(row.assignee), worker_seen),
         )
     capped = {}
     for bead_id, convoy_id, status, paused_at, by, reason, limit in links:

@@ -15,10 +15,9 @@ a claim takes the town lock first, then counts the beads in flight in its own tr
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TypedDict
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -314,60 +313,3 @@ def dispatch(
     if won is None:
         return None
     return run(won, dispatcher)
-
-
-class Resolved(TypedDict):
-    started: list[str]  # beads whose worker reported after the claim: the dispatch reached it
-    released: list[str]  # beads whose dispatch has no outcome past the cutoff: ready again
-
-
-def unknown_cutoff(now: datetime) -> datetime:
-    """Claims older than this with no recorded outcome cannot still be running: the command is
-    killed at CONVOY_DISPATCH_TIMEOUT, so twice that means the process that claimed died."""
-    return now - timedelta(seconds=2 * settings.CONVOY_DISPATCH_TIMEOUT)
-
-
-def resolve_unknown(now: datetime | None = None) -> Resolved:
-    """Settle the dispatches whose outcome was never recorded (the web process or the cluster
-    was killed between claim and record). A worker's heartbeat after the claim proves the
-    dispatch reached it: recorded ok. Past the cutoff with no heartbeat the claim is released
-    like a failed dispatch (`dispatch.failed`), so the bead is ready again and is dispatched
-    once more by the feeders. Until then the bead shows as "unknown outcome"."""
-    now = now or timezone.now()
-    resolved: Resolved = {"started": [], "released": []}
-    pending = Dispatch.objects.filter(ok__isnull=True).order_by("pk")
-    seen = dict(
-        Worker.objects.filter(name__in=pending.values("worker")).values_list("name", "last_seen")
-    )
-    for attempt in pending.filter(created_at__lt=now):
-        held = Bead.objects.filter(
-            pk=attempt.bead_id, status__in=ACTIVE_WORK_STATUSES, assignee=attempt.worker
-        )
-        claim_ = Claim(
-            attempt.bead_id,
-            str(held.values_list("title", flat=True).first() or ""),
-            attempt.rig or None,
-            attempt.convoy_id,
-            attempt.worker,
-            attempt.path,
-            attempt.pk,
-            "open",
-        )
-        last_seen = seen.get(attempt.worker)
-        if last_seen is not None and last_seen > attempt.created_at:
-            if Dispatch.objects.filter(pk=attempt.pk, ok__isnull=True).update(ok=True):
-                resolved["started"].append(attempt.bead_id)
-        elif attempt.created_at < unknown_cutoff(now):
-            if not held.exists():  # the bead moved on (closed, taken over): nothing to release
-                Dispatch.objects.filter(pk=attempt.pk, ok__isnull=True).update(
-                    ok=False, error=UNKNOWN_OUTCOME_GONE
-                )
-                continue
-            _record(claim_, Outcome(False, UNKNOWN_OUTCOME_RELEASED), time.monotonic())
-            resolved["released"].append(attempt.bead_id)
-    return resolved
-
-
-UNKNOWN_OUTCOME = "unknown outcome"
-UNKNOWN_OUTCOME_RELEASED = "unknown outcome: no worker heartbeat within the dispatch timeout"
-UNKNOWN_OUTCOME_GONE = "unknown outcome: the bead had moved on"

@@ -67,7 +67,6 @@ class CatchUp(TypedDict, total=False):
     handled: list[int]  # close events handled
     position: int
     dispatched: list[str]  # with a town cap: beads fed into slots no event freed
-    unknown_outcome: "dispatch.Resolved"  # dispatches with no recorded outcome, settled
 
 
 class ScanSummary(TypedDict, total=False):
@@ -259,9 +258,6 @@ def catch_up(batch: int = 1000) -> CatchUp:
             "handled": handled,
             "position": events[-1][0] if events else cursor.position,
         }
-        unknown = dispatch.resolve_unknown()
-        if unknown["started"] or unknown["released"]:
-            summary["unknown_outcome"] = unknown
         if capacity.cap():
             # Slots freed by no event (a worker found dead, the cap raised) are filled here.
             summary["dispatched"] = [r["id"] for r in feed_town("event")]
