@@ -45,17 +45,14 @@ class DatabaseUnavailable:
 class RefuseNul:
     """A query or form value with a NUL character is refused with a 400 naming the field:
     PostgreSQL cannot store or even compare such text (a 500 deep in a view or the admin's
-    search otherwise). The API (/api/) checks its parameters and bodies with its own field
-    types, and answers in its own format."""
+    search otherwise). JSON bodies are checked by the API's own field types."""
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/"):
-            return self.get_response(request)
         fields = [request.GET]
-        if request.method == "POST":
+        if request.method == "POST" and not request.path.startswith("/api/"):
             fields.append(request.POST)
         for values in fields:
             for name, items in values.lists():
