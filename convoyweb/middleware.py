@@ -4,7 +4,7 @@
 from collections.abc import Callable
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_cache_control
 
 from convoys.web import database_unavailable
@@ -40,25 +40,3 @@ class DatabaseUnavailable:
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         return database_unavailable(request, exception)
-
-
-class RefuseNul:
-    """A query or form value with a NUL character is refused with a 400 naming the field:
-    PostgreSQL cannot store or even compare such text (a 500 deep in a view or the admin's
-    search otherwise). JSON bodies are checked by the API's own field types."""
-
-    def __init__(self, get_response: Handler) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        fields = [request.GET]
-        if request.method == "POST" and not request.path.startswith("/api/"):
-            fields.append(request.POST)
-        for values in fields:
-            for name, items in values.lists():
-                if "\x00" in name or any("\x00" in item for item in items):
-                    shown = name.replace("\x00", "\\0")[:40]
-                    return HttpResponseBadRequest(
-                        f"field '{shown}' contains a NUL character", content_type="text/plain"
-                    )
-        return self.get_response(request)
