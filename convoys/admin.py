@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ERROR_FLAG, SEARCH_VAR
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
@@ -142,6 +143,16 @@ class SearchAdmin(_ModelAdmin):
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
         return super().get_search_results(request, queryset, filter_text(search_term))
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # A filter value with a NUL matches no row, and PostgreSQL cannot even compare it:
+        # the admin's own answer to an invalid lookup (the list, unfiltered, with ?e=1).
+        filters = [(k, v) for k, vs in request.GET.lists() if k != SEARCH_VAR for v in vs]
+        if any("\x00" in k or "\x00" in v for k, v in filters):
+            return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
+        return super().changelist_view(request, extra_context)
 
 
 class ReadOnlyAdmin(SearchAdmin):

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 from . import formatting, layout, selectors, snapshots, timeline
 from .events import last_seq
 from .fragments import Fragment, respond, since, unread
+from .ids import text_problem
 from .kinds import FEEDING_KINDS, NOTE_KINDS
 from .models import (
     Convoy,
@@ -451,7 +452,8 @@ def subscriptions(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
         convoy = None
         if request.POST.get("convoy"):
-            convoy = Convoy.objects.filter(pk=request.POST["convoy"]).first()
+            wanted = request.POST["convoy"]
+            convoy = None if text_problem(wanted) else Convoy.objects.filter(pk=wanted).first()
             if convoy is None:
                 messages.error(request, f"convoy '{request.POST['convoy']}' not found")
                 return redirect("subscriptions")

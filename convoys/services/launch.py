@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 from django.db import transaction
 
 from .. import dag as dagmod
+from ..ids import text_problem
 from ..models import CONVOY_CLOSED, CONVOY_OPEN, CONVOY_STAGED_WARNINGS, Bead, Convoy, Rig
 from ..readiness import blocked_by, ready_beads
 from . import breaker, capacity, dispatch, staging
@@ -64,7 +65,8 @@ class LaunchResult:
 def launch(
     ids: Sequence[str], *, force: bool = False, actor: str = "cli", title: str | None = None
 ) -> LaunchResult:
-    if len(ids) == 1 and Convoy.objects.filter(pk=ids[0]).exists():
+    # An id no row can hold (a NUL) is refused by name by staging, not looked up here.
+    if len(ids) == 1 and not text_problem(ids[0]) and Convoy.objects.filter(pk=ids[0]).exists():
         convoy = Convoy.objects.get(pk=ids[0])
         if convoy.status == CONVOY_OPEN:
             raise ServiceError(f"convoy {convoy.id} is already launched")
