@@ -47,6 +47,8 @@ class RoundRobin:
         self.ready.set()
         self.loop.run_forever()
         server.close()
+        self.loop.run_until_complete(server.wait_closed())
+        self.loop.close()
 
     async def _handle(self, reader, writer):
         backend = self.backends[self.turn % len(self.backends)]
@@ -75,8 +77,17 @@ class RoundRobin:
         finally:
             sink.close()
 
+    async def _stop(self):
+        """Cancels the connections still open and waits for them, so that no pending task is
+        left for the garbage collector to report in whichever test runs next."""
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.loop.stop()
+
     def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        asyncio.run_coroutine_threadsafe(self._stop(), self.loop)
         self.thread.join(10)
 
 
