@@ -477,13 +477,17 @@ def test_an_interrupted_dispatch_releases_its_claim(routes):
 
 
 def _children_of(pid):
-    """{"web" | "tasks" | "swarm": pid} of `serve`'s children (by their command lines)."""
+    """{"web" | "tasks" | "swarm": pid} of `serve`'s children that run their own program, by
+    their arguments: a child not yet past exec shows serve's own (`--swarm`), a reaped one none."""
     found = {}
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        words = b" ".join(argv)
-        label = "web" if b"daphne" in words else "swarm" if b"swarm" in words else "tasks"
-        found[label] = int(child)
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        for label, word in (("web", b"daphne"), ("swarm", b"swarm"), ("tasks", b"cluster")):
+            if word in argv:
+                found[label] = int(child)
     return found
 
 
@@ -520,6 +524,7 @@ def test_nothing_a_user_does_brings_serve_down(routes):
         time.sleep(3)  # several polls later: still one line, and the swarm still works
         assert output(serve).count("swarm: skipped gt-odd") == 1
         for label in ("swarm", "tasks", "web"):
+            assert wait_for(lambda: len(_children_of(serve.pid)) == 3, timeout=15), output(serve)
             before = _children_of(serve.pid)
             os.kill(before[label], signal.SIGKILL)
             said = f"[{label:<5}] exited with code -9; starting it again in 1 s"
