@@ -49,6 +49,7 @@ from django.contrib.auth.models import AbstractUser
 
 from . import relay, revocation
 from .events import last_seq
+from .ids import group_name
 from .models import Event
 from .parsing import NotJson, json_document, whole_number
 from .wsgate import quick_read, session_user
@@ -92,20 +93,20 @@ def read_db(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
 def _topic_groups(user: AbstractUser, topics: Sequence[str]) -> dict[str, str]:
     """{topic: channel group} for the topics this user may follow (names from
-    relay.group_name): the inbox is the user's own; every other topic needs the `view_convoy`
+    ids.group_name): the inbox is the user's own; every other topic needs the `view_convoy`
     permission."""
     groups = {}
     may_view = user.has_perm("convoys.view_convoy")
     for topic in topics:
         name, _, arg = topic.partition(":")
         if name == "inbox":
-            groups[topic] = relay.group_name("user", user.pk)
+            groups[topic] = group_name("user", user.pk)
         elif not may_view:
             continue
         elif name == "dashboard":
             groups[topic] = relay.DASHBOARD
         elif name in ("convoy", "bead") and arg:
-            groups[topic] = relay.group_name(name, arg)
+            groups[topic] = group_name(name, arg)
     return groups
 
 

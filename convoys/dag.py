@@ -8,9 +8,14 @@ critical path. Behaviour and messages follow reference/gastown-convoy.md §2.
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import networkx as nx
+from .lazy import lazy_module
+
+if TYPE_CHECKING:
+    import networkx as nx
+else:
+    nx = lazy_module("networkx")  # staging and graphs only, not every command's start-up
 
 SLINGABLE_TYPES = frozenset({"task", "bug", "feature", "chore", ""})
 EXECUTION_TYPES = frozenset({"blocks", "conditional-blocks", "waits-for", "merge-blocks"})

@@ -24,6 +24,7 @@ breaks an exit or fools a reader:
 Every `*_problem` function returns why a value is refused, in a few words, or None.
 """
 
+import hashlib
 import re
 import unicodedata
 from urllib.parse import quote
@@ -214,3 +215,14 @@ def quoted_url_segment(value: str) -> str:
     if PLAIN_ID.fullmatch(value):
         return value
     return quote(to_url_segment(value), safe=URL_SAFE)
+
+
+def group_name(kind: str, key: object) -> str:
+    """The channel-layer group of one topic, e.g. `bead.<hash of the bead id>`.
+
+    Channel layers accept only ASCII letters, digits, `-`, `_` and `.` in names shorter than
+    100 characters, while ids may hold any character and be long: the raw key never appears
+    in a name, so no id can make a send raise. 128 bits of BLAKE2b make a collision (which
+    would only send one topic's events to the other's subscribers) practically impossible."""
+    digest = hashlib.blake2b(str(key).encode("utf-8", "surrogatepass"), digest_size=16)
+    return f"{kind}.{digest.hexdigest()}"

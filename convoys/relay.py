@@ -11,7 +11,6 @@ one (every layer drops silently under load) notices and replays from the log.
 """
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .events import last_seq
+from .ids import group_name
 from .models import Cursor, Event
 from .services import leases
 
@@ -37,17 +37,6 @@ TICK_WINDOW = 60.0
 # Errors that mean the layer is away, not that one message is bad.
 UNREACHABLE = (OSError, TimeoutError, RedisConnectionError, RedisTimeoutError)
 _task = None
-
-
-def group_name(kind: str, key: object) -> str:
-    """The channel-layer group of one topic, e.g. `bead.<hash of the bead id>`.
-
-    Channel layers accept only ASCII letters, digits, `-`, `_` and `.` in names shorter than
-    100 characters, while ids may hold any character and be long: the raw key never appears
-    in a name, so no id can make a send raise. 128 bits of BLAKE2b make a collision (which
-    would only send one topic's events to the other's subscribers) practically impossible."""
-    digest = hashlib.blake2b(str(key).encode("utf-8", "surrogatepass"), digest_size=16)
-    return f"{kind}.{digest.hexdigest()}"
 
 
 def groups_for(event: dict[str, Any]) -> list[str]:

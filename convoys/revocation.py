@@ -28,7 +28,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
-from .relay import group_name
+from .ids import group_name
 
 log = logging.getLogger("convoys.live")
 

@@ -5,6 +5,7 @@ broker and the in-memory channel layer. `DATABASE_URL=postgres://…` and `REDIS
 switch to the scale-out stack. The README lists every variable.
 """
 
+import importlib.util
 import logging
 import os
 import tempfile
@@ -81,8 +82,9 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "daphne",
-    "django.contrib.admin",
+    # The admin registers its ModelAdmins when the URLconf loads (convoyweb/urls.py), not at
+    # every command's start-up; `serve` runs daphne itself, so daphne is no app either.
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -93,8 +95,6 @@ INSTALLED_APPS = [
     "django_q",
     "csp",
     "axes",
-    # The API docs page renders with ninja's own templates and static Swagger UI (no CDN).
-    "ninja",
     "convoys",
 ]
 
@@ -126,10 +126,14 @@ ROOT_URLCONF = "convoyweb.urls"
 ASGI_APPLICATION = "convoyweb.asgi.application"
 WSGI_APPLICATION = "convoyweb.wsgi.application"
 
+# The API docs page renders with django-ninja's own template and static Swagger UI (no CDN),
+# found where ninja is installed; "ninja" is no app, so no command pays for importing it.
+NINJA_FILES = Path(importlib.util.find_spec("ninja").origin or "").parent  # type: ignore[union-attr]
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_FILES / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -195,7 +199,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", NINJA_FILES / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -13,6 +13,8 @@ class Favicon(RedirectView):
         return static("convoys/favicon.svg")
 
 
+admin.autodiscover()  # SimpleAdminConfig (convoyweb/settings.py): registered here, once
+
 urlpatterns = [
     path("favicon.ico", Favicon.as_view()),
     path("admin/", admin.site.urls),

@@ -232,7 +232,7 @@ ADMIN_SITE = {
         ("GET", "/admin/r/{bead_ct}/gt-a/", None, (AL, AL, AL, 404, 404)),
         ("POST", "/admin/r/{bead_ct}/gt-a/", {}, (AL, AL, AL, 404, 404)),
     ],
-    "admin/^(?P<app_label>auth|django_q|axes|convoys)/$": [
+    "admin/^(?P<app_label>auth|axes|convoys|django_q)/$": [
         ("GET", "/admin/convoys/", None, (AL, AL, AL, 200, 200)),
         ("POST", "/admin/convoys/", {}, (AL, AL, AL, 200, 200)),
         ("GET", "/admin/auth/", None, (AL, AL, AL, 404, 200)),
@@ -504,7 +504,16 @@ def url_patterns(patterns=None, prefix=""):
         if isinstance(pattern, URLResolver):
             yield from url_patterns(pattern.url_patterns, prefix + str(pattern.pattern))
         else:
-            yield prefix + str(pattern.pattern)
+            yield same_apps_in_any_order(prefix + str(pattern.pattern))
+
+
+def same_apps_in_any_order(route):
+    """The admin's app index lists its apps in the order their admin modules registered."""
+    return re.sub(
+        r"\(\?P<app_label>([^)]*)\)",
+        lambda found: "(?P<app_label>" + "|".join(sorted(found.group(1).split("|"))) + ")",
+        route,
+    )
 
 
 def api_operations():

@@ -8,8 +8,9 @@ from django.contrib.auth.models import Permission, User
 from django.db import transaction
 from django.test import Client
 
-from convoys import events, relay
+from convoys import events
 from convoys.events import last_seq
+from convoys.ids import group_name
 from convoys.models import Event
 from convoys.services import beads, convoys
 
@@ -169,7 +170,7 @@ def test_duplicates_suppressed_and_gap_filled_from_the_log(two_convoys):
         # a change the layer "drops": the relay delivered `second`; now the next message to
         # the group claims to follow seq + 5, so the consumer must fill the gap from the log
         layer = get_channel_layer()
-        group = relay.group_name("convoy", a)
+        group = group_name("convoy", a)
         fake_next = {
             "type": "convoy.event",
             "group": group,

@@ -18,6 +18,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from convoys import consumers, events, relay
+from convoys.ids import group_name
 from convoys.services import convoys
 
 from .factories import bead
@@ -43,11 +44,11 @@ def record(kind, bead_id):
 
 def test_group_names_are_layer_safe_for_any_id():
     for key in [*HOSTILE_IDS, "x" * 5000, "\ud800", 7, ""]:
-        name = relay.group_name("bead", key)
+        name = group_name("bead", key)
         assert name.isascii() and len(name) < 100, name
         assert name.replace(".", "").isalnum()
-    assert relay.group_name("bead", "a") != relay.group_name("convoy", "a")
-    assert relay.group_name("user", 7) == relay.group_name("user", "7")
+    assert group_name("bead", "a") != group_name("convoy", "a")
+    assert group_name("user", 7) == group_name("user", "7")
 
 
 def test_hostile_bead_ids_do_not_stop_live_updates(routes, caplog):
@@ -81,7 +82,7 @@ def test_a_message_the_layer_refuses_is_logged_once_and_skipped(routes, caplog, 
     cookie = session_cookie(make_user("alice"))
     layer = get_channel_layer()
     group_send = layer.group_send
-    refused = relay.group_name("bead", "gt-b")
+    refused = group_name("bead", "gt-b")
 
     async def picky_group_send(group, message):
         if group == refused and message["type"] == "convoy.event":

@@ -15,7 +15,12 @@ class error(CommandError):  # noqa: N801 - printed by Django as "error: <message
 
 
 class ServiceCommand(BaseCommand):
-    """Turns a ServiceError into `error: <message>` on stderr and exit status 1."""
+    """Turns a ServiceError into `error: <message>` on stderr and exit status 1.
+
+    No system checks before each call: agents run these commands by the thousand, and the
+    checks (which load the URLconf, the admin and the API) run in CI and at `serve`."""
+
+    requires_system_checks: list[str] = []
 
     def execute(self, *args: Any, **options: Any) -> str | None:
         try:
