@@ -348,13 +348,20 @@ def test_serve_leaves_a_ticking_cluster_alone(settings, monkeypatch):
     stopping = threading.Event()
 
     def keep_ticking():
-        while not stopping.is_set():
-            leases.acquire("tick:catch-up", "c", ttl=0.08)
-            time.sleep(0.05)
+        from django.db import connection
 
-    threading.Thread(target=keep_ticking).start()
+        try:
+            while not stopping.is_set():
+                leases.acquire("tick:catch-up", "c", ttl=0.08)
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
+    ticking = threading.Thread(target=keep_ticking)
+    ticking.start()
     threading.Timer(2, stopping.set).start()
     command._supervise([("tasks", child)], {"tasks": ["cluster"]}, stopping)
+    ticking.join()
     assert child.signals == []
 
 
@@ -363,3 +370,33 @@ def test_readyz_body_is_json_for_a_load_balancer(settings):
     response = Client().get("/readyz")
     assert response["Content-Type"] == "application/json"
     json.loads(response.content)
+
+
+# --- docs: the Grafana dashboard and docs/metrics.md name the metrics that exist -------------
+def test_grafana_dashboard_and_docs_name_only_exported_metrics(settings):
+    import re
+
+    from .conftest import ROOT
+
+    settings.CONVOY_METRICS_TOKEN = TOKEN
+    exported = set()
+    for family in text_string_to_metric_families(scrape().content.decode()):
+        exported |= {s.name for s in family.samples} | {family.name}
+        if family.type == "counter":  # named with _total even while it has no sample
+            exported.add(family.name + "_total")
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b(?:convoy|process)_[a-z_]+", target["expr"])
+    }
+    assert used and used <= exported, used - exported
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    documented = {d.removesuffix("_total") for d in re.findall(r"`(convoy_[a-z_]+)`", text)}
+    convoy_families = {n for n in exported if n.startswith("convoy_")}
+    # every family is documented (samples of a histogram or counter by their family's name)
+    missing = {
+        n for n in convoy_families if not any(n == d or n.startswith(d + "_") for d in documented)
+    }
+    assert missing == set()
