@@ -400,3 +400,31 @@ def test_grafana_dashboard_and_docs_name_only_exported_metrics(settings):
         n for n in convoy_families if not any(n == d or n.startswith(d + "_") for d in documented)
     }
     assert missing == set()
+
+
+# --- the per-process gauge: open websockets -------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+def test_metrics_count_this_process_open_websockets(settings, routes):
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from convoys import metrics
+
+    from .test_live import communicator, has, make_user, receive_until, session_cookie
+
+    settings.CONVOY_METRICS_TOKEN = TOKEN
+    cookie = session_cookie(make_user("alice"))
+    before = metrics.WEBSOCKETS._value.get()
+
+    def gauge():
+        return samples(scrape())[("convoy_websockets_open", ())]
+
+    async def go():
+        comm = communicator("/ws/live/?topics=dashboard", cookie)
+        connected, _ = await comm.connect()
+        assert connected
+        await receive_until(comm, has("hello"))
+        assert await sync_to_async(gauge)() == before + 1
+        await comm.disconnect()
+
+    async_to_sync(go)()
+    assert gauge() == before
