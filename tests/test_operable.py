@@ -304,6 +304,7 @@ class FakeChild:
         self.returncode = -sig
 
 
+@pytest.mark.slow  # about 2 s: the supervisor's own pace
 @pytest.mark.django_db(transaction=True)
 def test_serve_restarts_a_cluster_that_stopped_ticking(settings, monkeypatch):
     import io
@@ -337,6 +338,7 @@ def test_serve_restarts_a_cluster_that_stopped_ticking(settings, monkeypatch):
     assert "stopped ticking" in command.stderr.getvalue()
 
 
+@pytest.mark.slow  # about 2 s: the supervisor's own pace
 @pytest.mark.django_db(transaction=True)
 def test_serve_leaves_a_ticking_cluster_alone(settings, monkeypatch):
     import io
