@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from .compiled import SHAPES
@@ -47,9 +47,11 @@ from .models import (
     BLOCKING_DEP_TYPES,
     CONVOY_OPEN,
     DONE_STATUSES,
+    MERGED_PREFIX,
     SLINGABLE_TYPES,
     STAGED_STATUSES,
     Bead,
+    BeadFacts,
     Convoy,
     Dependency,
     Dispatch,
@@ -667,3 +669,66 @@ def _town_capacity(facts: dict[str, Facts], now: datetime, cap: int | None = Non
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+# --- town-wide counts (the metrics) ----------------------------------------------------------
+def town_counts(now: datetime | None = None) -> dict[str, int]:
+    """{cause kind: beads} over the unfinished beads the open convoys track, each counted
+    once: `decide`'s ladder as one aggregate query over the rows and the kept read model
+    (`BeadFacts`: readiness, blockers, cooldown), plus one for ids not in the store. Cheap at
+    any size (no bead is read into Python), at the price of two simplifications: a bead
+    waiting for capacity counts as "ready" (its queue position needs the capacity queue), and
+    a pause counts for any bead a live worker does not hold."""
+    now = now or timezone.now()
+    tracked = TrackedBead.objects.filter(convoy__status=CONVOY_OPEN)
+    facts = BeadFacts.objects.filter(bead_id=OuterRef("pk"))
+    # An unfinished blocker that is work (`readiness.target_blocks`): blocked, not gated.
+    work = Bead.objects.filter(pk=OuterRef("depends_on_id"), issue_type__in=SLINGABLE_TYPES)
+    plain = Dependency.objects.filter(
+        issue=OuterRef("pk"), type__in=[t for t in BLOCKING_DEP_TYPES if t != "merge-blocks"]
+    ).filter(Exists(work.exclude(status__in=DONE_STATUSES)))
+    merge = Dependency.objects.filter(issue=OuterRef("pk"), type="merge-blocks").filter(
+        Exists(
+            work.filter(
+                ~Q(status__in=DONE_STATUSES)
+                | (Q(status="closed") & ~Q(close_reason__startswith=MERGED_PREFIX))
+            )
+        )
+    )
+    paused = TrackedBead.objects.filter(bead_id=OuterRef("pk"), convoy__paused_at__isnull=False)
+    beads = (
+        Bead.objects.filter(pk__in=tracked.values("bead_id"))
+        .exclude(status__in=DONE_STATUSES)
+        .annotate(
+            is_ready=Exists(facts.filter(ready=True)),
+            is_blocked=Exists(facts.filter(open_blockers__gt=0)),
+            cooling=Exists(facts.filter(cooldown_until__gt=now)),
+            is_paused=Exists(paused),
+        )
+    )
+    held = Q(status__in=ACTIVE_WORK_STATUSES) & ~Q(assignee="") & Q(is_ready=False)
+    ladder = Case(
+        When(~Q(issue_type__in=SLINGABLE_TYPES), then=Value("not-slingable")),
+        When(~Q(status__in=("open", *ACTIVE_WORK_STATUSES)), then=Value("not-slingable")),
+        When(~Q(status="open") & Q(assignee=""), then=Value("not-slingable")),
+        When(rig__isnull=True, then=Value("not-slingable")),
+        When(Q(is_paused=True) & ~held, then=Value("paused")),
+        When(Q(is_blocked=True) & (Exists(plain) | Exists(merge)), then=Value("blocked")),
+        When(is_blocked=True, then=Value("gated")),
+        When(rig__state=Rig.PARKED, then=Value("rig-parked")),
+        When(rig__state=Rig.DOCKED, then=Value("rig-docked")),
+        When(dispatch_failures__gte=breaker.max_failures(), then=Value("circuit-broken")),
+        When(Q(is_ready=True) & Q(cooling=True), then=Value("cooling-down")),
+        When(is_ready=False, then=Value("working")),
+        When(~Q(assignee=""), then=Value("dead-worker")),
+        default=Value("ready"),
+        output_field=CharField(),
+    )
+    found = dict.fromkeys((k for k in KINDS if k != "waiting-for-capacity"), 0)
+    rows = beads.annotate(cause=ladder).values("cause").annotate(n=Count("pk"))
+    for row in rows.values_list("cause", "n"):
+        found[row[0]] += row[1]
+    found["unknown"] = (
+        tracked.exclude(bead_id__in=Bead.objects.values("pk")).values("bead_id").distinct().count()
+    )
+    return found

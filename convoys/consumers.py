@@ -47,7 +47,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 
-from . import relay, revocation
+from . import metrics, relay, revocation
 from .events import last_seq
 from .ids import group_name
 from .models import Event
@@ -274,6 +274,7 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
             return
         sockets[user.pk] += 1
         self.counted = True
+        metrics.WEBSOCKETS.inc()
         # Joined before the rights are read: a revocation sent after this read reaches the
         # socket, and one sent before it is in what the read sees.
         await self.join_groups()
@@ -366,6 +367,7 @@ class LiveConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels sh
             if timer:
                 timer.cancel()
         if self.counted:
+            metrics.WEBSOCKETS.dec()
             sockets = _limits()["sockets"]
             sockets[self.user.pk] -= 1
             if sockets[self.user.pk] <= 0:

@@ -288,6 +288,8 @@ class Dispatch(models.Model):
     error = models.TextField(blank=True, default="")
     output = models.TextField(blank=True, default="")
     duration_ms = models.FloatField(null=True, blank=True)
+    # A close's feed: from the close event to this claim (the metrics' latency histogram).
+    since_close_ms = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(db_index=True)
 
     class Meta:
@@ -333,6 +335,7 @@ class SyncSource(models.Model):
     taken = models.IntegerField(default=0)
     # Records its last good pass did not take: their ids are local beads or convoys.
     conflicts = models.IntegerField(default=0)
+    seconds = models.FloatField(default=0.0)  # how long its last good pass took
     error = models.TextField(blank=True, default="")
     failing_since = models.DateTimeField(null=True, blank=True)
 

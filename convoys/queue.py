@@ -27,10 +27,21 @@ _brokers: dict[int, Broker] = {}
 def enqueue(func: str, *args: Any, **options: Any) -> Any:
     """`async_task` through this process's broker, now. Left to itself, django-q2 builds a
     broker per task, which on Redis means a new connection (a third of a close's cost)."""
-    pid = os.getpid()  # a forked process builds its own
+    return async_task(func, *args, broker=broker(), **options)
+
+
+def broker() -> Broker:
+    """This process's broker (a forked process builds its own)."""
+    pid = os.getpid()
     if pid not in _brokers:
         _brokers[pid] = get_broker()
-    return async_task(func, *args, broker=_brokers[pid], **options)
+    return _brokers[pid]
+
+
+def length() -> int:
+    """Tasks waiting in the broker's queue (not the ones a worker holds)."""
+    size: int = broker().queue_size()
+    return size
 
 
 def _enqueue_logged(what: str, func: str, *args: Any, **options: Any) -> None:

@@ -15,18 +15,20 @@ import json
 import logging
 import os
 import socket
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
+from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .events import last_seq
 from .ids import group_name
-from .models import Cursor, Event
+from .models import Cursor, Event, Lease
 from .services import leases
 
 log = logging.getLogger("convoys.relay")
@@ -37,6 +39,7 @@ TICK_WINDOW = 60.0
 # Errors that mean the layer is away, not that one message is bad.
 UNREACHABLE = (OSError, TimeoutError, RedisConnectionError, RedisTimeoutError)
 _task = None
+_relay: "Relay | None" = None  # this process's relay (the one `_task` runs)
 
 
 def groups_for(event: dict[str, Any]) -> list[str]:
@@ -193,9 +196,43 @@ class Relay:
 
 def ensure_running() -> asyncio.Task[None]:
     """Start this process's relay once per event loop (called on websocket connect)."""
-    global _task
+    global _task, _relay
     loop = asyncio.get_running_loop()
     if _task is None or _task.done() or _task.get_loop() is not loop:
         shared = "Redis" in type(get_channel_layer()).__name__
-        _task = loop.create_task(Relay(shared).run())
+        _relay = Relay(shared)
+        _task = loop.create_task(_relay.run())
     return _task
+
+
+class Lag(NamedTuple):
+    """How far a relay is behind the event log: events not relayed yet, and the age of the
+    oldest of them in seconds (0 when it is caught up)."""
+
+    events: int
+    seconds: float
+    relay: str  # "process" (this process's, the in-memory layer) or "shared" (the leader's)
+
+
+def lag(now: datetime | None = None) -> Lag | None:
+    """The relay's lag behind the event log, or None when no relay runs: with a shared
+    (Redis) layer, the leader's (its persisted position, while it holds the lease); else this
+    process's (it starts with the first websocket). At most three queries."""
+    now = now or timezone.now()
+    relay = _relay
+    if relay is not None and not relay.shared and _task is not None and not _task.done():
+        position, where = relay.position, "process"
+    else:
+        if not Lease.objects.filter(name="relay", expires_at__gt=now).exists():
+            return None
+        position = Cursor.objects.filter(name="relay").values_list("position", flat=True).first()
+        where = "shared"
+    if position is None:  # started, and not at its first step yet
+        return None
+    head = last_seq()
+    if head <= position:
+        return Lag(0, 0.0, where)
+    oldest = Event.objects.filter(seq__gt=position).order_by("seq").values_list("created_at")
+    first = oldest.first()
+    seconds = max((now - first[0]).total_seconds(), 0.0) if first else 0.0
+    return Lag(head - position, seconds, where)

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import control_views, edit_views, history_views, views
+from . import control_views, edit_views, history_views, ops_views, views
 from .api import api, api_not_found
 from .ids import from_url_segment, to_url_segment
 
@@ -25,6 +25,9 @@ register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("healthz", ops_views.healthz, name="healthz"),
+    path("readyz", ops_views.readyz, name="readyz"),
+    path("metrics", ops_views.metrics_view, name="metrics"),
     path("convoys/<id:convoy_id>/", views.convoy_detail, name="convoy"),
     path("convoys/<id:convoy_id>/pause/", control_views.pause, name="convoy-pause"),
     path("convoys/<id:convoy_id>/resume/", control_views.resume, name="convoy-resume"),

@@ -32,7 +32,7 @@ from .models import (
 )
 from .parsing import whole_number
 from .services import beads as bead_service
-from .services import capacity, escalation, feeding, launch, notify, staging
+from .services import capacity, escalation, feeding, launch, notify, staging, ticker
 from .services import convoys as convoy_service
 from .services.errors import ServiceError
 from .web import VIEW, AuthenticatedHttpRequest, actor, back, viewer
@@ -79,7 +79,7 @@ def _base(request: HttpRequest) -> dict[str, Any]:
 # --- dashboard --------------------------------------------------------------------------------
 @viewer
 def dashboard(request: HttpRequest) -> HttpResponse:
-    context = _base(request)
+    context = _base(request) | {"feeding": _feeding()}
     params = request.GET
     seq = since(request)
     changes = selectors.changes_since(seq, context["as_of"]) if seq is not None else None
@@ -90,7 +90,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     ):
         # Only rows of convoys whose beads changed; the list and its order stay as they are.
         rows = selectors.dashboard_rows(params, only=changes.convoys) if changes.convoys else []
-        fragments = [_row_fragment(row) for row in rows] + [unread()]
+        fragments = [_row_fragment(row) for row in rows] + [unread(), FEEDING]
         if changes.kinds - NOTE_KINDS:  # the town's capacity may have moved
             context["capacity"] = capacity.panel()
             fragments.append(CAPACITY)
@@ -107,12 +107,20 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         Fragment("dashboard-filters", "convoys/_dashboard_filters.html"),
         Fragment("convoy-table", "convoys/_convoy_table.html"),
         CAPACITY,
+        FEEDING,
         unread(),
     ]
     return respond(request, "convoys/dashboard.html", context, fragments)
 
 
 CAPACITY = Fragment("capacity-panel", "convoys/_capacity_panel.html")
+FEEDING = Fragment("feeding-stopped", "convoys/_feeding.html")
+
+
+def _feeding() -> dict[str, Any]:
+    """The dashboard's banner when feeding is stopped (`ticker.stalled_since`'s rule)."""
+    stalled, last_tick = ticker.stalled_since()
+    return {"stalled": stalled, "last_tick": last_tick, "after": ticker.stall_after()}
 
 
 def _row_fragment(row: selectors.DashboardRow) -> Fragment:

@@ -6,6 +6,7 @@ switch to the scale-out stack. The README lists every variable.
 """
 
 import importlib.util
+import ipaddress
 import logging
 import os
 import tempfile
@@ -365,6 +366,20 @@ CONVOY_IMPORT_MAX_LINE = env_int("CONVOY_IMPORT_MAX_LINE", 8 * 1024 * 1024)
 CONVOY_SYNC_SOURCES = env_list("CONVOY_SYNC_SOURCES", [])
 CONVOY_SYNC_INTERVAL = env_float("CONVOY_SYNC_INTERVAL", 10.0)
 CONVOY_SYNC_TIMEOUT = env_float("CONVOY_SYNC_TIMEOUT", 120.0)  # a `cmd:` source's time limit
+
+# --- Operations: /metrics, /healthz, /readyz (convoys/ops_views.py, docs/metrics.md) ----------
+# /metrics answers a request bearing this token (Authorization: Bearer …) or coming from an
+# address in CONVOY_METRICS_ALLOW (IPs or CIDRs, comma-separated); by default nobody.
+CONVOY_METRICS_TOKEN = os.environ.get("CONVOY_METRICS_TOKEN", "").strip()
+CONVOY_METRICS_ALLOW = env_list("CONVOY_METRICS_ALLOW", [])
+try:
+    _metrics_networks = [ipaddress.ip_network(a, strict=False) for a in CONVOY_METRICS_ALLOW]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"CONVOY_METRICS_ALLOW: {exc}") from None
+# /readyz answers 503 when the live relay is this many seconds behind the event log.
+CONVOY_READY_RELAY_LAG = env_float("CONVOY_READY_RELAY_LAG", 30.0, minimum=0.1)
+# A load balancer probes over plain HTTP, straight to the process.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 
 def _one_line_for_client_errors(record: logging.LogRecord) -> bool:

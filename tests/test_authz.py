@@ -173,6 +173,20 @@ PAGES = {
         ("GET", "/favicon.ico", None, (302,) * 5),
         ("POST", "/favicon.ico", {}, (302,) * 5),
     ],
+    # operators' endpoints: no login; /metrics wants a token (none is configured here), and
+    # /readyz is 503 while no task cluster ticks (none does in these tests)
+    "healthz": [
+        ("GET", "/healthz", None, (200,) * 5),
+        ("POST", "/healthz", {}, (405,) * 5),
+    ],
+    "readyz": [
+        ("GET", "/readyz", None, (503,) * 5),
+        ("POST", "/readyz", {}, (405,) * 5),
+    ],
+    "metrics": [
+        ("GET", "/metrics", None, (401,) * 5),
+        ("POST", "/metrics", {}, (405,) * 5),
+    ],
     "login/": [
         ("GET", "/login/", None, (200,) * 5),
         ("POST", "/login/", {}, (200,) * 5),

@@ -384,11 +384,17 @@ def test_dashboard_answers_only_the_rows_that_changed(world, admin_user):
     client = logged_in(admin_user)
     client.post(f"/convoys/{world}/launch/", {"force": "1"})
     seq = as_of(client.get("/").content.decode())
-    assert set(live(client, "/", since=seq)["fragments"]) == {"unread"}
+    # The feeding banner turns on and off with time, not events: every answer carries it.
+    assert set(live(client, "/", since=seq)["fragments"]) == {"unread", "feeding-stopped"}
     beads.close_bead("gt-a")
     data = live(client, "/", since=seq)
     # the row of the convoy whose bead closed, and the town capacity panel (one fewer in flight)
-    assert set(data["fragments"]) == {f"convoy-{world}", "capacity-panel", "unread"}
+    assert set(data["fragments"]) == {
+        f"convoy-{world}",
+        "capacity-panel",
+        "unread",
+        "feeding-stopped",
+    }
     assert data["seq"] > seq and other.pk not in "".join(data["fragments"])
     assert_parts_of(client.get("/").content.decode(), data["fragments"])
     # a convoy landing or a new convoy changes the list itself: the whole table

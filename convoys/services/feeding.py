@@ -217,14 +217,28 @@ def handle_close_event(seq: int, path: str = "event") -> CloseHandled:
         .distinct()
         .order_by("id")
     )
+    started = timezone.now()
     if capacity.cap():  # land what is complete; the freed slot is the town queue's
         for convoy in convoys:
             close_if_complete(convoy, actor=path)
         fed = {"town": [r["id"] for r in feed_town(path)]}
     else:
         fed = {convoy.pk: [r["id"] for r in feed_convoy(convoy, path)] for convoy in convoys}
+    _time_from_close(event, started, [bead_id for ids in fed.values() for bead_id in ids])
     log.info("close %s of %s: fed %s", seq, event.bead_id, fed)
     return {"seq": seq, "bead": event.bead_id, "fed": fed}
+
+
+def _time_from_close(event: Event, started: datetime, bead_ids: list[str]) -> None:
+    """Keep on each dispatch this close fed how long after the close it was claimed."""
+    if not bead_ids:
+        return
+    fed = Dispatch.objects.filter(
+        bead_id__in=bead_ids, created_at__gte=started, since_close_ms__isnull=True
+    ).values_list("pk", "created_at")
+    for pk, at in fed:
+        ms = max((at - event.created_at).total_seconds() * 1000, 0.0)
+        Dispatch.objects.filter(pk=pk).update(since_close_ms=ms)
 
 
 def catch_up(batch: int = 1000) -> CatchUp:

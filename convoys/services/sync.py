@@ -1172,7 +1172,7 @@ def _succeeded(name: str, report: SyncReport) -> None:
         log.info("sync of %s works again (failing since %s)", name, row.failing_since)
     row.last_pass_at = timezone.now()
     row.records, row.changed, row.taken = report.records, report.changed, report.taken
-    row.conflicts = report.conflicts
+    row.conflicts, row.seconds = report.conflicts, report.seconds
     row.error, row.failing_since = "", None
     row.save()
 

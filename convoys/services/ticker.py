@@ -3,17 +3,26 @@ schedule is one minute, so a thread in each task-cluster process enqueues the ca
 every CONVOY_FEED_INTERVAL seconds and the stranded scan every CONVOY_STRANDED_INTERVAL
 seconds, and with CONVOY_SYNC_SOURCES set a sync pass (convoys/services/sync.py) every
 CONVOY_SYNC_INTERVAL seconds. A lease per job keeps several clusters from enqueueing the same
-tick twice (and a lease per sync source keeps two passes over one source apart)."""
+tick twice (and a lease per sync source keeps two passes over one source apart).
+
+The rule "the cluster has stalled" is stated here once (`stalled_since`): no cluster took a
+feed tick (`tick:catch-up`, `tick:time`) for STALL_INTERVALS feed intervals. A tick's lease
+runs LEASE_SHARE of its interval, so its expiry says when it was taken. /readyz, the
+dashboard and `serve` ask it."""
 
 import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import close_old_connections
+from django.db.models import Max
+from django.utils import timezone
 
 from .. import queue
+from ..models import Lease
 from . import leases
 
 log = logging.getLogger("convoys.ticker")
@@ -26,6 +35,9 @@ JOBS: tuple[Job, ...] = (
     ("stranded-scan", "convoys.tasks.stranded_scan", "CONVOY_STRANDED_INTERVAL"),
     ("digest", "convoys.tasks.send_digests", "CONVOY_DIGEST_INTERVAL"),
 )
+FEED_TICKS = ("tick:catch-up", "tick:time")  # the leases of the jobs on CONVOY_FEED_INTERVAL
+LEASE_SHARE = 0.8  # a tick's lease runs this share of its interval
+STALL_INTERVALS = 3  # feed intervals without a tick: the cluster has stalled
 SYNC_JOB: Job = ("sync", "convoys.services.sync.sync_configured", "CONVOY_SYNC_INTERVAL")
 
 
@@ -51,10 +63,35 @@ def run(
                 continue
             due[name] = max(due[name] + interval, now + interval / 2)
             try:
-                if leases.acquire(f"tick:{name}", holder, ttl=interval * 0.8):
+                if leases.acquire(f"tick:{name}", holder, ttl=interval * LEASE_SHARE):
                     enqueue(func, name)
             except Exception:
                 log.exception("ticker could not enqueue %s", name)
             finally:
                 close_old_connections()
         stop.wait(max(min(due.values()) - time.monotonic(), 0.05))
+
+
+def last_tick() -> datetime | None:
+    """When a task cluster (any) last took a feed tick; None if none ever did. One query."""
+    expires = Lease.objects.filter(name__in=FEED_TICKS).aggregate(at=Max("expires_at"))["at"]
+    if expires is None:
+        return None
+    interval = float(settings.CONVOY_FEED_INTERVAL)
+    tick: datetime = expires - timedelta(seconds=interval * LEASE_SHARE)
+    return tick
+
+
+def stall_after() -> float:
+    """Seconds without a feed tick after which the cluster counts as stalled."""
+    return float(settings.CONVOY_FEED_INTERVAL) * STALL_INTERVALS
+
+
+def stalled_since(now: datetime | None = None) -> tuple[bool, datetime | None]:
+    """(stalled, last tick): stalled when no cluster took a feed tick for STALL_INTERVALS
+    feed intervals, or none ever did (then the last tick is None)."""
+    now = now or timezone.now()
+    tick = last_tick()
+    if tick is None:
+        return True, None
+    return (now - tick).total_seconds() > stall_after(), tick

@@ -7,7 +7,9 @@ gets one SIGTERM from here, the swarm first and the web server last; the cluster
 tasks finish and hands queued ones back. On Linux a child also gets SIGTERM if this process is
 killed outright. A child that exits on its own (a crash, kill -9, the swarm giving up) is
 started again after a wait that grows with each exit in a row, and its log says so; the
-others keep running."""
+others keep running. A task cluster that runs but has stopped ticking (`ticker.stalled_since`:
+no feed tick for three feed intervals, from any cluster on the database) is stopped (SIGTERM,
+SIGKILL after the task timeout) and so started again."""
 
 import os
 import signal
@@ -20,8 +22,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import close_old_connections
 
 from ... import processes
+from ...services import ticker
 
 RESTART_MAX = 30.0  # seconds: the longest wait before a crashed child is started again
 RESTART_STABLE = 60.0  # seconds a child must run for its next crash to wait 1 s again
@@ -118,14 +122,30 @@ class Command(BaseCommand):
         waits = dict.fromkeys(commands, 0.0)
         started = dict.fromkeys(commands, time.monotonic())
         due: dict[str, float] = {}
+        checked = time.monotonic()
+        stopped_at: float | None = None  # when a stalled cluster was sent SIGTERM
         while not stopping.wait(0.5):
             now = time.monotonic()
+            tasks = dict(children).get("tasks")
+            if tasks is not None and tasks.poll() is None and "tasks" not in due:
+                if stopped_at is not None:
+                    if now - stopped_at > settings.CONVOY_TASK_TIMEOUT:
+                        self._say("tasks", "did not stop; killing it")
+                        os.killpg(tasks.pid, signal.SIGKILL)
+                elif now - checked >= settings.CONVOY_FEED_INTERVAL:
+                    checked = now
+                    if now - started["tasks"] > 2 * ticker.stall_after() and self._stalled():
+                        self._say("tasks", "has stopped ticking; stopping it to start it again")
+                        tasks.send_signal(signal.SIGTERM)
+                        stopped_at = now
             for index, (label, proc) in enumerate(children):
                 if label in due:
                     if now >= due[label]:
                         del due[label]
                         children[index] = (label, self._start(label, commands[label]))
                         started[label] = now
+                        if label == "tasks":
+                            stopped_at = None
                     continue
                 if proc.poll() is None:
                     continue
@@ -137,6 +157,20 @@ class Command(BaseCommand):
                         f"[{label:<5}] exited with code {proc.returncode}; "
                         f"starting it again in {waits[label]:.0f} s (the others keep running)"
                     )
+
+    def _stalled(self) -> bool:
+        """The cluster rule, read from the database; False when it cannot be read (the
+        database is away: restarting the cluster would not help)."""
+        try:
+            return ticker.stalled_since()[0]
+        except Exception:
+            return False
+        finally:
+            close_old_connections()
+
+    def _say(self, label: str, text: str) -> None:
+        with self.lock:
+            self.stderr.write(f"[{label:<5}] {text}")
 
     def _pump(self, label: str, proc: subprocess.Popen[str], lock: threading.Lock) -> None:
         for line in proc.stdout or ():
