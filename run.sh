@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command: install into .venv, migrate, load demo data, start web + task cluster + swarm.
+# One command: install into .venv (once per change of the lock), migrate, load demo data, start web + task cluster + swarm.
 # Arguments go to `manage.py demo`: `./run.sh --reset` wipes the demo data and loads it afresh.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -18,10 +18,7 @@ To follow a real town instead of the demo, see README.md ("Following a real town
 USAGE
   exit 0;;
 esac
-PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e .
+requirements/install run  # from the lock, hashes checked; skipped when nothing changed
 export DEBUG=${DEBUG:-0}  # the debug page only when asked (DEBUG=1); WhiteNoise serves static
 .venv/bin/python manage.py migrate --noinput -v0
 .venv/bin/python manage.py collectstatic --noinput -v0

@@ -3,14 +3,7 @@
 # Browser tests need Debian's chromium; as root this installs it when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
-PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-# Installed once per change of the package's requirements (the fast loop skips it).
-if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test]'
-  touch .venv/.installed
-fi
+requirements/install test  # from the lock with the test tools; skipped when nothing changed
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "warning: could not install chromium; browser tests will skip" >&2
