@@ -20,9 +20,7 @@ USAGE
 esac
 requirements/install run  # from the lock, hashes checked; skipped when nothing changed
 export DEBUG=${DEBUG:-0}  # the debug page only when asked (DEBUG=1); WhiteNoise serves static
-.venv/bin/python manage.py migrate --noinput -v0
-.venv/bin/python manage.py collectstatic --noinput -v0
-.venv/bin/python manage.py demo "$@"
+.venv/bin/python manage.py demo --prepare "$@"  # migrate, collect static files, load the demo
 SWARM=--swarm
 [ "${CONVOY_SWARM:-1}" = "0" ] && SWARM=""
 echo "Log in as demo / convoy-demo  (./run.sh --reset starts the demo afresh)"

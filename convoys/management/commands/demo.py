@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser, Permission
+from django.core.management import call_command
 
 from ...services import demo, notify
 from ..base import ServiceCommand, error
@@ -25,6 +26,11 @@ class Command(ServiceCommand):
         parser.add_argument(
             "--reset", action="store_true", help="wipe beads, convoys and events, then reload"
         )
+        parser.add_argument(
+            "--prepare",
+            action="store_true",
+            help="migrate and collect static files first, in this one process (./run.sh)",
+        )
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument(
             "--keep-open",
@@ -33,9 +39,14 @@ class Command(ServiceCommand):
             help=f"launch fresh epics while fewer convoys are open (default {demo.KEEP_OPEN})",
         )
 
-    def handle(self, *args: Any, reset: bool, seed: int, keep_open: int, **options: Any) -> None:
+    def handle(
+        self, *args: Any, reset: bool, prepare: bool, seed: int, keep_open: int, **options: Any
+    ) -> None:
         if os.environ.get("CONVOY_PRODUCTION", "").lower() in ("1", "true", "yes"):
             raise error("refusing to create demo data with CONVOY_PRODUCTION set")
+        if prepare:  # one start-up instead of three: a restart of ./run.sh stays quick
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("collectstatic", interactive=False, verbosity=0)
         self.user()
         rng = random.Random(seed)
         if reset:
