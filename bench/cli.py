@@ -112,6 +112,8 @@ def main() -> None:
                 "DJANGO_SETTINGS_MODULE": "convoyweb.settings",
                 "CONVOY_DISPATCH_COMMAND": "",
             }
+            # As on a user's machine: Python caches each module's bytecode after the first call.
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
             prepare(tree, env, options.runs)
             envs.append(env)
         times: dict[tuple[int, str], list[float]] = {}
