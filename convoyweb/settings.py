@@ -101,6 +101,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # An id per request, in X-Request-ID and on every log line it causes (and with
+    # LOG_FORMAT=json the access line).
+    "convoyweb.logs.RequestIds",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # After WhiteNoise: static files keep their own caching; everything else a signed-in user
     # is answered is never stored.
@@ -399,21 +402,46 @@ def _sync_ticks_at_debug(record: logging.LogRecord) -> bool:
     return True
 
 
+LOG_FORMAT = os.environ.get(
+    "LOG_FORMAT", "text"
+)  # "json": one JSON object a line (convoyweb/logs.py)
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "convoyweb.logs.Json"},
+    },
     "filters": {
         "client_errors": {
             "()": "django.utils.log.CallbackFilter",
             "callback": _one_line_for_client_errors,
         },
         "sync_ticks": {"()": "django.utils.log.CallbackFilter", "callback": _sync_ticks_at_debug},
+        "ids": {"()": "convoys.logids.WithIds"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["ids"],
+        }
+    },
     "loggers": {
         "convoys": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
         "django.request": {"filters": ["client_errors"]},
         "django-q": {"filters": ["sync_ticks"]},
     },
 }
+if LOG_FORMAT == "json":
+    # Every logger's lines through the one JSON handler: the root takes what Django, daphne,
+    # django-q, axes and the access log write; nothing keeps a text handler of its own.
+    LOGGING["root"] = {"handlers": ["console"], "level": "INFO"}
+    LOGGING["loggers"] = {
+        "convoys": {"handlers": [], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "django": {"handlers": [], "level": "INFO"},
+        "django.request": {"filters": ["client_errors"]},
+        "django-q": {"handlers": ["console"], "filters": ["sync_ticks"], "propagate": False},
+    }

@@ -25,6 +25,7 @@ from django.utils import timezone
 from .. import queue
 from ..dispatchers import Dispatcher, Outcome, get_dispatcher
 from ..events import record
+from ..logids import bound
 from ..models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
@@ -224,6 +225,11 @@ def run(claim_: Claim, dispatcher: Dispatcher | None = None) -> DispatchResult:
     """Call the dispatcher for a claim; record the attempt; release the claim on failure."""
     dispatcher = dispatcher or get_dispatcher()
     started = time.monotonic()
+    with bound(bead=claim_.bead_id, convoy=claim_.convoy_id, worker=claim_.worker):
+        return _run(claim_, dispatcher, started)
+
+
+def _run(claim_: Claim, dispatcher: Dispatcher, started: float) -> DispatchResult:
     try:
         # no rig: the dispatchers read None and "" alike (`CommandDispatcher.argv`)
         rig = claim_.rig or ""

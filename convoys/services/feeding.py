@@ -168,7 +168,7 @@ def _drain(
         if len(results) >= limit:
             break
     if not results:
-        log.info("convoy %s: no ready issues to feed", convoy.pk)
+        log.info("convoy %s: no ready issues to feed", convoy.pk, extra={"convoy": convoy.pk})
     return results
 
 
@@ -225,7 +225,7 @@ def handle_close_event(seq: int, path: str = "event") -> CloseHandled:
     else:
         fed = {convoy.pk: [r["id"] for r in feed_convoy(convoy, path)] for convoy in convoys}
     _time_from_close(event, started, [bead_id for ids in fed.values() for bead_id in ids])
-    log.info("close %s of %s: fed %s", seq, event.bead_id, fed)
+    log.info("close %s of %s: fed %s", seq, event.bead_id, fed, extra={"bead": event.bead_id})
     return {"seq": seq, "bead": event.bead_id, "fed": fed}
 
 

@@ -11,6 +11,7 @@ others keep running. A task cluster that runs but has stopped ticking (`ticker.s
 no feed tick for three feed intervals, from any cluster on the database) is stopped (SIGTERM,
 SIGKILL after the task timeout) and so started again."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -26,6 +27,8 @@ from django.db import close_old_connections
 
 from ... import processes
 from ...services import ticker
+
+log = logging.getLogger("convoys.serve")
 
 RESTART_MAX = 30.0  # seconds: the longest wait before a crashed child is started again
 RESTART_STABLE = 60.0  # seconds a child must run for its next crash to wait 1 s again
@@ -61,6 +64,8 @@ class Command(BaseCommand):
                         if getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
                         else []
                     ),
+                    # with JSON logs the access line is the request middleware's (convoyweb/logs.py)
+                    *(["-v", "0"] if settings.LOG_FORMAT == "json" else []),
                     "convoyweb.asgi:application",
                 ],
             ),
@@ -71,16 +76,14 @@ class Command(BaseCommand):
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.lock = threading.Lock()
         children = [(label, self._start(label, argv)) for label, argv in commands]
-        self.stdout.write(
-            self.style.SUCCESS(f"convoyweb is running at http://{host}:{port}/  (Ctrl-C to stop)")
-        )
+        self._tell(f"convoyweb is running at http://{host}:{port}/  (Ctrl-C to stop)")
         stopping = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda signum, frame: stopping.set())
         self._supervise(children, dict(commands), stopping)
         timeout = settings.CONVOY_TASK_TIMEOUT
         deadline = time.monotonic() + timeout - 1
-        self.stdout.write("stopping: running tasks finish, queued ones go back to the queue")
+        self._tell("stopping: running tasks finish, queued ones go back to the queue")
         # one at a time, clients first: the swarm, then the cluster, then the web server
         for label, proc in reversed(children):
             if proc.poll() is None:
@@ -88,11 +91,11 @@ class Command(BaseCommand):
             try:
                 proc.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                self.stderr.write(f"[{label}] did not stop within {timeout}s; killing it")
+                self._say(label, f"did not stop within {timeout}s; killing it")
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         codes = ", ".join(f"{label}: {proc.returncode}" for label, proc in children)
-        self.stdout.write(f"stopped ({codes})")
+        self._tell(f"stopped ({codes})")
 
     def _start(self, label: str, argv: list[str]) -> subprocess.Popen[str]:
         me = os.getpid()
@@ -100,7 +103,7 @@ class Command(BaseCommand):
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=self.env,
+            env={**self.env, "CONVOY_PROCESS": label},  # the `process` of its JSON log lines
             text=True,
             bufsize=1,
             start_new_session=True,
@@ -152,11 +155,11 @@ class Command(BaseCommand):
                 stable = now - started[label] >= RESTART_STABLE
                 waits[label] = 1.0 if stable else min(max(waits[label] * 2, 1.0), RESTART_MAX)
                 due[label] = now + waits[label]
-                with self.lock:
-                    self.stderr.write(
-                        f"[{label:<5}] exited with code {proc.returncode}; "
-                        f"starting it again in {waits[label]:.0f} s (the others keep running)"
-                    )
+                self._say(
+                    label,
+                    f"exited with code {proc.returncode}; "
+                    f"starting it again in {waits[label]:.0f} s (the others keep running)",
+                )
 
     def _stalled(self) -> bool:
         """The cluster rule, read from the database; False when it cannot be read (the
@@ -169,10 +172,25 @@ class Command(BaseCommand):
             close_old_connections()
 
     def _say(self, label: str, text: str) -> None:
+        if settings.LOG_FORMAT == "json":
+            log.warning(text, extra={"process_name": label})
+            return
         with self.lock:
             self.stderr.write(f"[{label:<5}] {text}")
 
+    def _tell(self, text: str) -> None:
+        """serve's own news: a text line, or with LOG_FORMAT=json a JSON one."""
+        if settings.LOG_FORMAT == "json":
+            log.info(text)
+        else:
+            self.stdout.write(text)
+
     def _pump(self, label: str, proc: subprocess.Popen[str], lock: threading.Lock) -> None:
+        as_json = settings.LOG_FORMAT == "json"
         for line in proc.stdout or ():
+            text = line.rstrip()
+            if as_json and not text.startswith("{"):  # a print, not a log line: made one
+                log.info(text, extra={"process_name": label})
+                continue
             with lock:
-                self.stdout.write(f"[{label:<5}] {line.rstrip()}")
+                self.stdout.write(text if as_json else f"[{label:<5}] {text}")

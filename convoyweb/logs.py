@@ -1,0 +1,71 @@
+"""Log lines a machine reads: with LOG_FORMAT=json every process (web, task cluster, swarm, a
+command) writes one JSON object a line: time, level, process, pid, logger, message, the ids
+involved (convoy, bead, worker, request; convoys/logids.py) when there are any, and a
+traceback as `exc_info`."""
+
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+from pythonjsonlogger.json import JsonFormatter
+
+from convoys.logids import bound
+
+REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a client's X-Request-ID kept as it is
+access_log = logging.getLogger("convoyweb.access")
+
+
+class Json(JsonFormatter):
+    """One object a line, keys in a fixed order, the ids only when there are some."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "{asctime}{levelname}{process_name}{process}{name}{message}",
+            style="{",
+            rename_fields={
+                "asctime": "time",
+                "levelname": "level",
+                "process_name": "process",
+                "process": "pid",
+                "name": "logger",
+            },
+            json_ensure_ascii=False,
+        )
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        return f"{stamp}.{int(record.msecs):03d}Z"
+
+
+class RequestIds:
+    """Each request gets an id (the client's `X-Request-ID` when it is a plain token, else a
+    new one), answered in `X-Request-ID` and carried by every line logged while it runs. With
+    LOG_FORMAT=json this also writes the access line (daphne's own text line is off then)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.access = os.environ.get("LOG_FORMAT", "") == "json"
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        asked = request.headers.get("X-Request-ID", "")
+        request_id = asked if REQUEST_ID.fullmatch(asked) else uuid.uuid4().hex
+        started = time.perf_counter()
+        with bound(request=request_id):
+            response = self.get_response(request)
+            response["X-Request-ID"] = request_id
+            if self.access:
+                access_log.info(
+                    "%s %s %s",
+                    request.method,
+                    request.path[:200],
+                    response.status_code,
+                    extra={
+                        "status": response.status_code,
+                        "ms": round((time.perf_counter() - started) * 1000, 1),
+                    },
+                )
+        return response

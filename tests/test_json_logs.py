@@ -1,0 +1,61 @@
+"""LOG_FORMAT=json: `serve` and every process under it (web, task cluster) and a command write
+one JSON object a line, with the process, the request's id and the ids of the work involved."""
+
+import json
+import urllib.request
+
+import pytest
+
+from .conftest import manage
+from .factories import bead, blocks
+from .test_processes import FAST, _answers, output, start, stop, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+JSON = {**FAST, "LOG_FORMAT": "json"}
+
+
+def lines_of(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_serve_and_its_children_log_one_json_object_a_line(routes):
+    from .conftest import child_env, free_port
+
+    bead("gt-a")
+    bead("gt-b")
+    blocks("gt-a", "gt-b")
+    port = free_port()
+    serve = start("serve", "--port", str(port), env=JSON)
+    try:
+        assert wait_for(lambda: _answers(port), timeout=60, step=0.2), output(serve)
+        asked = urllib.request.Request(
+            f"http://127.0.0.1:{port}/login/", headers={"X-Request-ID": "probe-7"}
+        )
+        with urllib.request.urlopen(asked, timeout=10) as answer:
+            assert answer.headers["X-Request-ID"] == "probe-7"
+        closed = manage("beads", "close", "gt-a", env=child_env(**JSON))
+        assert closed.returncode == 0, closed.stderr
+        fed = lambda: '"bead": "gt-a"' in output(serve)  # noqa: E731
+        assert wait_for(fed, timeout=30), output(serve)
+    finally:
+        text = stop(serve)
+    records = lines_of(text)  # every line parses: nothing is left as text
+    assert {"time", "level", "process", "pid", "logger", "message"} <= set(records[0])
+    assert {"serve", "web", "tasks"} <= {r["process"] for r in records}
+    access = [r for r in records if r.get("request") == "probe-7"]
+    assert [(r["process"], r["message"], r["status"]) for r in access] == [
+        ("web", "GET /login/ 200", 200)
+    ]
+    feeding = [r for r in records if r.get("bead") == "gt-a" and r["process"] == "tasks"]
+    assert feeding and feeding[0]["message"].startswith("close ")
+
+
+def test_a_hostile_request_id_is_replaced_not_echoed(client):
+    answer = client.get("/healthz", headers={"X-Request-ID": 'x" onload=1'})
+    given = answer.headers["X-Request-ID"]
+    assert given != 'x" onload=1' and len(given) == 32 and given.isalnum()
+    assert (
+        client.get("/healthz", headers={"X-Request-ID": "a" * 65}).headers["X-Request-ID"]
+        != "a" * 65
+    )
