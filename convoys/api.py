@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import wraps
 from typing import Annotated, Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig
@@ -20,10 +21,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema, Swagger
-from ninja.errors import HttpError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.params.functions import Query as query  # what ninja.Query(...) calls, typed for mypy
 from ninja.parser import Parser
-from ninja.security import HttpBearer, django_auth
+from ninja.security import HttpBearer, SessionAuth
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -50,6 +51,16 @@ class BearerToken(HttpBearer):
             return None
         request.user = row.user
         return row.user
+
+
+class SessionCookie(SessionAuth):
+    """Django's session, checked for CSRF only when the request carries a session cookie: a
+    request without one is not signed in (401 with WWW-Authenticate), not a forged one (403)."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        if settings.SESSION_COOKIE_NAME not in request.COOKIES:
+            return None
+        return super()._get_key(request)
 
 
 def docs_need_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -86,7 +97,7 @@ class LocalSwagger(Swagger):
         context = {
             "swagger_settings": json.dumps(self.settings, indent=1),
             "api": api,
-            "add_csrf": True,  # signed-in users try requests with their session (django_auth)
+            "add_csrf": True,  # signed-in users try requests with their session (SessionCookie)
         }
         return render(request, self.template, context)
 
@@ -95,7 +106,7 @@ class LocalSwagger(Swagger):
 api = NinjaAPI(
     title="convoyweb API",
     version="1",
-    auth=[BearerToken(), django_auth],
+    auth=[BearerToken(), SessionCookie()],
     urls_namespace="api",
     docs=LocalSwagger(settings={"validatorUrl": None}),
     docs_decorator=docs_need_login,
@@ -107,6 +118,13 @@ api = NinjaAPI(
 def api_not_found(request: HttpRequest) -> JsonResponse:
     """A path under /api/ that names no operation (an empty id, a '/' in one)."""
     return JsonResponse({"detail": f"no API operation at {request.path[:200]}"}, status=404)
+
+
+@api.exception_handler(AuthenticationError)
+def not_signed_in(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = api.create_response(request, {"detail": "Unauthorized"}, status=401)
+    response["WWW-Authenticate"] = 'Bearer realm="convoyweb"'  # a token, or the session cookie
+    return response
 
 
 @api.exception_handler(HttpError)
@@ -494,11 +512,14 @@ def stranded(request: HttpRequest) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items()} for row in feeding.stranded()]
 
 
-@api.post("/stage", response=responses(dict, 404, 413), tags=["convoys"])
-def stage(request: HttpRequest, payload: StageIn) -> dict[str, Any]:
+@api.post("/stage", response={**responses(dict, 404, 413), 400: dict}, tags=["convoys"])
+def stage(request: HttpRequest, payload: StageIn) -> tuple[int, dict[str, Any]]:
+    """200 with the plan, or 400 with the plan and `detail` when its errors refused staging."""
     need(request, "add_convoy")
     plan = staging.stage(payload.ids, payload.title, actor=f"api:{request.user}")
-    return plan.as_json()
+    if plan.errors:
+        return 400, {"detail": plan.refusal, **plan.as_json()}
+    return 200, plan.as_json()
 
 
 @api.post("/launch", response=responses(dict, 404, 413), tags=["convoys"])
