@@ -23,6 +23,9 @@ KNOWN_STATUSES = (
     "closed",
     "tombstone",
 )
+# What a write (API, command line, admin) may set: an import keeps any status it reads, but a
+# person or tool sets one the product knows, and never `tombstone` (bd's old deletion marker).
+SETTABLE_STATUSES = tuple(s for s in KNOWN_STATUSES if s != "tombstone")
 ACTIVE_WORK_STATUSES = ("hooked", "in_progress")
 SLINGABLE_TYPES = ("task", "bug", "feature", "chore", "")
 BLOCKING_DEP_TYPES = ("blocks", "conditional-blocks", "waits-for", "merge-blocks")

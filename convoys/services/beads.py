@@ -19,6 +19,7 @@ from ..ids import unwrap_external
 from ..models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
+    SETTABLE_STATUSES,
     Bead,
     BeadFacts,
     Dependency,
@@ -161,6 +162,11 @@ def update_bead(bead_id: str, *, actor: str = "", reason: str | None = None, **f
         isinstance(fields["priority"], int) and 0 <= fields["priority"] <= 4
     ):
         raise ServiceError(f"priority must be 0..4, got {fields['priority']!r}")
+    status = fields.get("status")
+    if status is not None and status != bead.status and status not in SETTABLE_STATUSES:
+        raise ServiceError(
+            f"status must be one of {', '.join(SETTABLE_STATUSES)}, got {str(status)[:40]!r}"
+        )
     if "title" in fields and not (fields["title"] or "").strip():
         raise ServiceError("title must not be empty")
     if fields.get("assignee") is not None:

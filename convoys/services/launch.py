@@ -76,8 +76,7 @@ def launch(
     plan = staging.analyze(ids, title)
     if plan.errors:
         raise ServiceError(
-            f"convoy staging failed: {len(plan.errors)} error(s) found\n"
-            + "\n".join(f"  [{f.category}] {f.message}" for f in plan.errors)
+            plan.refusal + "\n" + "\n".join(f"  [{f.category}] {f.message}" for f in plan.errors)
         )
     _preflight(plan.status, plan.dag, force, plan.convoy_id or "(new)")
     plan = staging.stage(ids, title, actor=actor)

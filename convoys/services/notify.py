@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from .. import queue
@@ -81,18 +82,23 @@ def address_recipients(
 ) -> list[Recipient]:
     """Addresses -> [(user or None, address, wants e-mail)]: an address naming a user (by
     username or e-mail) reaches that user's inbox if they may view convoys; any other address
-    is kept as is, and e-mailed when it is an e-mail address."""
+    is kept as is, and e-mailed when it is an e-mail address. E-mail addresses match whatever
+    their case (`Alice@Example.com` is alice@example.com's), so no capital letter turns a
+    user who may not view convoys into an outside address that is sent the report."""
     seen_users = set() if seen_users is None else seen_users
     users: dict[str, User] = {}
     result: list[Recipient] = []
-    for named in get_user_model().objects.filter(
-        Q(username__in=addresses) | Q(email__in=addresses)
+    mailboxes = {address.lower() for address in addresses if "@" in address}
+    for named in (
+        get_user_model()
+        .objects.annotate(mailbox=Lower("email"))
+        .filter(Q(username__in=addresses) | Q(mailbox__in=mailboxes))
     ):
         users[named.username] = named
         if named.email:
-            users[named.email] = named
+            users[named.email.lower()] = named
     for address in addresses:
-        user = users.get(address)
+        user = users.get(address) or ("@" in address and users.get(address.lower())) or None
         if user is not None:
             if user.pk not in seen_users and user.has_perm("convoys.view_convoy"):
                 seen_users.add(user.pk)

@@ -65,6 +65,11 @@ class Plan:
     title: str = ""
     moved: dict[str, list[int | None]] = field(default_factory=dict)  # {id: [old wave, new]}
 
+    @property
+    def refusal(self) -> str:
+        """Why nothing was staged ("" when the plan has no errors): one line, as every exit says it."""
+        return f"convoy staging failed: {len(self.errors)} error(s) found" if self.errors else ""
+
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "status": self.status or "error",

@@ -567,7 +567,7 @@ class Command(ServiceCommand):
             if plan.errors or not and_launch:
                 self.write_json(plan.as_json())
             if plan.errors:
-                raise error(f"convoy staging failed: {len(plan.errors)} error(s) found")
+                raise error(plan.refusal)
             if and_launch:
                 result = launch.launch_staged(plan.convoy_id, force=force)
                 self.write_json({"stage": plan.as_json(), "launch": result.as_json()})
@@ -576,7 +576,7 @@ class Command(ServiceCommand):
         if errors:
             self.stdout.write(text)
             self.stderr.write(errors)
-            raise error(f"convoy staging failed: {len(plan.errors)} error(s) found")
+            raise error(plan.refusal)
         if plan.restaged:
             self.stdout.write(f"Re-staging existing convoy {plan.convoy_id}")
         self.stdout.write(text)
