@@ -55,6 +55,7 @@ from .services import launch, notify
 from .services import rigs as rig_service
 from .services.errors import ServiceError
 from .services.tokens import create_token, digest, rename_token
+from .services.tokens import revoke as revoke_token
 
 if TYPE_CHECKING:  # django-stubs' generic classes; Django's own take no parameters at run time
     from django.contrib.auth.models import User
@@ -872,13 +873,14 @@ class ApiTokenAdmin(_ModelAdmin):
     changed: rebinding a token would let its holder act as someone else. The raw token is
     shown once, on the page after creation; only its SHA-256 is stored."""
 
-    list_display = ("name", "user", "created_at")
-    fields = ("user", "name", "created_at")
+    list_display = ("name", "user", "created_at", "expires_at", "last_used_at")
+    fields = ("user", "name", "expires_at", "created_at", "last_used_at")
 
     def get_readonly_fields(
         self, request: HttpRequest, obj: ApiToken | None = None
     ) -> tuple[str, ...]:
-        return ("user", "created_at") if obj else ("created_at",)
+        fixed = ("created_at", "last_used_at")
+        return ("user", "expires_at", *fixed) if obj else fixed
 
     def formfield_for_foreignkey(
         self, db_field: models.ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
@@ -895,10 +897,17 @@ class ApiTokenAdmin(_ModelAdmin):
         if change:
             rename_token(obj.pk, obj.name)
             return
-        token = create_token(obj.user, obj.name)
+        token = create_token(obj.user, obj.name, expires_at=obj.expires_at)
         saved = ApiToken.objects.get(digest=digest(token))
         obj.pk, obj.digest, obj.created_at = saved.pk, saved.digest, saved.created_at
         request.new_api_token = token  # type: ignore[attr-defined]  # for response_add, next
+
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        revoke_token(obj.pk)  # revoking is deleting: the token stops working at once
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for pk in queryset.values_list("pk", flat=True):
+            revoke_token(pk)
 
     def response_add(
         self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None

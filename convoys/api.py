@@ -35,22 +35,20 @@ from pydantic import (
 )
 
 from . import causes, selectors
-from .models import ApiToken, Bead, Convoy, SourcedRecord
+from .models import Bead, Convoy, SourcedRecord
 from .parsing import NotJson, json_document
 from .services import beads as bead_service
-from .services import controls, escalation, feeding, launch, staging
+from .services import controls, escalation, feeding, launch, staging, tokens
 from .services.errors import NotFound, ServiceError
-from .services.tokens import digest
 from .web import database_unavailable
 
 
 class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser | None:
-        row = ApiToken.objects.filter(digest=digest(token)).select_related("user").first()
-        if row is None or not row.user.is_active:
-            return None
-        request.user = row.user
-        return row.user
+        user = tokens.authenticate(token)
+        if user is not None:
+            request.user = user
+        return user
 
 
 class SessionCookie(SessionAuth):

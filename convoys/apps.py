@@ -18,9 +18,10 @@ class ConvoysConfig(AppConfig):
     def ready(self) -> None:
         # Django: models load once the registry is ready.
         from . import events, projection, revocation  # noqa: PLC0415
-        from .services import guard  # noqa: PLC0415
+        from .services import guard, tokens  # noqa: PLC0415
 
         guard.connect()
+        tokens.connect()
         revocation.connect()
         if projection.KEEPER not in events.KEEPERS:
             events.KEEPERS.append(projection.KEEPER)

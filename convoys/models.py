@@ -439,12 +439,15 @@ class Notification(models.Model):
 
 
 class ApiToken(models.Model):
-    """A bearer token for tools and workers; only its SHA-256 is stored."""
+    """A bearer token for tools and workers; only its SHA-256 is stored. It stops working at
+    `expires_at` (never when empty) and when its user's password changes (it is deleted)."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     name = models.CharField(max_length=100)
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)  # to the minute (services/tokens)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.user})"
