@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
+from . import processes
+
 T = TypeVar("T")
 _END = "end"
 _ITEM = "item"
@@ -35,7 +37,7 @@ def in_child(produce: Callable[..., Iterable[T]], *args: Any) -> Iterator[T]:
     early (its own error, or it closes this generator), the child is stopped."""
     receiver, sender = multiprocessing.Pipe(duplex=False)
     child = multiprocessing.get_context("fork").Process(
-        target=_run, args=(sender, produce, args), daemon=True
+        target=_run, args=(sender, os.getpid(), produce, args), daemon=True
     )
     child.start()
     sender.close()
@@ -61,7 +63,12 @@ def in_child(produce: Callable[..., Iterable[T]], *args: Any) -> Iterator[T]:
         child.join()
 
 
-def _run(sender: Connection, produce: Callable[..., Iterable[Any]], args: tuple[Any, ...]) -> None:
+def _run(
+    sender: Connection, parent: int, produce: Callable[..., Iterable[Any]], args: tuple[Any, ...]
+) -> None:
+    # A parent killed with SIGKILL runs no `finally`: without this the child would wait on a
+    # full pipe for ever, holding its copy of the parent's memory.
+    processes.die_with_parent(parent)
     try:
         for item in produce(*args):
             sender.send((_ITEM, item))

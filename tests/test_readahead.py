@@ -50,3 +50,51 @@ def test_a_child_that_dies_is_an_error_not_a_hang():
     assert next(items) == 1
     with pytest.raises(ChildProcessError, match=r"ended unexpectedly \(exit code -9\)"):
         next(items)
+
+
+def test_a_parent_killed_with_sigkill_takes_its_child_along(tmp_path):
+    """`beads import` killed mid-way must not leave its read-ahead child blocked for ever."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import itertools, os, sys, time\n"
+        "from convoys import readahead\n"
+        "def forever():\n"
+        "    for n in itertools.count():\n"
+        "        yield b'x' * 65536\n"
+        "items = readahead.in_child(forever)\n"
+        "next(items)\n"
+        "print(os.getpid(), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
+    try:
+        pid = int(parent.stdout.readline())
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        assert len(children) == 1
+        child = int(children[0])
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(child):
+            time.sleep(0.05)
+        assert not _alive(child), "the read-ahead child outlived its killed parent"
+    finally:
+        parent.kill()
+
+
+def _alive(pid):
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
