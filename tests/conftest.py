@@ -229,7 +229,7 @@ def spawn(kind, env, port=None):
         argv = [
             sys.executable,
             "-m",
-            "daphne",
+            "convoyweb.webserver",  # daphne, as serve starts it
             "-b",
             "127.0.0.1",
             "-p",

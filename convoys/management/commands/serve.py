@@ -52,7 +52,7 @@ class Command(BaseCommand):
                 [
                     sys.executable,
                     "-m",
-                    "daphne",
+                    "convoyweb.webserver",  # daphne, with a 414/431 for over-long lines
                     "-b",
                     host,
                     "-p",

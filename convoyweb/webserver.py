@@ -1,0 +1,40 @@
+"""daphne, answering what its HTTP parser (twisted's) would drop without a word: a request
+line or a header line over 16 KB is closed silently there; here the client reads a 414 (the
+request line: usually a URL too long) or a 431 (a header), in the API's JSON, and then the
+connection closes. Run as daphne is: `python -m convoyweb.webserver [daphne's options] APP`
+(what `manage.py serve` starts)."""
+
+import json
+
+from daphne.cli import CommandLineInterface
+from twisted.web import http
+
+
+def refusal(status: int, reason: str, detail: str) -> bytes:
+    body = json.dumps({"detail": detail}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class Channel(http.HTTPChannel):
+    def lineLengthExceeded(self, line: bytes) -> None:  # noqa: N802 - twisted's name
+        limit = self.MAX_LENGTH
+        if line.split(b" ", 1)[0].endswith(b":"):  # "Name: value…": a header line
+            answer = refusal(431, "Request Header Fields Too Large", f"a header over {limit} bytes")
+        else:
+            answer = refusal(414, "URI Too Long", f"request line over {limit} bytes")
+        self.transport.write(answer)
+        self.loseConnection()
+
+
+def main() -> None:
+    # twisted builds each connection's channel from this module-level name.
+    http.HTTPChannel = Channel  # type: ignore[misc]
+    CommandLineInterface.entrypoint()
+
+
+if __name__ == "__main__":
+    main()
