@@ -24,8 +24,8 @@ KNOWN_STATUSES = (
     "tombstone",
 )
 # What a write (API, command line, admin) may set: an import keeps any status it reads, but a
-# person or tool sets one the product knows, and never `tombstone` (bd's old deletion marker).
-SETTABLE_STATUSES = tuple(s for s in KNOWN_STATUSES if s != "tombstone")
+# person or tool sets one the product knows (`tombstone` included: bd's deletion, done for good).
+SETTABLE_STATUSES = KNOWN_STATUSES
 ACTIVE_WORK_STATUSES = ("hooked", "in_progress")
 SLINGABLE_TYPES = ("task", "bug", "feature", "chore", "")
 BLOCKING_DEP_TYPES = ("blocks", "conditional-blocks", "waits-for", "merge-blocks")

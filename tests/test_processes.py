@@ -485,7 +485,11 @@ def _children_of(pid):
             argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except FileNotFoundError:
             continue
-        for label, word in (("web", b"convoyweb.webserver"), ("swarm", b"swarm"), ("tasks", b"cluster")):
+        for label, word in (
+            ("web", b"convoyweb.webserver"),
+            ("swarm", b"swarm"),
+            ("tasks", b"cluster"),
+        ):
             if word in argv:
                 found[label] = int(child)
     return found
