@@ -61,7 +61,7 @@ class RequestIds:
                 access_log.info(
                     "%s %s %s",
                     request.method,
-                    request.path[:200],
+                    request.get_full_path()[:300],
                     response.status_code,
                     extra={
                         "status": response.status_code,
