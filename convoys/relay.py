@@ -109,7 +109,10 @@ class Relay:
         interval = settings.CONVOY_RELAY_INTERVAL
         last_tick = 0.0
         failing = False
-        while True:
+        me = asyncio.current_task()
+        # Until cancelled, even when a cancel arrived during a sync_to_async call that did not
+        # pass it on: the loop's shutdown would otherwise wait on this task for ever.
+        while me is None or not me.cancelling():
             try:
                 await self.step()
                 now = asyncio.get_running_loop().time()

@@ -527,3 +527,33 @@ def test_a_ping_flood_is_cut_off_without_a_read_per_ping(routes, settings, monke
     assert code == 4429 and error == "more than 2 frames a second"
     assert kinds[-1] == "error" and 20 <= kinds.count("pong") < 1300
     assert len(reads) - connect_reads == 1
+
+
+def test_the_relay_stops_when_cancelled_even_if_a_step_swallows_the_cancel(settings):
+    """A cancel that lands in a step which does not pass it on (as a sync_to_async call may)
+    must still end the relay: the event loop's shutdown waits on it."""
+    settings.CONVOY_RELAY_INTERVAL = 0.01
+
+    class Swallowing(relay.Relay):
+        async def step(self):
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                pass  # swallowed
+
+        async def tick(self, now):
+            return None
+
+    async def go():
+        task = asyncio.get_running_loop().create_task(Swallowing(shared=False).run())
+        await asyncio.sleep(0.03)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=2)
+        return task in done
+
+    loop = asyncio.new_event_loop()  # not asyncio.run: its shutdown would wait on the task
+    try:
+        ended = loop.run_until_complete(go())
+    finally:
+        loop.close()
+    assert ended, "the relay went on after it was cancelled"
