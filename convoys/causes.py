@@ -15,6 +15,8 @@ holds, in this order, is the cause:
   cooling-down          a dispatch failed within CONVOY_RETRY_COOLDOWN (until when)
   waiting-for-capacity  ready, but its convoy is at its max in flight (position in its queue)
                         or the town is at CONVOY_MAX_IN_FLIGHT (position in the town queue)
+  unknown-outcome       claimed for a worker, but no outcome of the dispatch is recorded yet
+                        (the catch-up settles it when its process seems gone: services.dispatch)
   working               a live worker holds it (worker, last seen)
   dead-worker           its worker is silent: a stranded scan rescues it, one bead per convoy
                         per scan (the next scan: by when)
@@ -97,6 +99,7 @@ KINDS = (
     "circuit-broken",
     "cooling-down",
     "waiting-for-capacity",
+    "unknown-outcome",
     "working",
     "dead-worker",
     "ready",
@@ -139,6 +142,7 @@ class Facts:
     worker_dead: bool = False
     dead_since: datetime | None = None
     rescue_by: datetime | None = None  # the latest the next stranded scan runs
+    unanswered: datetime | None = None  # when its worker's claim was made, with no outcome yet
     feeders: list[str] = field(default_factory=list)  # open, unpaused convoys that feed it
     staged: list[str] = field(default_factory=list)  # staged convoys tracking it
 
@@ -230,6 +234,14 @@ def decide(facts: Facts) -> Cause:
         }
     if facts.ready and facts.capacity:
         return {"kind": "waiting-for-capacity", **facts.capacity}
+    if not facts.ready and facts.unanswered is not None:
+        return {
+            "kind": "unknown-outcome",
+            "worker": row.assignee,
+            "since": facts.unanswered,
+            "text": f"sent to {row.assignee}: no outcome recorded yet (the dispatcher's answer "
+            "or the worker's first heartbeat confirms it; else the catch-up releases it)",
+        }
     if not facts.ready:
         # Readiness refuses it and none of the above holds: a live worker has it.
         return {
@@ -498,6 +510,13 @@ def load(
             "bead_id", "created_at", "error"
         ):
             last_failure.setdefault(bead_id, (at, error))
+    # Claims with no outcome yet (few: what is in flight now, the dispatch table's partial index).
+    unanswered = {
+        (bead_id, worker): at
+        for bead_id, worker, at in Dispatch.objects.filter(
+            ok__isnull=True, resolution=""
+        ).values_list("bead_id", "worker", "created_at")
+    }
     cooldown = timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
     timeout = timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
     rescue_by = now + timedelta(seconds=settings.CONVOY_STRANDED_INTERVAL)
@@ -526,6 +545,7 @@ def load(
             # Readiness counts silence from the last heartbeat, else from the last update.
             dead_since=(worker_seen or updated_at) + timeout if is_dead else None,
             rescue_by=rescue_by if is_dead else None,
+            unanswered=unanswered.get((bead_id, row.assignee)) if row.assignee else None,
         )
     capped = {}
     for bead_id, convoy_id, status, paused_at, by, reason, limit in links:

@@ -79,6 +79,23 @@ REGISTRY: dict[str, Kind] = {
         _kind("bead.reopened", "a closed bead was reopened", BEAD, DONE, FAILED, PROGRESS),
         _kind("bead.dispatched", "a bead was claimed and sent to a worker", BEAD, FAILED, PROGRESS),
         _kind("dispatch.failed", "a dispatch failed; its claim released", BEAD, FAILED, PROGRESS),
+        _kind("dispatch.ok", "the dispatcher took a bead: its worker has it", BEAD),
+        _kind("dispatch.confirmed", "a dispatch with no answer: its worker reported", BEAD),
+        # Settled by the catch-up (services.dispatch.recover): the claim goes back to ready.
+        _kind(
+            "dispatch.abandoned",
+            "a claim whose process stopped before sending it was released",
+            BEAD,
+            FAILED,
+            PROGRESS,
+        ),
+        _kind(
+            "dispatch.released",
+            "a dispatch with no answer and no word from its worker was released",
+            BEAD,
+            FAILED,
+            PROGRESS,
+        ),
         _kind("bead.parked", "the breaker parked a bead after failures in a row", BEAD),
         _kind("bead.retried", "a parked bead's failures were cleared", BEAD),
         _kind("worker.timed_out", "a bead's worker went silent past the timeout", BEAD, TIME),

@@ -279,6 +279,10 @@ class Dispatch(models.Model):
     """One dispatch attempt: who, by which path, and how it went."""
 
     PATHS = ("launch", "event", "stranded", "manual", "batch")
+    # "": the dispatcher's own answer (or none yet); "abandoned": the claim's process stopped
+    # before calling it; "released": called, but no answer and no heartbeat in time;
+    # "confirmed": no answer, but the worker reported.
+    RESOLUTIONS = ("", "abandoned", "released", "confirmed")
 
     bead_id = models.CharField(max_length=255, db_index=True)
     convoy_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
@@ -287,7 +291,13 @@ class Dispatch(models.Model):
     path = models.CharField(max_length=20)
     # `sling --force` sent the bead past open blockers.
     forced = models.BooleanField(default=False)
-    ok = models.BooleanField(null=True)
+    ok = models.BooleanField(null=True)  # None: no outcome recorded (yet)
+    # Crash safety (`services.dispatch.recover`): when the dispatcher was called, until when
+    # the process holding the claim may still record its outcome, and how an attempt without
+    # one was settled (RESOLUTIONS).
+    started_at = models.DateTimeField(null=True, blank=True)
+    held_until = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=20, blank=True, default="")
     error = models.TextField(blank=True, default="")
     output = models.TextField(blank=True, default="")
     duration_ms = models.FloatField(null=True, blank=True)
@@ -298,6 +308,13 @@ class Dispatch(models.Model):
     class Meta:
         ordering = ["-created_at"]
         verbose_name_plural = "dispatches"
+        indexes = [
+            models.Index(
+                fields=["held_until"],
+                condition=models.Q(ok__isnull=True, resolution=""),
+                name="dispatch_unresolved",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.bead_id} -> {self.worker} ({self.path})"

@@ -323,6 +323,10 @@ else:
 CONVOY_DISPATCHER = os.environ.get("CONVOY_DISPATCHER", "builtin")
 CONVOY_DISPATCH_COMMAND = os.environ.get("CONVOY_DISPATCH_COMMAND", "")
 CONVOY_DISPATCH_TIMEOUT = env_float("CONVOY_DISPATCH_TIMEOUT", 30.0)
+# A claim whose process has not called the dispatcher within this many seconds (or, once
+# called, not recorded its answer within CONVOY_DISPATCH_TIMEOUT plus this) is settled by the
+# next catch-up: released back to ready, unless its worker reported (services/dispatch.py).
+CONVOY_CLAIM_GRACE = env_float("CONVOY_CLAIM_GRACE", 30.0, minimum=1)
 # A dispatch command that runs a shell (sh -c, ssh …) is refused unless this is on; then every
 # value substituted into it is shell-quoted (convoys/dispatchers.py).
 CONVOY_DISPATCH_SHELL = env_bool("CONVOY_DISPATCH_SHELL", False)

@@ -26,7 +26,7 @@ from ..models import (
     SourcedRecord,
     Worker,
 )
-from . import discovered
+from . import discovered, dispatch
 from .errors import NotFound, ServiceError
 from .rigs import rig_for
 
@@ -293,7 +293,8 @@ def remove_dependency(issue_id: str, target: str, actor: str = "") -> None:
 
 def heartbeat(worker_name: str) -> datetime:
     """A worker reports it is alive. No event, but when it had been silent past the timeout:
-    then each bead it holds records `worker.back` (it is no longer ready for a rescue). The
+    then each bead it holds records `worker.back` (it is no longer ready for a rescue); and
+    its dispatches with no outcome recorded are confirmed (`dispatch.confirmed`). The
     time its beads' worker counts as dead moves on with it (the read model's `dead_at`)."""
     worker_name = (worker_name or "").strip()
     if not worker_name:
@@ -307,6 +308,7 @@ def heartbeat(worker_name: str) -> datetime:
         facts = BeadFacts.objects.filter(bead_id__in=held.values("pk"))
         back = list(facts.filter(worker_dead=True).values_list("bead_id", flat=True))
         facts.update(dead_at=now + timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT))
+        dispatch.confirm(worker_name)  # a dispatch with no answer recorded ran, then
         if back:
             record_many(
                 [

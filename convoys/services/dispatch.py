@@ -14,17 +14,19 @@ a claim takes the town lock first, then counts the beads in flight in its own tr
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypedDict
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from .. import queue
 from ..dispatchers import Dispatcher, Outcome, get_dispatcher
-from ..events import record
+from ..events import record, record_many
 from ..logids import bound
 from ..models import (
     ACTIVE_WORK_STATUSES,
@@ -201,6 +203,7 @@ def claim(
         path=path,
         forced=forced,
         created_at=now,
+        held_until=now + claim_grace(),
     )
     record(
         "bead.dispatched",
@@ -221,12 +224,32 @@ def claim(
     return Claim(bead.pk, bead.title, bead.rig_id, convoy_id, worker, path, attempt.pk, bead.status)
 
 
+def claim_grace() -> timedelta:
+    return timedelta(seconds=settings.CONVOY_CLAIM_GRACE)
+
+
 def run(claim_: Claim, dispatcher: Dispatcher | None = None) -> DispatchResult:
-    """Call the dispatcher for a claim; record the attempt; release the claim on failure."""
+    """Call the dispatcher for a claim; record the attempt; release the claim on failure.
+    The call is marked started first, by a conditional update: a claim that `recover`
+    settled already (its holder seemed dead) is not sent."""
     dispatcher = dispatcher or get_dispatcher()
     started = time.monotonic()
+    now = timezone.now()
+    held = now + timedelta(seconds=settings.CONVOY_DISPATCH_TIMEOUT) + claim_grace()
+    unsettled = Dispatch.objects.filter(pk=claim_.dispatch_id, ok__isnull=True, resolution="")
+    if not unsettled.filter(started_at__isnull=True).update(started_at=now, held_until=held):
+        return _result(claim_, Outcome(False, "not sent: the claim was released before it ran"))
     with bound(bead=claim_.bead_id, convoy=claim_.convoy_id, worker=claim_.worker):
         return _run(claim_, dispatcher, started)
+
+
+def hold(claims: Sequence[Claim]) -> None:
+    """Renew the claims a caller will run next (a launch runs its claims one by one): they
+    are not settled as abandoned while it works through the ones before them."""
+    pending = Dispatch.objects.filter(
+        pk__in=[c.dispatch_id for c in claims], ok__isnull=True, started_at__isnull=True
+    )
+    pending.update(held_until=timezone.now() + claim_grace())
 
 
 def _run(claim_: Claim, dispatcher: Dispatcher, started: float) -> DispatchResult:
@@ -253,6 +276,12 @@ def _record(claim_: Claim, outcome: Outcome, started: float) -> DispatchResult:
             Bead.objects.filter(pk=claim_.bead_id, dispatch_failures__gt=0).update(
                 dispatch_failures=0
             )
+            record(
+                "dispatch.ok",
+                bead_id=claim_.bead_id,
+                convoy_id=claim_.convoy_id,
+                data={"worker": claim_.worker, "path": claim_.path},
+            )
         else:
             Bead.objects.filter(pk=claim_.bead_id, status="hooked", assignee=claim_.worker).update(
                 status="open", assignee="", updated_at=timezone.now()
@@ -276,6 +305,10 @@ def _record(claim_: Claim, outcome: Outcome, started: float) -> DispatchResult:
             if capacity.cap():  # the freed slot goes to the town queue's head
                 queue.feed_town_on_commit()
         _check_spin(claim_)
+    return _result(claim_, outcome)
+
+
+def _result(claim_: Claim, outcome: Outcome) -> DispatchResult:
     return {
         "id": claim_.bead_id,
         "title": claim_.title,
@@ -319,3 +352,110 @@ def dispatch(
     if won is None:
         return None
     return run(won, dispatcher)
+
+
+class Settled(TypedDict):
+    """One attempt `recover` settled."""
+
+    id: str  # the bead
+    dispatch: int
+    worker: str
+    resolution: str  # Dispatch.RESOLUTIONS
+    released: bool  # the bead went back to ready
+
+
+# What a settled attempt records when it changes what the bead shows.
+SETTLED_KINDS = {
+    "abandoned": "dispatch.abandoned",
+    "released": "dispatch.released",
+    "confirmed": "dispatch.confirmed",
+}
+
+
+def recover(now: datetime | None = None, limit: int = 500) -> list[Settled]:
+    """Settle the attempts whose holder's time ran out (`held_until`) with no outcome: its
+    process died between the claim and the dispatcher's call, or during the call. The
+    worker's heartbeat since the claim confirms it; else a bead the attempt still holds
+    goes back to ready ("abandoned" when the dispatcher was never called: nothing ran;
+    "released" when it was: its outcome is unknown). Not a failure: no cooldown, no breaker."""
+    now = now or timezone.now()
+    due = Dispatch.objects.filter(ok__isnull=True, resolution="", held_until__lt=now)
+    settled = []
+    for attempt in due.order_by("held_until")[:limit]:
+        with transaction.atomic():
+            item = _settle(attempt, now)
+        if item is not None:
+            log.warning(
+                "dispatch of %s to %s settled: %s",
+                item["id"],
+                item["worker"],
+                item["resolution"],
+                extra={"bead": item["id"], "worker": item["worker"]},
+            )
+            settled.append(item)
+    return settled
+
+
+def _settle(attempt: Dispatch, now: datetime) -> Settled | None:
+    worker = attempt.worker
+    bead = Bead.objects.filter(pk=attempt.bead_id).values("status", "assignee").first()
+    holds = (
+        bead is not None and bead["assignee"] == worker and bead["status"] in ACTIVE_WORK_STATUSES
+    )
+    seen = Worker.objects.filter(name=worker).values_list("last_seen", flat=True).first()
+    reported = seen is not None and seen > attempt.created_at
+    if reported or (bead is not None and bead["assignee"] == worker and not holds):
+        resolution, fields = "confirmed", {"ok": True}  # the worker reported or moved it on
+    elif attempt.started_at is None:
+        resolution, fields = "abandoned", {}
+    else:
+        resolution, fields = "released", {}
+    text = {
+        "confirmed": "no answer recorded; its worker reported, so it ran",
+        "abandoned": "not sent: the process that claimed it stopped first",
+        "released": "outcome unknown: no answer and no word from the worker in time",
+    }[resolution]
+    won = Dispatch.objects.filter(pk=attempt.pk, ok__isnull=True, resolution="").update(
+        resolution=resolution, error="" if reported else text, output=text, **fields
+    )
+    if not won:
+        return None
+    released = False
+    if resolution != "confirmed" and holds:
+        released = bool(
+            Bead.objects.filter(
+                pk=attempt.bead_id, assignee=worker, status__in=ACTIVE_WORK_STATUSES
+            ).update(status="open", assignee="", updated_at=now)
+        )
+    if released or (resolution == "confirmed" and holds):
+        data: dict[str, object] = {"worker": worker, "path": attempt.path, "reason": text}
+        if released:
+            data |= {"status": "open", "assignee": ""}
+        record(
+            SETTLED_KINDS[resolution],
+            bead_id=attempt.bead_id,
+            convoy_id=attempt.convoy_id,
+            data=data,
+        )
+    return {
+        "id": attempt.bead_id,
+        "dispatch": attempt.pk,
+        "worker": worker,
+        "resolution": resolution,
+        "released": released,
+    }
+
+
+def confirm(worker: str) -> list[str]:
+    """The worker reported: its attempts with no outcome recorded ran. Returns their beads."""
+    open_ = Dispatch.objects.filter(worker=worker, ok__isnull=True, resolution="")
+    beads = list(open_.values_list("bead_id", flat=True))
+    if beads:
+        open_.update(ok=True, resolution="confirmed", output="its worker reported, so it ran")
+        record_many(
+            [
+                {"kind": "dispatch.confirmed", "bead_id": b, "data": {"worker": worker}}
+                for b in sorted(set(beads))
+            ]
+        )
+    return beads

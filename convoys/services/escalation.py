@@ -49,7 +49,9 @@ from .errors import NotFound, ServiceError
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-CLOSED, DISPATCHED, FAILED = "bead.closed", "bead.dispatched", "dispatch.failed"
+CLOSED, DISPATCHED = "bead.closed", "bead.dispatched"
+# What undoes a dispatch: it failed, or the catch-up released it (services.dispatch.recover).
+UNDONE = ("dispatch.failed", "dispatch.abandoned", "dispatch.released")
 START_KINDS = ("convoy.created", "convoy.imported", "convoy.launched", "convoy.reopened")
 MAX_REESCALATIONS = 2
 MAX_NOTIFICATIONS = 1 + MAX_REESCALATIONS
@@ -93,7 +95,7 @@ def last_progress(convoys: Iterable[Convoy]) -> dict[str, datetime]:
         closed = events.filter(kind=CLOSED)
         # A dispatch that failed (a `dispatch.failed` of the bead after it) is no progress.
         failed = Event.objects.filter(
-            bead_id=OuterRef("bead_id"), kind=FAILED, seq__gt=OuterRef("seq")
+            bead_id=OuterRef("bead_id"), kind__in=UNDONE, seq__gt=OuterRef("seq")
         )
         dispatched = events.filter(kind=DISPATCHED).exclude(Exists(failed))
         moved = (

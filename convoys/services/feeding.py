@@ -60,13 +60,15 @@ class CloseHandled(TypedDict, total=False):
 
 
 class CatchUp(TypedDict, total=False):
-    """`catch_up`: {skipped}, {seeded} on a first run, else {handled, position[, dispatched]}."""
+    """`catch_up`: {skipped}, {seeded} on a first run, else {handled, position[, dispatched]
+    [, recovered]}."""
 
     skipped: str
     seeded: int  # the high-water mark a first run set
     handled: list[int]  # close events handled
     position: int
     dispatched: list[str]  # with a town cap: beads fed into slots no event freed
+    recovered: list[str]  # beads whose claims were settled (`recover_dispatches`)
 
 
 class ScanSummary(TypedDict, total=False):
@@ -272,12 +274,28 @@ def catch_up(batch: int = 1000) -> CatchUp:
             "handled": handled,
             "position": events[-1][0] if events else cursor.position,
         }
+        recovered = recover_dispatches()
+        if recovered:
+            summary["recovered"] = recovered
         if capacity.cap():
             # Slots freed by no event (a worker found dead, the cap raised) are filled here.
             summary["dispatched"] = [r["id"] for r in feed_town("event")]
         return summary
     finally:
         leases.release("catch-up", me)
+
+
+def recover_dispatches(now: datetime | None = None) -> list[str]:
+    """Settle the claims whose process died before recording an outcome
+    (`dispatch.recover`) and feed the open convoys of the beads it released, at once: they
+    are ready again, and no close will feed them. Returns the settled beads."""
+    settled = dispatch.recover(now)
+    released = sorted({s["id"] for s in settled if s["released"]})
+    if released:
+        tracking = TrackedBead.objects.filter(bead_id__in=released).values("convoy_id")
+        for convoy in Convoy.objects.filter(pk__in=tracking, status=CONVOY_OPEN).order_by("pk"):
+            feed_convoy(convoy, path="stranded")
+    return [s["id"] for s in settled]
 
 
 def stranded(now: datetime | None = None) -> list[dict[str, Any]]:

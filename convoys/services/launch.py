@@ -5,6 +5,7 @@ the town's queue (services/capacity.py).
 An epic or a task list is staged and launched in one step.
 """
 
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -162,7 +163,12 @@ def launch_staged(convoy_id: str, *, force: bool = False, actor: str = "cli") ->
             f"Warning: {len(blocked_rigs)} non-operational rig(s) in convoy: "
             f"{', '.join(sorted(blocked_rigs))}\n  Proceeding with --force (tasks may fail)"
         )
-    for claim in claims:
+    # The claims wait their turn: renewed now and then, so none is settled as abandoned.
+    renewed = time.monotonic()
+    for n, claim in enumerate(claims):
+        if time.monotonic() - renewed > dispatch.claim_grace().total_seconds() / 3:
+            dispatch.hold(claims[n:])
+            renewed = time.monotonic()
         result.dispatched.append(dispatch.run(claim))
     return result
 
