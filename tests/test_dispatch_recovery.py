@@ -1,0 +1,163 @@
+"""Crash-safe dispatch: a claim whose process died before or during the dispatcher's call is
+settled by the catch-up (released to ready and fed again, or confirmed by its worker), and it
+shows as "unknown outcome", never as "working", until then. Real processes killed mid-launch
+and mid-feed: tests/test_dispatch_faults.py."""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from convoys import causes
+from convoys.dispatchers import Outcome
+from convoys.models import Bead, Convoy, Dispatch, Event, Worker
+from convoys.services import beads, breaker, dispatch, feeding, staging
+from convoys.services.launch import launch_staged
+
+from .factories import bead
+
+
+def claimed(bead_id, convoy_id=""):
+    """A claim whose process died before it called the dispatcher."""
+    won = dispatch.claim(Bead.objects.get(pk=bead_id), convoy_id=convoy_id, path="launch")
+    assert won is not None
+    return won
+
+
+def later(seconds):
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+def open_convoy(*ids):
+    """A convoy that feeds `ids` and has dispatched none of them yet."""
+    plan = staging.stage(list(ids), actor="test")
+    Convoy.objects.filter(pk=plan.convoy_id).update(status="open")
+    return plan.convoy_id
+
+
+def test_a_claim_never_sent_shows_unknown_outcome_then_is_released_and_fed(routes, settings):
+    settings.CONVOY_CLAIM_GRACE = 30
+    bead("gt-a")
+    convoy_id = open_convoy("gt-a")
+    lost = claimed("gt-a", convoy_id)
+    cause = causes.for_bead("gt-a")
+    assert cause["kind"] == "unknown-outcome" and cause["worker"] == lost.worker
+    assert feeding.recover_dispatches(now=later(5)) == []  # its holder may still send it
+
+    assert feeding.recover_dispatches(now=later(31)) == ["gt-a"]
+    first = Dispatch.objects.get(pk=lost.dispatch_id)
+    assert (first.resolution, first.ok) == ("abandoned", None)
+    assert Event.objects.filter(kind="dispatch.abandoned", bead_id="gt-a").count() == 1
+    # Fed again at once, by the rescue path; not a failure: no cooldown, no breaker count.
+    again = Dispatch.objects.exclude(pk=first.pk).get(bead_id="gt-a")
+    assert (again.path, again.ok) == ("stranded", True)
+    row = Bead.objects.get(pk="gt-a")
+    assert row.status == "hooked" and row.assignee == again.worker and row.dispatch_failures == 0
+    assert breaker.cooling_down(["gt-a"]) == set()
+    assert causes.for_bead("gt-a")["kind"] == "working"
+    assert feeding.recover_dispatches(now=later(31)) == []  # settled once
+
+
+def test_a_dispatch_started_without_an_answer_is_released_after_the_timeout(routes, settings):
+    settings.CONVOY_CLAIM_GRACE = 10
+    settings.CONVOY_DISPATCH_TIMEOUT = 20
+
+    class Dies:
+        def dispatch(self, bead_id, rig, convoy_id, worker):
+            raise KeyboardInterrupt  # stands for the process dying mid-call
+
+    bead("gt-b")
+    won = claimed("gt-b")
+    with pytest.raises(KeyboardInterrupt):
+        dispatch.run(won, Dies())
+    # An interrupt the process lives through records the failure itself:
+    assert Dispatch.objects.get(pk=won.dispatch_id).ok is False
+    bead("gt-c")
+    won = claimed("gt-c")
+    Dispatch.objects.filter(pk=won.dispatch_id).update(
+        started_at=timezone.now(), held_until=later(30)
+    )
+    assert causes.for_bead("gt-c")["kind"] == "unknown-outcome"
+    assert feeding.recover_dispatches(now=later(25)) == []
+    assert feeding.recover_dispatches(now=later(31)) == ["gt-c"]
+    attempt = Dispatch.objects.get(pk=won.dispatch_id)
+    assert attempt.resolution == "released" and "outcome unknown" in attempt.error
+    row = Bead.objects.get(pk="gt-c")
+    assert (row.status, row.assignee) == ("open", "")  # no open convoy feeds it: ready
+    assert causes.for_bead("gt-c")["kind"] == "ready"
+    assert Event.objects.filter(kind="dispatch.released", bead_id="gt-c").exists()
+
+
+def test_the_workers_heartbeat_confirms_an_unanswered_dispatch(routes):
+    bead("gt-d")
+    won = claimed("gt-d")
+    assert causes.for_bead("gt-d")["kind"] == "unknown-outcome"
+    beads.heartbeat(won.worker)
+    attempt = Dispatch.objects.get(pk=won.dispatch_id)
+    assert (attempt.ok, attempt.resolution) == (True, "confirmed")
+    assert causes.for_bead("gt-d")["kind"] == "working"
+    assert Event.objects.filter(kind="dispatch.confirmed", bead_id="gt-d").exists()
+    assert feeding.recover_dispatches(now=later(3600)) == []  # nothing left to settle
+    assert Bead.objects.get(pk="gt-d").assignee == won.worker
+
+
+def test_a_heartbeat_before_the_catch_up_confirms_instead_of_releasing(routes):
+    bead("gt-e")
+    won = claimed("gt-e")
+    time.sleep(0.01)
+    Worker.objects.filter(name=won.worker).update(last_seen=timezone.now())  # no confirm call
+    assert feeding.recover_dispatches(now=later(3600)) == ["gt-e"]
+    assert Dispatch.objects.get(pk=won.dispatch_id).resolution == "confirmed"
+    assert Bead.objects.get(pk="gt-e").status == "hooked"
+
+
+def test_a_claim_settled_before_it_ran_is_not_sent(routes):
+    calls = []
+
+    class Records:
+        def dispatch(self, bead_id, rig, convoy_id, worker):
+            calls.append(bead_id)
+            return Outcome(True)
+
+    bead("gt-f")
+    won = claimed("gt-f")
+    feeding.recover_dispatches(now=later(3600))  # its holder seemed dead
+    result = dispatch.run(won, Records())
+    assert calls == [] and result["ok"] is False and "released before it ran" in result["error"]
+    assert Dispatch.objects.get(pk=won.dispatch_id).resolution == "abandoned"
+
+
+def test_a_dispatch_answered_records_it_and_the_cause_moves_on(routes):
+    bead("gt-g")
+    won = claimed("gt-g")
+    dispatch.run(won)
+    attempt = Dispatch.objects.get(pk=won.dispatch_id)
+    assert attempt.ok is True and attempt.started_at is not None and attempt.resolution == ""
+    assert Event.objects.filter(kind="dispatch.ok", bead_id="gt-g").count() == 1
+    assert causes.for_bead("gt-g")["kind"] == "working"
+
+
+@pytest.mark.parametrize("holding", [True, False])
+def test_a_slow_launch_keeps_its_waiting_claims(routes, settings, monkeypatch, holding):
+    """A catch-up running while a launch works through slow dispatches settles none of the
+    claims still waiting their turn (the launch renews them); without the renewal it would."""
+    settings.CONVOY_CLAIM_GRACE = 1
+
+    class Slow:
+        def dispatch(self, bead_id, rig, convoy_id, worker):
+            time.sleep(0.4)
+            dispatch.recover()  # a catch-up in another process, now
+            return Outcome(True)
+
+    monkeypatch.setattr(dispatch, "get_dispatcher", lambda name=None: Slow())
+    if not holding:
+        monkeypatch.setattr(dispatch, "hold", lambda claims: None)
+    ids = [bead(f"gt-s{i}").id for i in range(6)]
+    plan = staging.stage(ids, actor="test")
+    result = launch_staged(plan.convoy_id, force=True)
+    abandoned = Dispatch.objects.filter(resolution="abandoned").count()
+    if holding:
+        assert [r["ok"] for r in result.dispatched] == [True] * 6 and abandoned == 0
+    else:
+        assert abandoned > 0
