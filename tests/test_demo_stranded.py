@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from django.core.management import call_command
@@ -35,14 +37,28 @@ def _swarm(env, port):
     return proc
 
 
+def assert_no_debug_pages(port):
+    """Static files are served and an unknown page is the product's 404, not Django's."""
+    base = f"http://127.0.0.1:{port}"
+    with urllib.request.urlopen(base + "/static/convoys/app.css", timeout=10) as answer:
+        assert answer.status == 200 and b".cause" in answer.read()
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(base + "/no-such-page/", timeout=10)
+    body = missing.value.read().decode()
+    assert missing.value.code == 404
+    assert "DEBUG = True" not in body and "DATABASE_URL" not in body and "Traceback" not in body
+
+
 @pytest.mark.slow
 def test_the_demo_dashboard_never_calls_a_moving_convoy_stranded(transactional_db):
     call_command("demo", stdout=io.StringIO())
     port = free_port()
-    env = child_env(DEBUG="1")  # the run.sh defaults: a 5 s feed interval, a 30 s scan
+    # The run.sh defaults: no debug pages, a 5 s feed interval, a 30 s scan.
+    env = child_env(DEBUG="0")
     procs = [spawn("web", env, port), spawn("cluster", env)]
     try:
         wait_port(port)
+        assert_no_debug_pages(port)
         procs.append(_swarm(env, port))
         client = signed_in("manager", "view_convoy", "view_bead")
         closes_before = Event.objects.filter(kind="bead.closed").count()

@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from convoys import causes
@@ -15,7 +16,7 @@ from convoys.models import Bead, Convoy, Dispatch, Event, Worker
 from convoys.services import beads, breaker, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead
+from .factories import bead, signed_in
 
 
 def claimed(bead_id, convoy_id=""):
@@ -161,3 +162,15 @@ def test_a_slow_launch_keeps_its_waiting_claims(routes, settings, monkeypatch, h
         assert [r["ok"] for r in result.dispatched] == [True] * 6 and abandoned == 0
     else:
         assert abandoned > 0
+
+
+def test_the_bead_page_says_unknown_outcome_then_how_it_was_settled(routes):
+    bead("gt-h")
+    claimed("gt-h")
+    client = signed_in("viewer", "view_bead", "view_convoy")
+    page = client.get(reverse("bead", args=["gt-h"])).content.decode()
+    assert "unknown outcome" in page and "no outcome recorded yet" in page
+    feeding.recover_dispatches(now=later(3600))
+    page = client.get(reverse("bead", args=["gt-h"])).content.decode()
+    assert "not sent: the process that claimed it stopped first" in page
+    assert "unknown outcome" not in page
