@@ -103,14 +103,31 @@ def test_the_workers_heartbeat_confirms_an_unanswered_dispatch(routes):
     assert Bead.objects.get(pk="gt-d").assignee == won.worker
 
 
-def test_a_heartbeat_before_the_catch_up_confirms_instead_of_releasing(routes):
+def test_a_later_claim_of_the_same_worker_name_confirms_nothing(routes):
+    """A rescue takes the bead over; the silent worker's name is picked again for another
+    claim (which touches its last_seen) and reports in. The old attempt is settled as
+    released, not confirmed: only a heartbeat or a close while its worker holds the bead
+    says it ran."""
     bead("gt-e")
-    won = claimed("gt-e")
+    old = claimed("gt-e")
+    Dispatch.objects.filter(pk=old.dispatch_id).update(started_at=timezone.now())
+    Bead.objects.filter(pk="gt-e").update(assignee="gastown/polecats/other")  # taken over
     time.sleep(0.01)
-    Worker.objects.filter(name=won.worker).update(last_seen=timezone.now())  # no confirm call
+    Worker.objects.filter(name=old.worker).update(last_seen=timezone.now())
+    beads.heartbeat(old.worker)  # alive, but it no longer holds gt-e
+    assert Dispatch.objects.get(pk=old.dispatch_id).resolution == ""
     assert feeding.recover_dispatches(now=later(3600)) == ["gt-e"]
+    attempt = Dispatch.objects.get(pk=old.dispatch_id)
+    assert (attempt.resolution, attempt.ok) == ("released", None)
+    assert Bead.objects.get(pk="gt-e").assignee == "gastown/polecats/other"  # left alone
+
+
+def test_a_bead_its_worker_closed_confirms_the_dispatch(routes):
+    bead("gt-i")
+    won = claimed("gt-i")
+    beads.close_bead("gt-i")
+    assert feeding.recover_dispatches(now=later(3600)) == ["gt-i"]
     assert Dispatch.objects.get(pk=won.dispatch_id).resolution == "confirmed"
-    assert Bead.objects.get(pk="gt-e").status == "hooked"
 
 
 def test_a_claim_settled_before_it_ran_is_not_sent(routes):

@@ -374,9 +374,9 @@ SETTLED_KINDS = {
 
 def recover(now: datetime | None = None, limit: int = 500) -> list[Settled]:
     """Settle the attempts whose holder's time ran out (`held_until`) with no outcome: its
-    process died between the claim and the dispatcher's call, or during the call. The
-    worker's heartbeat since the claim confirms it; else a bead the attempt still holds
-    goes back to ready ("abandoned" when the dispatcher was never called: nothing ran;
+    process died between the claim and the dispatcher's call, or during the call. A bead its
+    worker moved on (closed) confirms it; else a bead the attempt still holds goes back to
+    ready ("abandoned" when the dispatcher was never called: nothing ran;
     "released" when it was: its outcome is unknown). Not a failure: no cooldown, no breaker."""
     now = now or timezone.now()
     due = Dispatch.objects.filter(ok__isnull=True, resolution="", held_until__lt=now)
@@ -402,21 +402,21 @@ def _settle(attempt: Dispatch, now: datetime) -> Settled | None:
     holds = (
         bead is not None and bead["assignee"] == worker and bead["status"] in ACTIVE_WORK_STATUSES
     )
-    seen = Worker.objects.filter(name=worker).values_list("last_seen", flat=True).first()
-    reported = seen is not None and seen > attempt.created_at
-    if reported or (bead is not None and bead["assignee"] == worker and not holds):
-        resolution, fields = "confirmed", {"ok": True}  # the worker reported or moved it on
+    # (A worker's heartbeat confirms its attempts itself, `confirm`: its last_seen is no sign
+    # here, since a later claim that picks the same name touches it too.)
+    if bead is not None and bead["assignee"] == worker and not holds:
+        resolution, fields = "confirmed", {"ok": True}  # its worker moved it on (closed it)
     elif attempt.started_at is None:
         resolution, fields = "abandoned", {}
     else:
         resolution, fields = "released", {}
     text = {
-        "confirmed": "no answer recorded; its worker reported, so it ran",
+        "confirmed": "no answer recorded; its worker moved the bead on, so it ran",
         "abandoned": "not sent: the process that claimed it stopped first",
         "released": "outcome unknown: no answer and no word from the worker in time",
     }[resolution]
     won = Dispatch.objects.filter(pk=attempt.pk, ok__isnull=True, resolution="").update(
-        resolution=resolution, error="" if reported else text, output=text, **fields
+        resolution=resolution, error="" if fields else text, output=text, **fields
     )
     if not won:
         return None
@@ -447,8 +447,13 @@ def _settle(attempt: Dispatch, now: datetime) -> Settled | None:
 
 
 def confirm(worker: str) -> list[str]:
-    """The worker reported: its attempts with no outcome recorded ran. Returns their beads."""
-    open_ = Dispatch.objects.filter(worker=worker, ok__isnull=True, resolution="")
+    """The worker reported: its attempts with no outcome recorded for the beads it holds
+    now ran (not an older one's: a bead taken over, its name picked again). Returns their
+    beads."""
+    held = Bead.objects.filter(assignee=worker, status__in=ACTIVE_WORK_STATUSES)
+    open_ = Dispatch.objects.filter(
+        worker=worker, ok__isnull=True, resolution="", bead_id__in=held.values("pk")
+    )
     beads = list(open_.values_list("bead_id", flat=True))
     if beads:
         open_.update(ok=True, resolution="confirmed", output="its worker reported, so it ran")
