@@ -62,8 +62,8 @@ def cluster(now: datetime) -> Check:
 
 def relay_lag(now: datetime) -> Check:
     lag = relay.lag(now)
-    if lag is None:
-        return {"ok": True, "running": False}
+    if lag is None:  # not a fault: a relay starts with the first websocket it serves
+        return {"ok": True, "running": False, "note": "no relay yet: no page is watching live"}
     limit = float(settings.CONVOY_READY_RELAY_LAG)
     check: Check = {
         "ok": lag.seconds <= limit,

@@ -271,7 +271,7 @@ def test_readyz_names_a_channel_layer_that_fails(settings, monkeypatch):
 
 
 # --- the dashboard's banner -----------------------------------------------------------------
-BANNER = "Feeding is stopped since"
+BANNER = "The task cluster stopped ticking at"
 
 
 def test_dashboard_says_feeding_is_stopped(settings):
@@ -288,7 +288,7 @@ def test_dashboard_says_feeding_is_stopped(settings):
 
 def test_dashboard_says_feeding_never_started():
     client = signed_in("viewer", "view_convoy", "view_bead")
-    assert "Feeding is stopped: no task cluster has ticked yet" in client.get("/").content.decode()
+    assert "No task cluster has ticked yet: nothing feeds convoys" in client.get("/").content.decode()
 
 
 # --- serve restarts a cluster that stopped ticking ------------------------------------------

@@ -327,3 +327,28 @@ def test_the_demo_swarm_files_discovered_work_into_the_convoy(routes, monkeypatc
     found = Bead.objects.get(title="Follow-up: Wire the pump")
     assert found.id.startswith("gt-") and tracked(convoy) == ["gt-a", found.id]
     assert f"found {found.id} while doing gt-a" in swarm.stdout._out.getvalue()
+
+
+def test_beads_list_filters_like_the_api(routes):
+    bead("gt-a", "Wire the pump", status="hooked", assignee="gastown/polecats/nux")
+    bead("gt-b", "Paint the pump")
+    bead("gt-c", "Fix the valve", status="closed")
+    assert [r["id"] for r in json.loads(run("beads", "list", "--json"))] == ["gt-a", "gt-b", "gt-c"]
+    listed = json.loads(run("beads", "list", "--status", "hooked", "--json"))
+    assert listed == [
+        {
+            "id": "gt-a",
+            "title": "Wire the pump",
+            "priority": 2,
+            "issue_type": "task",
+            "rig": "gastown",
+            "status": "hooked",
+            "assignee": "gastown/polecats/nux",
+        }
+    ]
+    assert run("beads", "list", "-q", "pump", "--assignee", "gastown/").split()[:2] == [
+        "gt-a",
+        "hooked",
+    ]
+    assert run("beads", "list", "--rig", "nowhere") == "No beads match.\n"
+    refused("beads", "list", "--limit", "0", match="--limit must be at least 1")

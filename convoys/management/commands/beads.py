@@ -76,6 +76,13 @@ class Command(ServiceCommand):
         d = dep.add_parser("remove")
         d.add_argument("issue")
         d.add_argument("target")
+        p = sub.add_parser("list", help="beads by id, filtered (what the API's list gives)")
+        p.add_argument("--status")
+        p.add_argument("--rig")
+        p.add_argument("--assignee", help="a worker name or its prefix (e.g. gastown/)")
+        p.add_argument("-q", "--query", help="part of the id or title")
+        p.add_argument("--limit", type=int, default=100)
+        self.add_json(p)
         p = sub.add_parser("ready", help="beads ready to dispatch, by priority then id")
         p.add_argument("--rig")
         p.add_argument("--limit", type=int, default=100)
@@ -329,8 +336,27 @@ class Command(ServiceCommand):
             bead_service.remove_dependency(issue, target, actor="cli")
             self.stdout.write(f"Removed dependency {issue} -> {target}")
 
+    def do_list(
+        self,
+        status: str | None,
+        rig: str | None,
+        assignee: str | None,
+        query: str | None,
+        limit: int,
+        json: bool,
+        **_: Any,
+    ) -> None:
+        if limit < 1:
+            raise error("--limit must be at least 1")
+        found = selectors.find_beads(
+            status=status, rig=rig, assignee=assignee, q=query, limit=limit
+        )
+        self._beads(found, json, "No beads match.", with_status=True)
+
     def do_ready(self, rig: str | None, limit: int, json: bool, **_: Any) -> None:
-        beads = selectors.find_beads(rig=rig, ready=True, limit=limit)
+        self._beads(selectors.find_beads(rig=rig, ready=True, limit=limit), json, "No ready beads.")
+
+    def _beads(self, beads: list[Bead], json: bool, none: str, with_status: bool = False) -> None:
         if json:
             self.write_json(
                 [
@@ -340,15 +366,20 @@ class Command(ServiceCommand):
                         "priority": b.priority,
                         "issue_type": b.issue_type,
                         "rig": b.rig_id,
+                        **({"status": b.status, "assignee": b.assignee} if with_status else {}),
                     }
                     for b in beads
                 ]
             )
             return
         if not beads:
-            self.stdout.write("No ready beads.")
-        for bead in beads:
-            self.stdout.write(f"{bead.id:<16} P{bead.priority}  {bead.rig_id:<14} {bead.title}")
+            self.stdout.write(none)
+        for b in beads:
+            state = f"{b.status:<12} " if with_status else ""
+            who = f"  {b.assignee}" if with_status and b.assignee else ""
+            self.stdout.write(
+                f"{b.id:<16} {state}P{b.priority}  {b.rig_id or '-':<14} {b.title}{who}"
+            )
 
     def do_heartbeat(self, worker: str, **_: Any) -> None:
         when = bead_service.heartbeat(worker)
