@@ -410,6 +410,9 @@ def list_convoys(
     limit: int = query(200, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     need(request, "view_convoy")
+    problem = selectors.status_filter_problem(status)
+    if problem:
+        raise HttpError(422, problem)
     queryset = selectors.convoys_with_status(status).order_by("-created_at", "id")
     rows = list(queryset[:limit])
     summaries = selectors.convoy_summaries(rows)

@@ -24,6 +24,7 @@ from .kinds import PROGRESS_KINDS
 from .models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
+    CONVOY_STATUSES,
     DONE_STATUSES,
     SLINGABLE_TYPES,
     STAGED_STATUSES,
@@ -462,10 +463,21 @@ def filter_text(value: str) -> str:
     return value.replace("\x00", "").strip()[:SEARCH_MAX]
 
 
+STATUS_FILTERS = ("active", "staged", "all", *CONVOY_STATUSES)
+
+
+def status_filter_problem(status: str) -> str | None:
+    """Why `status` is no convoy status filter (the dashboard's and the API's), or None."""
+    if status in STATUS_FILTERS:
+        return None
+    shown = status if len(status) <= 40 else status[:40] + "…"
+    return f"unknown status filter {shown!r}: use one of {', '.join(STATUS_FILTERS)}"
+
+
 def convoys_with_status(status: str) -> QuerySet[Convoy]:
     """The convoys a status filter selects, on the dashboard and in the API: "active" (open
-    or staged), "staged" (ready or with warnings), "all", or one status; any other word
-    selects none."""
+    or staged), "staged" (ready or with warnings), "all", or one status (STATUS_FILTERS;
+    callers refuse any other word with `status_filter_problem`)."""
     queryset = Convoy.objects.all()
     if status == "active":
         return queryset.filter(status__in=(CONVOY_OPEN, *STAGED_STATUSES))

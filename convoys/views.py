@@ -81,6 +81,10 @@ def _base(request: HttpRequest) -> dict[str, Any]:
 def dashboard(request: HttpRequest) -> HttpResponse:
     context = _base(request) | {"feeding": _feeding()}
     params = request.GET
+    status = selectors.filter_text(params.get("status") or "") or "active"
+    problem = selectors.status_filter_problem(status)
+    if problem:
+        return render(request, "convoys/bad_filter.html", {"problem": problem}, status=422)
     seq = since(request)
     changes = selectors.changes_since(seq, context["as_of"]) if seq is not None else None
     if (

@@ -173,3 +173,22 @@ def test_an_unknown_api_path_is_a_json_404(db):
         assert response.status_code == 404
         assert response["Content-Type"] == "application/json"
         assert response.json()["detail"].startswith("no API operation at /api/")
+
+
+def test_an_unknown_status_filter_is_a_422_naming_the_allowed_ones(routes):
+    from .factories import signed_in
+
+    client = signed_in("viewer-filter", "view_convoy", "view_bead")
+    answer = client.get("/api/convoys", {"status": "bogus"})
+    assert answer.status_code == 422
+    assert answer.json()["detail"] == (
+        "unknown status filter 'bogus': use one of active, staged, all, open, closed, "
+        "staged_ready, staged_warnings"
+    )
+    assert client.get("/api/convoys", {"status": "closed"}).status_code == 200
+    page = client.get("/", {"status": "<b>bogus</b>"})
+    assert page.status_code == 422
+    text = page.content.decode()
+    assert "Unknown status filter" in text and "use one of active" in text
+    assert "<b>bogus</b>" not in text  # escaped
+    assert client.get("/", {"status": "staged"}).status_code == 200
