@@ -227,6 +227,7 @@ def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, e
         toasts = page.evaluate("window.convoyLive.toasts")
         assert toasts.count("Convoy landed: Ship the live pages") == 1, toasts
         assert not [t for t in toasts if "Convoy: " in t], toasts
+        assert not [t for t in toasts if "ispatch" in t], toasts  # the rows show dispatches
         assert page.locator(".toast").count() <= 3
     assert elsewhere.evaluate("window.convoyLive.toasts") == []
     # another convoy's page hears every event but asks for fragments only for its own (and

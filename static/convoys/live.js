@@ -204,10 +204,9 @@
       notifyBrowser(ev);
       return;
     }
+    // Dispatches never toast: the row, the node and the counts show them.
     if (!shows(ev)) return;
     if (ev.kind === "convoy.landed") toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
-    else if (ev.kind === "bead.dispatched") toast(`seq:${ev.seq}`, `${ev.bead_id} dispatched to ${d.assignee}`);
-    else if (ev.kind === "dispatch.failed") toast(`seq:${ev.seq}`, `Dispatch of ${ev.bead_id} failed: ${d.error}`, "bad");
   }
 
   function toast(key, text, kind) {
