@@ -4,12 +4,12 @@ involved (convoy, bead, worker, request; convoys/logids.py) when there are any, 
 traceback as `exc_info`."""
 
 import logging
-import os
 import re
 import time
 import uuid
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from pythonjsonlogger.json import JsonFormatter
 
@@ -17,6 +17,7 @@ from convoys.logids import bound
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a client's X-Request-ID kept as it is
 access_log = logging.getLogger("convoyweb.access")
+HEARTBEAT = "/api/heartbeat"  # a worker's "I am alive", every few seconds
 
 
 class Json(JsonFormatter):
@@ -43,12 +44,13 @@ class Json(JsonFormatter):
 
 class RequestIds:
     """Each request gets an id (the client's `X-Request-ID` when it is a plain token, else a
-    new one), answered in `X-Request-ID` and carried by every line logged while it runs. With
-    LOG_FORMAT=json this also writes the access line (daphne's own text line is off then)."""
+    new one), answered in `X-Request-ID` and carried by every line logged while it runs. It
+    also writes the access line (`convoyweb.webserver` turns daphne's own off), except for
+    the chatter of a working town unless LOG_ACCESS=1: workers' heartbeats and live pages'
+    fetches that succeeded."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
-        self.access = os.environ.get("LOG_FORMAT", "") == "json"
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         asked = request.headers.get("X-Request-ID", "")
@@ -57,7 +59,7 @@ class RequestIds:
         with bound(request=request_id):
             response = self.get_response(request)
             response["X-Request-ID"] = request_id
-            if self.access:
+            if self.logged(request, response):
                 access_log.info(
                     "%s %s %s",
                     request.method,
@@ -69,3 +71,10 @@ class RequestIds:
                     },
                 )
         return response
+
+    @staticmethod
+    def logged(request: HttpRequest, response: HttpResponse) -> bool:
+        if settings.LOG_ACCESS or response.status_code >= 400:
+            return True
+        chatter = request.path == HEARTBEAT or request.headers.get("X-Live") == "1"
+        return not chatter

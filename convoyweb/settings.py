@@ -391,9 +391,14 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 def _one_line_for_client_errors(record: logging.LogRecord) -> bool:
     """A 4xx (a 403 for a user without permission, a 404) is one log line: the traceback of
-    the PermissionDenied or Http404 behind it says nothing and would hide real errors."""
+    the PermissionDenied or Http404 behind it says nothing and would hide real errors; and a
+    long path in it is cut to 300 characters."""
     if getattr(record, "status_code", 500) < 500:
         record.exc_info = record.exc_text = None
+    if isinstance(record.args, tuple):  # "Not Found: <a 16 KB path>": the path cut short
+        record.args = tuple(
+            a[:300] + "…" if isinstance(a, str) and len(a) > 300 else a for a in record.args
+        )
     return True
 
 
@@ -411,6 +416,9 @@ LOG_FORMAT = os.environ.get(
 )  # "json": one JSON object a line (convoyweb/logs.py)
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
+# The access line of every request; without it, workers' heartbeats and live pages' fetches
+# that succeed are not logged (convoyweb/logs.py).
+LOG_ACCESS = env_bool("LOG_ACCESS", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -435,6 +443,7 @@ LOGGING = {
     },
     "loggers": {
         "convoys": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "convoyweb": {"handlers": ["console"], "level": "INFO"},
         "django.request": {"filters": ["client_errors"]},
         "django-q": {"filters": ["sync_ticks"]},
     },
@@ -445,6 +454,7 @@ if LOG_FORMAT == "json":
     LOGGING["root"] = {"handlers": ["console"], "level": "INFO"}
     LOGGING["loggers"] = {
         "convoys": {"handlers": [], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "convoyweb": {"handlers": [], "level": "INFO"},
         "django": {"handlers": [], "level": "INFO"},
         "django.request": {"filters": ["client_errors"]},
         "django-q": {"handlers": ["console"], "filters": ["sync_ticks"], "propagate": False},

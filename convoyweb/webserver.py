@@ -2,9 +2,12 @@
 line or a header line over 16 KB is closed silently there; here the client reads a 414 (the
 request line: usually a URL too long) or a 431 (a header), in the API's JSON, and then the
 connection closes. Run as daphne is: `python -m convoyweb.webserver [daphne's options] APP`
-(what `manage.py serve` starts)."""
+(what `manage.py serve` starts). Its access lines are the request middleware's
+(`convoyweb.logs.RequestIds`): daphne's own go to /dev/null unless `--access-log` says."""
 
 import json
+import os
+import sys
 
 from daphne.cli import CommandLineInterface
 from twisted.web import http
@@ -33,6 +36,9 @@ class Channel(http.HTTPChannel):
 def main() -> None:
     # twisted builds each connection's channel from this module-level name.
     http.HTTPChannel = Channel  # type: ignore[misc]
+    if not any(a.startswith("--access-log") for a in sys.argv[1:]):
+        # The access line is the request middleware's (convoyweb/logs.py, LOG_ACCESS).
+        sys.argv[1:1] = ["--access-log", os.devnull]
     CommandLineInterface.entrypoint()
 
 
