@@ -288,7 +288,9 @@ def test_dashboard_says_feeding_is_stopped(settings):
 
 def test_dashboard_says_feeding_never_started():
     client = signed_in("viewer", "view_convoy", "view_bead")
-    assert "No task cluster has ticked yet: nothing feeds convoys" in client.get("/").content.decode()
+    assert (
+        "No task cluster has ticked yet: nothing feeds convoys" in client.get("/").content.decode()
+    )
 
 
 # --- serve restarts a cluster that stopped ticking ------------------------------------------
