@@ -239,8 +239,9 @@ def decide(facts: Facts) -> Cause:
             "kind": "unknown-outcome",
             "worker": row.assignee,
             "since": facts.unanswered,
-            "text": f"sent to {row.assignee}: no outcome recorded yet (the dispatcher's answer "
-            "or the worker's first heartbeat confirms it; else the catch-up releases it)",
+            "text": f"claimed for {row.assignee}: no outcome of its dispatch recorded yet (the "
+            "dispatcher's answer or the worker's first heartbeat confirms it; else the "
+            "catch-up releases it)",
         }
     if not facts.ready:
         # Readiness refuses it and none of the above holds: a live worker has it.

@@ -22,6 +22,18 @@ def blocks(blocker, blocked, dep_type="blocks"):
     return beads.add_dependency(blocked, blocker, dep_type, actor="test")
 
 
+def imported_blocks(blocker, blocked):
+    """A blocking dependency as an import of a bd export may bring it: unchecked (a cycle,
+    which the services refuse and staging must catch)."""
+    from django.utils import timezone
+
+    from convoys.models import Dependency
+
+    return Dependency.objects.create(
+        issue_id=blocked, depends_on_id=blocker, type="blocks", created_at=timezone.now()
+    )
+
+
 def child(parent, kid):
     return beads.add_dependency(kid, parent, "parent-child", actor="test")
 

@@ -597,3 +597,27 @@ def test_a_subscription_moved_to_another_convoy_is_one_subscription(client, conv
     )
     assert response.status_code == 302
     assert list(Subscription.objects.values_list("convoy_id", "email")) == [(other.pk, True)]
+
+
+def test_the_admin_refuses_work_under_way_without_a_worker_and_a_cycle(editor, routes):
+    """The edit that once took the whole product down (in progress, nobody assigned) and a
+    dependency cycle are refused in the form, naming what is wrong; nothing changes."""
+    bead("gt-w1")
+    bead("gt-w2")
+    blocks("gt-w1", "gt-w2")  # gt-w2 depends on gt-w1
+    before = Event.objects.count()
+    data = page_data(editor, bead_url("gt-w1"))
+    data["status"] = "in_progress"
+    errors = form_errors(editor.post(bead_url("gt-w1"), data))
+    assert any("needs an assignee" in e for e in errors), errors
+    data = page_data(editor, bead_url("gt-w1"))
+    data.update(
+        {
+            "dependencies-0-depends_on_id": "gt-w2",
+            "dependencies-0-type": "blocks",
+        }
+    )
+    errors = form_errors(editor.post(bead_url("gt-w1"), data))
+    assert any("would make a cycle gt-w1 → gt-w2 → gt-w1" in e for e in errors), errors
+    assert Bead.objects.get(pk="gt-w1").status == "open"
+    assert Event.objects.count() == before

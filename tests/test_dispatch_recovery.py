@@ -94,6 +94,9 @@ def test_the_workers_heartbeat_confirms_an_unanswered_dispatch(routes):
     bead("gt-d")
     won = claimed("gt-d")
     assert causes.for_bead("gt-d")["kind"] == "unknown-outcome"
+    beads.heartbeat(won.worker)  # a name that was claimed but never sent: no worker runs
+    assert Dispatch.objects.get(pk=won.dispatch_id).resolution == ""
+    Dispatch.objects.filter(pk=won.dispatch_id).update(started_at=timezone.now())
     beads.heartbeat(won.worker)
     attempt = Dispatch.objects.get(pk=won.dispatch_id)
     assert (attempt.ok, attempt.resolution) == (True, "confirmed")
@@ -186,7 +189,7 @@ def test_the_bead_page_says_unknown_outcome_then_how_it_was_settled(routes):
     claimed("gt-h")
     client = signed_in("viewer", "view_bead", "view_convoy")
     page = client.get(reverse("bead", args=["gt-h"])).content.decode()
-    assert "unknown outcome" in page and "no outcome recorded yet" in page
+    assert "unknown outcome" in page and "no outcome of its dispatch recorded yet" in page
     feeding.recover_dispatches(now=later(3600))
     page = client.get(reverse("bead", args=["gt-h"])).content.decode()
     assert "not sent: the process that claimed it stopped first" in page

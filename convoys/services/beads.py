@@ -181,6 +181,13 @@ def update_bead(bead_id: str, *, actor: str = "", reason: str | None = None, **f
         bead.close_reason = reason
     if not changes and reason is None:
         return bead
+    if bead.status in ACTIVE_WORK_STATUSES and not bead.assignee.strip():
+        # Work under way is someone's: a worker's heartbeat for it, a rescue when it goes
+        # silent. Without one nothing could ever move it.
+        raise ServiceError(
+            f"status {bead.status} needs an assignee (the worker doing it): "
+            "set one, or leave the bead open for the feeder"
+        )
     now = timezone.now()
     bead.updated_at = now
     if bead.status == "closed" and old_status != "closed":
@@ -255,6 +262,13 @@ def add_dependency(
         raise ServiceError(f"bead '{bead.id}' cannot block itself")
     if Dependency.objects.filter(issue=bead, depends_on_id=resolved).exists():
         raise ServiceError(f"'{bead.id}' already depends on '{resolved}'")
+    if dep_type in BLOCKING_DEP_TYPES:
+        loop = blocking_path(resolved, bead.id)
+        if loop:
+            raise ServiceError(
+                f"'{bead.id}' cannot depend on '{resolved}': that would make a cycle "
+                + " → ".join([bead.id, *loop])
+            )
     dep = Dependency.objects.create(
         issue=bead,
         depends_on_id=resolved,
@@ -272,6 +286,29 @@ def add_dependency(
     if dep_type == discovered.DISCOVERED_FROM:
         discovered.join([(bead.id, resolved)], actor=actor)
     return dep
+
+
+def blocking_path(start: str, goal: str, limit: int = 100_000) -> list[str]:
+    """The ids from `start` to `goal` along blocking dependencies (each bead to what it
+    depends on), shortest first; [] when `goal` cannot be reached. One query per step."""
+    came_from: dict[str, str | None] = {start: None}
+    frontier = [start]
+    while frontier and len(came_from) < limit:
+        edges = Dependency.objects.filter(
+            issue_id__in=frontier, type__in=BLOCKING_DEP_TYPES
+        ).values_list("issue_id", "depends_on_id")
+        frontier = []
+        for issue, target in edges:
+            if target in came_from:
+                continue
+            came_from[target] = issue
+            if target == goal:
+                path = [target]
+                while (previous := came_from[path[-1]]) is not None:
+                    path.append(previous)
+                return path[::-1]
+            frontier.append(target)
+    return []
 
 
 @transaction.atomic

@@ -447,12 +447,16 @@ def _settle(attempt: Dispatch, now: datetime) -> Settled | None:
 
 
 def confirm(worker: str) -> list[str]:
-    """The worker reported: its attempts with no outcome recorded for the beads it holds
-    now ran (not an older one's: a bead taken over, its name picked again). Returns their
-    beads."""
+    """The worker reported: its attempts with no outcome recorded, sent to the dispatcher,
+    for the beads it holds now ran (not an older one's: a bead taken over, its name picked
+    again; not a claim never sent). Returns their beads."""
     held = Bead.objects.filter(assignee=worker, status__in=ACTIVE_WORK_STATUSES)
     open_ = Dispatch.objects.filter(
-        worker=worker, ok__isnull=True, resolution="", bead_id__in=held.values("pk")
+        worker=worker,
+        ok__isnull=True,
+        resolution="",
+        started_at__isnull=False,  # a claim never sent has started no worker
+        bead_id__in=held.values("pk"),
     )
     beads = list(open_.values_list("bead_id", flat=True))
     if beads:
