@@ -329,10 +329,12 @@ class Cursor(models.Model):
 
 
 class HandledEvent(models.Model):
-    """Idempotency marker: a close event handled by the feeder (unique per event)."""
+    """Idempotency marker: a close event handled by the feeder (unique per event). A handler
+    that died before `finished` is taken over once CONVOY_TASK_TIMEOUT has passed."""
 
     seq = models.BigIntegerField(primary_key=True)
     handled_at = models.DateTimeField(auto_now_add=True)
+    finished = models.BooleanField(default=True)
 
 
 class Lease(models.Model):

@@ -16,7 +16,7 @@ from convoys.models import Bead, Convoy, Dispatch, Event, Worker
 from convoys.services import beads, breaker, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead, signed_in
+from .factories import bead, blocks, signed_in
 
 
 def claimed(bead_id, convoy_id=""):
@@ -194,3 +194,29 @@ def test_the_bead_page_says_unknown_outcome_then_how_it_was_settled(routes):
     page = client.get(reverse("bead", args=["gt-h"])).content.decode()
     assert "not sent: the process that claimed it stopped first" in page
     assert "unknown outcome" not in page
+
+
+def test_a_close_whose_handler_died_mid_feed_is_fed_again(routes, settings):
+    """The feed of a close was cut short (its task's process died): the catch-up takes the
+    close over once CONVOY_TASK_TIMEOUT has passed and dispatches what it made ready; a live
+    handler's close is left to it."""
+    from convoys.models import HandledEvent
+
+    settings.CONVOY_TASK_TIMEOUT = 60
+    bead("gt-root")
+    ids = [bead(f"gt-r{i}").id for i in range(3)]
+    for bead_id in ids:
+        blocks("gt-root", bead_id)
+    convoy_id = open_convoy("gt-root", *ids)
+    feeding.catch_up()  # seeds the mark
+    beads.close_bead("gt-root")  # its task is lost with the process that ran it ...
+    seq = Event.objects.get(kind="bead.closed").seq
+    HandledEvent.objects.create(seq=seq, finished=False)  # ... mid-feed
+    assert feeding.catch_up()["handled"] == []  # a handler that may still be alive
+    assert not Bead.objects.filter(pk__in=ids, status="hooked").exists()
+    HandledEvent.objects.filter(seq=seq).update(handled_at=later(-61))
+    assert feeding.catch_up()["handled"] == [seq]
+    assert Bead.objects.filter(pk__in=ids, status="hooked").count() == 3
+    assert HandledEvent.objects.get(seq=seq).finished
+    assert feeding.catch_up()["handled"] == []
+    assert Convoy.objects.get(pk=convoy_id).status == "open"

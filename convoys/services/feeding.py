@@ -209,10 +209,7 @@ def handle_close_event(seq: int, path: str = "event") -> CloseHandled:
     event = Event.objects.filter(seq=seq).first()
     if event is None or event.kind != "bead.closed":
         return {"seq": seq, "skipped": "not a close event"}
-    try:
-        with transaction.atomic():
-            HandledEvent.objects.create(seq=seq)
-    except IntegrityError:
+    if not _take(seq):
         return {"seq": seq, "skipped": "already handled"}
     convoys = list(
         Convoy.objects.filter(tracked__bead_id=event.bead_id, status=CONVOY_OPEN)
@@ -226,9 +223,42 @@ def handle_close_event(seq: int, path: str = "event") -> CloseHandled:
         fed = {"town": [r["id"] for r in feed_town(path)]}
     else:
         fed = {convoy.pk: [r["id"] for r in feed_convoy(convoy, path)] for convoy in convoys}
+    HandledEvent.objects.filter(seq=seq).update(finished=True)
     _time_from_close(event, started, [bead_id for ids in fed.values() for bead_id in ids])
     log.info("close %s of %s: fed %s", seq, event.bead_id, fed, extra={"bead": event.bead_id})
     return {"seq": seq, "bead": event.bead_id, "fed": fed}
+
+
+def _take(seq: int) -> bool:
+    """Whether this caller handles close `seq`: the first, or the one after a handler that
+    died mid-feed (not finished within CONVOY_TASK_TIMEOUT): a retried task then feeds what
+    the dead one did not reach. Feeding twice is safe (every dispatch claims)."""
+    try:
+        with transaction.atomic():
+            HandledEvent.objects.create(seq=seq, finished=False)
+        return True
+    except IntegrityError:
+        pass
+    now = timezone.now()
+    stale = now - timedelta(seconds=float(settings.CONVOY_TASK_TIMEOUT))
+    return bool(
+        HandledEvent.objects.filter(seq=seq, finished=False, handled_at__lt=stale).update(
+            handled_at=now
+        )
+    )
+
+
+def _unfinished(limit: int) -> list[int]:
+    stale = timezone.now() - timedelta(seconds=float(settings.CONVOY_TASK_TIMEOUT))
+    rows = HandledEvent.objects.filter(finished=False, handled_at__lt=stale).order_by("seq")
+    return list(rows.values_list("seq", flat=True)[:limit])
+
+
+def handled_closes(seqs: Sequence[int]) -> set[int]:
+    """Those of `seqs` whose close needs no handling now: finished, or a live handler's."""
+    stale = timezone.now() - timedelta(seconds=float(settings.CONVOY_TASK_TIMEOUT))
+    rows = HandledEvent.objects.filter(seq__in=seqs).exclude(finished=False, handled_at__lt=stale)
+    return set(rows.values_list("seq", flat=True))
 
 
 def _time_from_close(event: Event, started: datetime, bead_ids: list[str]) -> None:
@@ -261,8 +291,9 @@ def catch_up(batch: int = 1000) -> CatchUp:
             .values_list("seq", "kind")[:batch]
         )
         handled: list[int] = []
+        done = handled_closes([seq for seq, kind in events if kind == "bead.closed"])
         for seq, kind in events:
-            if kind == "bead.closed" and not HandledEvent.objects.filter(seq=seq).exists():
+            if kind == "bead.closed" and seq not in done:
                 result = handle_close_event(seq, path="event")
                 if "skipped" not in result:
                     handled.append(seq)
@@ -274,6 +305,10 @@ def catch_up(batch: int = 1000) -> CatchUp:
             "handled": handled,
             "position": events[-1][0] if events else cursor.position,
         }
+        # Closes whose handler died mid-feed (the cursor is past them): fed again here.
+        for seq in _unfinished(batch):
+            if "skipped" not in handle_close_event(seq, path="event"):
+                handled.append(seq)
         recovered = recover_dispatches()
         if recovered:
             summary["recovered"] = recovered
