@@ -504,7 +504,7 @@ def close_bead(request: HttpRequest, bead_id: Text, payload: CloseIn) -> dict[st
 @api.post("/heartbeat", response=responses(dict, 413), tags=["workers"])
 def heartbeat(request: HttpRequest, payload: HeartbeatIn) -> dict[str, str]:
     need(request, "change_bead")
-    return {"worker": payload.worker, "at": bead_service.heartbeat(payload.worker).isoformat()}
+    return {"worker": payload.worker, "at": bead_service.heartbeat(payload.worker).at.isoformat()}
 
 
 @api.get("/stranded", response=responses(list[dict[str, Any]]), tags=["convoys"])

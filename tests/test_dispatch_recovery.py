@@ -3,6 +3,7 @@ settled by the catch-up (released to ready and fed again, or confirmed by its wo
 shows as "unknown outcome", never as "working", until then. Real processes killed mid-launch
 and mid-feed: tests/test_dispatch_faults.py."""
 
+import json
 import time
 from datetime import timedelta
 
@@ -16,7 +17,7 @@ from convoys.models import Bead, Convoy, Dispatch, Event, Worker
 from convoys.services import beads, breaker, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks, signed_in
+from .factories import bead, blocks, command, signed_in
 
 
 def claimed(bead_id, convoy_id=""):
@@ -96,8 +97,13 @@ def test_the_workers_heartbeat_confirms_an_unanswered_dispatch(routes):
     assert causes.for_bead("gt-d")["kind"] == "unknown-outcome"
     beads.heartbeat(won.worker)  # a name that was claimed but never sent: no worker runs
     assert Dispatch.objects.get(pk=won.dispatch_id).resolution == ""
+    shown = command("beads", "show", "gt-d")
+    assert f"why: unknown outcome: claimed for {won.worker}" in shown
+    assert json.loads(command("beads", "show", "gt-d", "--json"))["cause"]["kind"] == (
+        "unknown-outcome"
+    )
     Dispatch.objects.filter(pk=won.dispatch_id).update(started_at=timezone.now())
-    beads.heartbeat(won.worker)
+    assert "confirmed the dispatch of gt-d" in command("beads", "heartbeat", won.worker)
     attempt = Dispatch.objects.get(pk=won.dispatch_id)
     assert (attempt.ok, attempt.resolution) == (True, "confirmed")
     assert causes.for_bead("gt-d")["kind"] == "working"

@@ -7,7 +7,7 @@ import secrets
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -328,7 +328,12 @@ def remove_dependency(issue_id: str, target: str, actor: str = "") -> None:
     )
 
 
-def heartbeat(worker_name: str) -> datetime:
+class Heartbeat(NamedTuple):
+    at: datetime
+    confirmed: list[str]  # beads whose dispatch with no outcome recorded it confirmed
+
+
+def heartbeat(worker_name: str) -> Heartbeat:
     """A worker reports it is alive. No event, but when it had been silent past the timeout:
     then each bead it holds records `worker.back` (it is no longer ready for a rescue); and
     its dispatches with no outcome recorded are confirmed (`dispatch.confirmed`). The
@@ -345,7 +350,7 @@ def heartbeat(worker_name: str) -> datetime:
         facts = BeadFacts.objects.filter(bead_id__in=held.values("pk"))
         back = list(facts.filter(worker_dead=True).values_list("bead_id", flat=True))
         facts.update(dead_at=now + timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT))
-        dispatch.confirm(worker_name)  # a dispatch with no answer recorded ran, then
+        confirmed = dispatch.confirm(worker_name)  # a dispatch with no answer recorded ran
         if back:
             record_many(
                 [
@@ -353,4 +358,4 @@ def heartbeat(worker_name: str) -> datetime:
                     for i in back
                 ]
             )
-    return now
+    return Heartbeat(now, sorted(set(confirmed)))

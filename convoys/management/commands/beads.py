@@ -5,7 +5,7 @@ from typing import Any
 
 import orjson
 
-from ... import selectors
+from ... import causes, selectors
 from ...models import Bead, Dependency, TrackedBead
 from ...services import beads as bead_service
 from ...services import breaker, controls, jsonl, sync
@@ -222,6 +222,7 @@ class Command(ServiceCommand):
                 rig=bead.rig_id,
                 ready=ready,
                 blocked_by=blockers,
+                cause=causes.jsonable(state.cause),
                 convoys=convoys,
                 dependents=[
                     {
@@ -239,6 +240,8 @@ class Command(ServiceCommand):
             f"  status: {bead.status}   priority: P{bead.priority}   rig: {bead.rig_id or '-'}"
             f"   assignee: {bead.assignee or '-'}   ready: {'yes' if ready else 'no'}"
         )
+        if state.cause is not None:
+            self.stdout.write(f"  why: {causes.word(state.cause['kind'])}: {state.cause['text']}")
         if bead.labels:
             self.stdout.write(f"  labels: {', '.join(bead.labels)}")
         if bead.close_reason:
@@ -382,8 +385,10 @@ class Command(ServiceCommand):
             )
 
     def do_heartbeat(self, worker: str, **_: Any) -> None:
-        when = bead_service.heartbeat(worker)
-        self.stdout.write(f"♥ {worker} at {when.isoformat()}")
+        beat = bead_service.heartbeat(worker)
+        self.stdout.write(f"♥ {worker} at {beat.at.isoformat()}")
+        for bead_id in beat.confirmed:
+            self.stdout.write(f"  confirmed the dispatch of {bead_id}")
 
     def do_retry(self, id: str, actor: str, **_: Any) -> None:
         bead, changed = controls.retry(id, actor=actor)
