@@ -226,3 +226,20 @@ def test_a_close_whose_handler_died_mid_feed_is_fed_again(routes, settings):
     assert HandledEvent.objects.get(seq=seq).finished
     assert feeding.catch_up()["handled"] == []
     assert Convoy.objects.get(pk=convoy_id).status == "open"
+
+
+def test_credits_a_dead_drain_left_are_paid_by_the_catch_up(routes):
+    """A close found the convoy's drain busy and left a credit; the drain's process died, so
+    nobody pays it. Once the drain's lease has expired, the catch-up feeds the convoy."""
+    from convoys.models import Lease
+
+    ids = [bead(f"gt-p{i}").id for i in range(3)]
+    convoy_id = open_convoy(*ids)
+    feeding.catch_up()  # seeds the mark
+    Convoy.objects.filter(pk=convoy_id).update(feed_credit=1)
+    Lease.objects.create(name=f"drain:{convoy_id}", holder="dead", expires_at=later(30))
+    assert "credits_paid" not in feeding.catch_up()  # its holder may be alive
+    Lease.objects.filter(name=f"drain:{convoy_id}").update(expires_at=later(-1))
+    assert feeding.catch_up()["credits_paid"] == [convoy_id]
+    assert Bead.objects.filter(pk__in=ids, status="hooked").count() == 3  # filled
+    assert Convoy.objects.get(pk=convoy_id).feed_credit == 0

@@ -34,6 +34,7 @@ from ..models import (
     Dispatch,
     Event,
     HandledEvent,
+    Lease,
     TrackedBead,
 )
 from ..readiness import ready_beads
@@ -69,6 +70,7 @@ class CatchUp(TypedDict, total=False):
     position: int
     dispatched: list[str]  # with a town cap: beads fed into slots no event freed
     recovered: list[str]  # beads whose claims were settled (`recover_dispatches`)
+    credits_paid: list[str]  # convoys whose dead drain's credits were paid
 
 
 class ScanSummary(TypedDict, total=False):
@@ -309,15 +311,33 @@ def catch_up(batch: int = 1000) -> CatchUp:
         for seq in _unfinished(batch):
             if "skipped" not in handle_close_event(seq, path="event"):
                 handled.append(seq)
+        summary_credits = pay_orphaned_credits()
         recovered = recover_dispatches()
         if recovered:
             summary["recovered"] = recovered
+        if summary_credits:
+            summary["credits_paid"] = summary_credits
         if capacity.cap():
             # Slots freed by no event (a worker found dead, the cap raised) are filled here.
             summary["dispatched"] = [r["id"] for r in feed_town("event")]
         return summary
     finally:
         leases.release("catch-up", me)
+
+
+def pay_orphaned_credits() -> list[str]:
+    """Feed the convoys whose drain left credits unpaid: a close that found the drain busy
+    leaves a credit for its holder, and a holder that died (kill -9) never pays it. Its
+    lease has expired, so this feed takes the drain and pays them. Returns the convoys."""
+    now = timezone.now()
+    live = Lease.objects.filter(name__startswith="drain:", expires_at__gt=now)
+    held = {name.removeprefix("drain:") for name in live.values_list("name", flat=True)}
+    owed = Convoy.objects.filter(status=CONVOY_OPEN, feed_credit__gt=0).exclude(pk__in=held)
+    paid = []
+    for convoy in owed.order_by("pk"):
+        feed_convoy(convoy, path="event", wait=0)  # fills, as the close it stands for
+        paid.append(convoy.pk)
+    return paid
 
 
 def recover_dispatches(now: datetime | None = None) -> list[str]:
