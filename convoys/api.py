@@ -411,8 +411,8 @@ def list_convoys(
 ) -> list[dict[str, Any]]:
     need(request, "view_convoy")
     problem = selectors.status_filter_problem(status)
-    if problem:
-        raise HttpError(422, problem)
+    if problem:  # in the shape of every 422: where, and what is wrong
+        raise ValidationError([{"loc": ["query", "status"], "msg": problem, "type": "value_error"}])
     queryset = selectors.convoys_with_status(status).order_by("-created_at", "id")
     rows = list(queryset[:limit])
     summaries = selectors.convoy_summaries(rows)

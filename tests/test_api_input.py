@@ -181,7 +181,9 @@ def test_an_unknown_status_filter_is_a_422_naming_the_allowed_ones(routes):
     client = signed_in("viewer-filter", "view_convoy", "view_bead")
     answer = client.get("/api/convoys", {"status": "bogus"})
     assert answer.status_code == 422
-    assert answer.json()["detail"] == (
+    [error] = answer.json()["detail"]
+    assert error["loc"] == ["query", "status"]
+    assert error["msg"] == (
         "unknown status filter 'bogus': use one of active, staged, all, open, closed, "
         "staged_ready, staged_warnings"
     )
