@@ -53,7 +53,7 @@ from .services import beads as bead_service
 from .services import convoys as convoy_service
 from .services import launch, notify
 from .services import rigs as rig_service
-from .services.errors import ServiceError
+from .services.errors import OpenBlockers, ServiceError
 from .services.tokens import create_token, digest, rename_token
 from .services.tokens import revoke as revoke_token
 
@@ -235,7 +235,10 @@ class ServiceAdmin(SearchAdmin):
         except ServiceError as exc:
             # The refusal left the admin's transaction: nothing of this save was kept.
             # Carried on the request to get_form of the second rendering.
-            request.service_refusal = str(exc)  # type: ignore[attr-defined]
+            refusal = str(exc)
+            if isinstance(exc, OpenBlockers):
+                refusal += ": tick “Close even with open blockers” to close it anyway."
+            request.service_refusal = refusal  # type: ignore[attr-defined]
             return super().changeform_view(request, object_id, form_url, extra_context)
 
     def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
@@ -378,6 +381,11 @@ class BeadAdminForm(ServiceForm):
     issue_type = forms.ChoiceField(required=False)
     priority = forms.TypedChoiceField(coerce=int)
     labels = LabelsField(required=False, help_text="One label per line.")
+    close_anyway = forms.BooleanField(
+        required=False,
+        label="Close even with open blockers",
+        help_text="A bead whose blockers are not done is closed only when this is ticked.",
+    )
 
     class Meta:
         model = Bead
@@ -421,7 +429,12 @@ def save_bead(bead_id: str, form: forms.ModelForm[Any], actor: str) -> None:
         fields.pop("close_reason", None)
         if fields:
             bead_service.update_bead(bead_id, actor=actor, **fields)
-        bead_service.close_bead(bead_id, reason=form.cleaned_data["close_reason"], actor=actor)
+        bead_service.close_bead(
+            bead_id,
+            reason=form.cleaned_data["close_reason"],
+            actor=actor,
+            force=bool(form.cleaned_data.get("close_anyway")),
+        )
         return
     reopening = form.initial["status"] in DONE_STATUSES and target not in (None, *DONE_STATUSES)
     if reopening:
@@ -462,6 +475,7 @@ class BeadAdmin(ServiceAdmin):
     fields = (
         "source",
         *BEAD_FORM_FIELDS,
+        "close_anyway",
         "rig",
         "dependency_count",
         "dependents",
@@ -485,7 +499,12 @@ class BeadAdmin(ServiceAdmin):
         self, request: HttpRequest, obj: Bead | None = None
     ) -> list[Any] | tuple[Any, ...]:
         fields = super().get_fields(request, obj)
-        return fields if obj is not None else [f for f in fields if f != "source"]
+        # What the form does not offer: a new bead has no source, and only an editable
+        # bead that is not done can be closed with its blockers open.
+        dropped = {"source", "close_anyway"} if obj is None else set()
+        if obj is not None and (owning_source(obj) or obj.status in DONE_STATUSES):
+            dropped.add("close_anyway")
+        return [f for f in fields if f not in dropped]
 
     @admin.display(description="source")
     def source(self, obj: Bead) -> str:

@@ -39,7 +39,7 @@ from .models import Bead, Convoy, SourcedRecord
 from .parsing import NotJson, json_document
 from .services import beads as bead_service
 from .services import controls, escalation, feeding, launch, staging, tokens
-from .services.errors import NotFound, ServiceError
+from .services.errors import NotFound, OpenBlockers, ServiceError
 from .web import database_unavailable
 
 
@@ -178,7 +178,10 @@ def client_loc(loc: Sequence[str | int]) -> list[str | int]:
 
 @api.exception_handler(ServiceError)
 def refused(request: HttpRequest, exc: ServiceError) -> HttpResponse:
-    return api.create_response(request, {"detail": str(exc)}, status=400)
+    detail = str(exc)
+    if isinstance(exc, OpenBlockers):
+        detail += ': send "force": true to close it anyway'
+    return api.create_response(request, {"detail": detail}, status=400)
 
 
 def need(request: HttpRequest, perm: str) -> None:
@@ -309,10 +312,12 @@ class BeadUpdateIn(Body):
     assignee: TextUpTo255 | None = None
     priority: int | None = Field(None, ge=0, le=4)
     title: NonEmptyText | None = None
+    force: bool = False  # with status "closed": close it though its blockers are not done
 
 
 class CloseIn(Body):
     reason: Text = ""
+    force: bool = False  # close it though its blockers are not done
 
 
 class HeartbeatIn(Body):
@@ -487,17 +492,23 @@ def get_bead(request: HttpRequest, bead_id: Text) -> dict[str, Any]:
 @api.patch("/beads/{bead_id}", response=responses(BeadOut, 404, 413), tags=["beads"])
 def update_bead(request: HttpRequest, bead_id: Text, payload: BeadUpdateIn) -> dict[str, Any]:
     need(request, "change_bead")
-    fields = {k: v for k, v in payload.model_dump().items() if v is not None}
+    fields = {k: v for k, v in payload.model_dump(exclude={"force"}).items() if v is not None}
     if not fields:
         raise ServiceError("nothing to update: give status, assignee, priority or title")
-    return _bead_out(bead_service.update_bead(bead_id, actor=f"api:{request.user}", **fields))
+    return _bead_out(
+        bead_service.update_bead(
+            bead_id, actor=f"api:{request.user}", force=payload.force, **fields
+        )
+    )
 
 
 @api.post("/beads/{bead_id}/close", response=responses(BeadOut, 404, 413), tags=["beads"])
 def close_bead(request: HttpRequest, bead_id: Text, payload: CloseIn) -> dict[str, Any]:
     need(request, "change_bead")
     return _bead_out(
-        bead_service.close_bead(bead_id, reason=payload.reason, actor=f"api:{request.user}")
+        bead_service.close_bead(
+            bead_id, reason=payload.reason, actor=f"api:{request.user}", force=payload.force
+        )
     )
 
 

@@ -34,7 +34,7 @@ from .parsing import whole_number
 from .services import beads as bead_service
 from .services import capacity, escalation, feeding, launch, notify, staging, ticker
 from .services import convoys as convoy_service
-from .services.errors import ServiceError
+from .services.errors import OpenBlockers, ServiceError
 from .web import VIEW, AuthenticatedHttpRequest, actor, back, viewer
 
 DASHBOARD_SORTS = [
@@ -432,7 +432,10 @@ def bead_action(request: HttpRequest, bead_id: str, action: str) -> HttpResponse
     try:
         if action == "close":
             bead_service.close_bead(
-                bead_id, reason=request.POST.get("reason", ""), actor=actor(request)
+                bead_id,
+                reason=request.POST.get("reason", ""),
+                actor=actor(request),
+                force=request.POST.get("force") == "1",
             )
             messages.success(request, f"Closed {bead_id}.")
         elif action == "reopen":
@@ -440,6 +443,8 @@ def bead_action(request: HttpRequest, bead_id: str, action: str) -> HttpResponse
             messages.success(request, f"Reopened {bead_id}.")
         else:
             raise Http404("unknown action")
+    except OpenBlockers as exc:
+        messages.error(request, f"{exc}: tick “Close it anyway” to close it.")
     except ServiceError as exc:
         messages.error(request, str(exc))
     return back(request, reverse("bead", args=[bead_id]))

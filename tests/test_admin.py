@@ -621,3 +621,23 @@ def test_the_admin_refuses_work_under_way_without_a_worker_and_a_cycle(editor, r
     assert any("would make a cycle gt-w1 → gt-w2 → gt-w1" in e for e in errors), errors
     assert Bead.objects.get(pk="gt-w1").status == "open"
     assert Event.objects.count() == before
+
+
+def test_the_admin_asks_to_confirm_closing_a_bead_with_open_blockers(editor, routes):
+    bead("gt-o1")
+    bead("gt-o2")
+    blocks("gt-o1", "gt-o2")  # gt-o2 depends on gt-o1
+    before = Event.objects.count()
+    data = page_data(editor, bead_url("gt-o2"))
+    data["status"] = "closed"
+    errors = form_errors(editor.post(bead_url("gt-o2"), data))
+    assert any(
+        "gt-o2 is still blocked by gt-o1" in e and "Close even with open blockers" in e
+        for e in errors
+    ), errors
+    assert Bead.objects.get(pk="gt-o2").status == "open"
+    assert Event.objects.count() == before
+    data["close_anyway"] = "on"
+    saved(editor.post(bead_url("gt-o2"), data))
+    assert Bead.objects.get(pk="gt-o2").status == "closed"
+    assert "close_anyway" not in page_data(editor, bead_url("gt-o2"))  # done: nothing to confirm

@@ -140,7 +140,7 @@ def test_an_overview_live_update_equals_a_reload(routes, admin_user):
     # a close moves the bead table's pages: the table is sent whole, equal to a reload
     open_row = re.search(r'id="bead-row-([^"]+)"', html).group(1)
     seq = as_of(client.get(url).content.decode())
-    beads.close_bead(open_row, actor="test")
+    beads.close_bead(open_row, actor="test", force=True)
     data = live(client, url, since=seq, x_live_layout=layout_key)
     assert "bead-table" in data["fragments"]
     assert_parts_of(client.get(url).content.decode(), data["fragments"])
@@ -148,7 +148,9 @@ def test_an_overview_live_update_equals_a_reload(routes, admin_user):
 
 def test_a_slider_step_of_an_overview_lists_the_same_window_of_waves(routes, admin_user):
     convoy_id, ids = big_convoy()
-    beads.close_bead(ids[140], actor="test")  # the convoy's stream has an event to step to
+    beads.close_bead(
+        ids[140], actor="test", force=True
+    )  # the convoy's stream has an event to step to
     client = logged_in(admin_user)
     response = client.get(f"/convoys/{convoy_id}/history/?step=1")
     assert response.status_code == 200, response.content
@@ -169,7 +171,7 @@ def test_a_reload_from_the_kept_snapshot_equals_one_read_afresh(routes, admin_us
     settings.CONVOY_RELOAD_FROM_KEPT = True
     client.get(f"/convoys/{convoy_id}/")
     beads.update_bead(ids[150], status="in_progress", assignee="ann", actor="test")
-    beads.close_bead(ids[151], actor="test")
+    beads.close_bead(ids[151], actor="test", force=True)
     loads = []
     real_load = snapshots.load
 

@@ -87,7 +87,7 @@ def step(rng, clock, convoy_ids, settings):
 
 
 def _close(bead_id, *_):
-    beads.close_bead(bead_id, actor="worker")
+    beads.close_bead(bead_id, actor="worker", force=True)
 
 
 def _reopen(bead_id, *_):

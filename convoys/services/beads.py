@@ -19,6 +19,7 @@ from ..ids import unwrap_external
 from ..models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
+    DONE_STATUSES,
     SETTABLE_STATUSES,
     Bead,
     BeadFacts,
@@ -26,8 +27,9 @@ from ..models import (
     SourcedRecord,
     Worker,
 )
+from ..readiness import blocked_by
 from . import discovered, dispatch
-from .errors import NotFound, ServiceError
+from .errors import NotFound, OpenBlockers, ServiceError
 from .rigs import rig_for
 
 BASE36 = string.digits + string.ascii_lowercase
@@ -151,8 +153,16 @@ def _status_event_kind(old: str, new: str) -> str:
 
 
 @transaction.atomic
-def update_bead(bead_id: str, *, actor: str = "", reason: str | None = None, **fields: Any) -> Bead:
-    """Change fields of a bead; status changes become close/reopen/status events."""
+def update_bead(
+    bead_id: str,
+    *,
+    actor: str = "",
+    reason: str | None = None,
+    force: bool = False,
+    **fields: Any,
+) -> Bead:
+    """Change fields of a bead; status changes become close/reopen/status events. A close
+    of a bead whose blockers are not done is refused (`OpenBlockers`) unless `force`."""
     unknown = set(fields) - set(UPDATABLE)
     if unknown:
         raise ServiceError(f"cannot update field(s): {', '.join(sorted(unknown))}")
@@ -188,6 +198,10 @@ def update_bead(bead_id: str, *, actor: str = "", reason: str | None = None, **f
             f"status {bead.status} needs an assignee (the worker doing it): "
             "set one, or leave the bead open for the feeder"
         )
+    if bead.status == "closed" and old_status not in DONE_STATUSES and not force:
+        blockers = blocked_by([bead.id]).get(bead.id, [])
+        if blockers:
+            raise OpenBlockers(bead.id, blockers)
     now = timezone.now()
     bead.updated_at = now
     if bead.status == "closed" and old_status != "closed":
@@ -232,11 +246,14 @@ def _jsonable(changes: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
     }
 
 
-def close_bead(bead_id: str, reason: str = "", actor: str = "") -> Bead:
+def close_bead(bead_id: str, reason: str = "", actor: str = "", force: bool = False) -> Bead:
+    """Close a bead; refused (`OpenBlockers`) while its blockers are not done, unless `force`."""
     bead = get_bead(bead_id)
     if bead.status == "closed":
         raise ServiceError(f"bead '{bead_id}' is already closed")
-    return update_bead(bead_id, status="closed", reason=reason or "Closed", actor=actor)
+    return update_bead(
+        bead_id, status="closed", reason=reason or "Closed", actor=actor, force=force
+    )
 
 
 def reopen_bead(bead_id: str, actor: str = "") -> Bead:

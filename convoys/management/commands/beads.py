@@ -9,6 +9,7 @@ from ... import causes, selectors
 from ...models import Bead, Dependency, TrackedBead
 from ...services import beads as bead_service
 from ...services import breaker, controls, jsonl, sync
+from ...services.errors import OpenBlockers
 from ..base import ServiceCommand, error
 
 
@@ -59,10 +60,16 @@ class Command(ServiceCommand):
         p.add_argument("--assignee")
         p.add_argument("--priority", type=int)
         p.add_argument("--title")
+        p.add_argument(
+            "--force", action="store_true", help="with --status closed: though blockers are open"
+        )
         self.add_json(p)
         p = sub.add_parser("close", help="close a bead")
         p.add_argument("id")
         p.add_argument("--reason", default="")
+        p.add_argument(
+            "--force", action="store_true", help="close it though its blockers are not done"
+        )
         self.add_json(p)
         p = sub.add_parser("reopen", help="reopen a closed bead")
         p.add_argument("id")
@@ -303,6 +310,7 @@ class Command(ServiceCommand):
         assignee: str | None,
         priority: int | None,
         title: str | None,
+        force: bool,
         json: bool,
         **_: Any,
     ) -> None:
@@ -315,10 +323,18 @@ class Command(ServiceCommand):
         }
         if not fields:
             raise error("nothing to update: give --status, --assignee, --priority or --title")
-        self._done(bead_service.update_bead(id, actor="cli", **fields), json, "Updated")
+        try:
+            bead = bead_service.update_bead(id, actor="cli", force=force, **fields)
+        except OpenBlockers as exc:
+            raise error(f"{exc}: --force closes it anyway") from None
+        self._done(bead, json, "Updated")
 
-    def do_close(self, id: str, reason: str, json: bool, **_: Any) -> None:
-        self._done(bead_service.close_bead(id, reason=reason, actor="cli"), json, "Closed")
+    def do_close(self, id: str, reason: str, force: bool, json: bool, **_: Any) -> None:
+        try:
+            bead = bead_service.close_bead(id, reason=reason, actor="cli", force=force)
+        except OpenBlockers as exc:
+            raise error(f"{exc}: --force closes it anyway") from None
+        self._done(bead, json, "Closed")
 
     def do_reopen(self, id: str, json: bool, **_: Any) -> None:
         self._done(bead_service.reopen_bead(id, actor="cli"), json, "Reopened")
