@@ -331,6 +331,8 @@ CONVOY_CLAIM_GRACE = env_float("CONVOY_CLAIM_GRACE", 30.0, minimum=1)
 # value substituted into it is shell-quoted (convoys/dispatchers.py).
 CONVOY_DISPATCH_SHELL = env_bool("CONVOY_DISPATCH_SHELL", False)
 CONVOY_FEED_INTERVAL = env_float("CONVOY_FEED_INTERVAL", 5.0)
+# `serve` prints what the town did (convoys moving, landed, in flight, errors) this often.
+CONVOY_STATUS_EVERY = env_float("CONVOY_STATUS_EVERY", 60.0, minimum=1)
 # A close feeds every bead it made ready, up to max in flight and the town cap (FILL); ONE
 # feeds one per close, as the original does, and leaves the rest to the scans.
 CONVOY_FEED = env_choice("CONVOY_FEED", "FILL", ("FILL", "ONE"))

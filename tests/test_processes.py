@@ -2,6 +2,7 @@
 concurrent event writers. Runs on SQLite and, in the CI PostgreSQL pass, on PostgreSQL."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -519,7 +520,7 @@ def test_nothing_a_user_does_brings_serve_down(routes):
     bead("gt-odd")
     Bead.objects.filter(pk="gt-odd").update(status="in_progress", assignee="")  # as the admin did
     port = free_port()
-    serve = start("serve", "--port", str(port), "--swarm", env={**FAST})
+    serve = start("serve", "--port", str(port), "--swarm", env={**FAST, "CONVOY_STATUS_EVERY": "2"})
     try:
         ready = lambda: _answers(port) and "swarm: working" in output(serve)  # noqa: E731
         assert wait_for(ready, timeout=60, step=0.2), "serve did not start"
@@ -541,5 +542,11 @@ def test_nothing_a_user_does_brings_serve_down(routes):
             assert wait_for(again, timeout=15), output(serve)
             assert wait_for(lambda: _answers(port), timeout=30), f"no answer after {label}"
             assert serve.poll() is None
+        # serve's line every CONVOY_STATUS_EVERY: what the town did, the restarts among errors
+        line = re.compile(
+            r"^status: \d+ convoys? moving, \d+ landed, \d+ in flight, \d+ errors?", re.M
+        )
+        assert wait_for(lambda: len(line.findall(output(serve))) >= 3, timeout=10), output(serve)
+        assert re.search(r"^status: .*\d+ restarts?\)$", output(serve), re.M), output(serve)
     finally:
         stop(serve)

@@ -24,8 +24,11 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
+from django.utils import timezone
 
-from ... import processes
+from ... import processes, selectors
+from ...events import last_seq
+from ...formatting import several
 from ...services import ticker
 
 log = logging.getLogger("convoys.serve")
@@ -124,11 +127,13 @@ class Command(BaseCommand):
         starts from 1 s again); the others keep running."""
         waits = dict.fromkeys(commands, 0.0)
         started = dict.fromkeys(commands, time.monotonic())
+        status = Status(self)
         due: dict[str, float] = {}
         checked = time.monotonic()
         stopped_at: float | None = None  # when a stalled cluster was sent SIGTERM
         while not stopping.wait(0.5):
             now = time.monotonic()
+            status.maybe_report(now)
             tasks = dict(children).get("tasks")
             if tasks is not None and tasks.poll() is None and "tasks" not in due:
                 if stopped_at is not None:
@@ -155,6 +160,7 @@ class Command(BaseCommand):
                 stable = now - started[label] >= RESTART_STABLE
                 waits[label] = 1.0 if stable else min(max(waits[label] * 2, 1.0), RESTART_MAX)
                 due[label] = now + waits[label]
+                status.restarts += 1
                 self._say(
                     label,
                     f"exited with code {proc.returncode}; "
@@ -194,3 +200,52 @@ class Command(BaseCommand):
                 continue
             with lock:
                 self.stdout.write(text if as_json else f"[{label:<5}] {text}")
+
+
+class Status:
+    """serve's line every CONVOY_STATUS_EVERY seconds: what the town did since the last one
+    (`selectors.town_minute`) and how many children were started again."""
+
+    def __init__(self, command: Command) -> None:
+        self.command = command
+        self.restarts = 0
+        self.due = time.monotonic() + settings.CONVOY_STATUS_EVERY
+        self.since = timezone.now()
+        self.seq = self._last_seq()
+
+    def _last_seq(self) -> int | None:
+        try:
+            return last_seq()
+        except Exception:  # the database is away: the first line waits for it
+            return None
+        finally:
+            close_old_connections()
+
+    def maybe_report(self, now: float) -> None:
+        if now < self.due:
+            return
+        self.due = now + settings.CONVOY_STATUS_EVERY
+        if self.seq is None:
+            self.seq, self.since = self._last_seq(), timezone.now()
+            return
+        moment = timezone.now()
+        try:
+            minute = selectors.town_minute(self.seq, self.since)
+        except Exception as exc:  # the database is away: say so, try again next time
+            self.command._tell(f"status: cannot read the database ({type(exc).__name__})")
+            return
+        finally:
+            close_old_connections()
+        self.seq, self.since = minute.seq, moment
+        errors = minute.failed + self.restarts
+        self.command._tell(
+            f"status: {several(minute.moving, 'convoy')} moving, {minute.landed} landed, "
+            f"{minute.in_flight} in flight, {several(errors, 'error')}"
+            + (
+                f" ({several(minute.failed, 'failed dispatch', 'failed dispatches')}, "
+                f"{several(self.restarts, 'restart')})"
+                if errors
+                else ""
+            )
+        )
+        self.restarts = 0
