@@ -27,6 +27,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
 from . import formatting
+from .formatting import several
 from .ids import id_problem
 from .models import (
     CONVOY_CLOSED,
@@ -53,7 +54,7 @@ from .services import beads as bead_service
 from .services import convoys as convoy_service
 from .services import launch, notify
 from .services import rigs as rig_service
-from .services.errors import OpenBlockers, ServiceError
+from .services.errors import NeedsForce, ServiceError
 from .services.tokens import create_token, digest, rename_token
 from .services.tokens import revoke as revoke_token
 
@@ -116,6 +117,11 @@ def choices_keeping(
     return [(v, blank_label if v == "" else v if v in known else f"{v} (imported)") for v in values]
 
 
+def _refusal(exc: ServiceError) -> str:
+    """A service's refusal in the admin's words (how to go on here)."""
+    return exc.explained("admin") if isinstance(exc, NeedsForce) else str(exc)
+
+
 def each(
     model_admin: admin.ModelAdmin[Any],
     request: HttpRequest,
@@ -131,8 +137,10 @@ def each(
             action(obj.pk, actor=actor_of(request))
             done += 1
         except ServiceError as exc:
-            failed.append(f"{obj.pk}: {exc}")
-    model_admin.message_user(request, f"{verb} {done} {model_admin.opts.verbose_name}(s).")
+            failed.append(f"{obj.pk}: {_refusal(exc)}")
+    opts = model_admin.opts
+    noun = several(done, str(opts.verbose_name), str(opts.verbose_name_plural))
+    model_admin.message_user(request, f"{verb} {noun}.")
     for message in failed[:10]:
         model_admin.message_user(request, message, messages.WARNING)
 
@@ -235,10 +243,7 @@ class ServiceAdmin(SearchAdmin):
         except ServiceError as exc:
             # The refusal left the admin's transaction: nothing of this save was kept.
             # Carried on the request to get_form of the second rendering.
-            refusal = str(exc)
-            if isinstance(exc, OpenBlockers):
-                refusal += ": tick “Close even with open blockers” to close it anyway."
-            request.service_refusal = refusal  # type: ignore[attr-defined]
+            request.service_refusal = _refusal(exc)  # type: ignore[attr-defined]
             return super().changeform_view(request, object_id, form_url, extra_context)
 
     def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:

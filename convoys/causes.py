@@ -222,8 +222,7 @@ def decide(facts: Facts) -> Cause:
             "kind": "circuit-broken",
             "failures": facts.failures,
             "last_error": facts.last_error,
-            "text": f"parked: dispatch failed {facts.failures} times in a row; "
-            f"`beads retry {facts.bead_id}` clears it",
+            "text": f"parked: dispatch failed {facts.failures} times in a row; a retry clears it",
         }
     if facts.ready and facts.cooling_until is not None:
         return {

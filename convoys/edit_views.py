@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from .formatting import several
 from .models import SLINGABLE_TYPES, Bead, Convoy, Rig
 from .services import authoring, feeding, rigs
 from .services import beads as bead_service
@@ -165,6 +166,6 @@ def restore_rig(request: HttpRequest, name: str) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         ready = Convoy.objects.filter(status="staged_ready").exclude(pk__in=before).count()
-        note = f"; {ready} staged convoy(s) now ready to launch" if ready else ""
+        note = f"; {several(ready, 'staged convoy')} now ready to launch" if ready else ""
         messages.success(request, f"Rig {rig.name} is active{note}.")
     return back(request, reverse("dashboard"))

@@ -9,6 +9,19 @@ from .dag import DAG, EPIC, Finding, Gated, Node, max_parallelism
 RULE = "─" * 80
 
 
+def page_fix(fix: str, category: str) -> str:
+    """A staging finding's fix in a page's words: pages have a button where the command line
+    has a command (a parked rig is un-parked under "Waiting on rigs")."""
+    if category == "blocked-rig":
+        return "restore the rig with its button under “Waiting on rigs” on the convoy page"
+    return fix
+
+
+def several(n: int, noun: str, plural: str = "") -> str:
+    """ "1 bead", "3 beads", "0 beads" (`plural` when it is not noun + "s")."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def truncate(text: str, width: int = 28) -> str:
     return text if len(text) <= width else text[:width] + ".."
 
@@ -76,7 +89,8 @@ def render_wave_table(dag: DAG, waves: Sequence[Sequence[str]]) -> str:
     size, at = max_parallelism(waves)
     lines.append("")
     lines.append(
-        f"  {total} tasks across {len(waves)} waves (max parallelism: {size} in wave {at})"
+        f"  {several(total, 'task')} across {several(len(waves), 'wave')}"
+        f" (max parallelism: {size} in wave {at})"
     )
     return "\n".join(lines) + "\n"
 

@@ -37,6 +37,10 @@ CONVOY_STAGED_READY = "staged_ready"
 CONVOY_STAGED_WARNINGS = "staged_warnings"
 CONVOY_STATUSES = (CONVOY_OPEN, CONVOY_CLOSED, CONVOY_STAGED_READY, CONVOY_STAGED_WARNINGS)
 STAGED_STATUSES = (CONVOY_STAGED_READY, CONVOY_STAGED_WARNINGS)
+# A convoy closed with one of these landed: its work completed (or its owner landed it).
+COMPLETED_REASON = "All tracked issues completed"
+LANDED_REASON = "Landed by owner"
+LANDED_REASONS = (COMPLETED_REASON, LANDED_REASON)
 
 
 def bead_prefix(bead_id: str) -> str:
@@ -206,6 +210,11 @@ class Convoy(models.Model):
     @property
     def is_staged(self) -> bool:
         return self.status in STAGED_STATUSES
+
+    @property
+    def landed(self) -> bool:
+        """Closed because its work completed (or its owner landed it), not closed by hand."""
+        return self.status == CONVOY_CLOSED and self.close_reason in LANDED_REASONS
 
     def notify_addresses(self) -> list[str]:
         """Owner, then notify addresses, de-duplicated in that order."""

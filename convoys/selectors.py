@@ -18,7 +18,8 @@ from django.utils import timezone
 from . import causes as causemod
 from . import dag as dagmod
 from . import layout, projection, snapshots, stranding
-from .formatting import ACTOR_CHANNELS, duration, person
+from .events import last_seq
+from .formatting import ACTOR_CHANNELS, duration, person, several
 from .ids import quoted_url_segment
 from .kinds import PROGRESS_KINDS
 from .models import (
@@ -50,7 +51,7 @@ from .rows import (
     tracked_beads,
 )
 from .rows import changes_since as changes_since
-from .services import breaker, notify
+from .services import breaker, capacity, notify
 
 SEGMENTS = projection.SEGMENTS
 segment_for = projection.segment_for  # the one segment rule, re-exported for the pages
@@ -938,6 +939,11 @@ class ConvoyPage:
             for row in rows
         ]
 
+    @property
+    def unfinished(self) -> int:
+        """Tracked beads not done (the close and land confirmations name how many)."""
+        return self.summary["total"] - self.summary["done"]
+
     @cached_property
     def subscribed(self) -> Subscription | None:
         """The user's subscription to the convoy (read when the page's actions are drawn)."""
@@ -1095,8 +1101,8 @@ def convoy_page(
         collapsed=sorted(collapsed),
         focus=focus,
         focus_found=focus_found,
-        summary_line=f"{sum(len(w) for w in waves)} tasks across {len(waves)} waves "
-        f"(max parallelism: {size} in wave {at})",
+        summary_line=f"{several(sum(len(w) for w in waves), 'task')} across "
+        f"{several(len(waves), 'wave')} (max parallelism: {size} in wave {at})",
         dag=dag,
         big=big,
         capped=capped,
@@ -1494,3 +1500,32 @@ def wave_tasks(convoy: Convoy) -> tuple[ConvoyGraph, Summary, list[dict[str, Any
         for number, wave in enumerate(found.waves, start=1)
     ]
     return found, summary, waves
+
+
+# --- serve's line a minute --------------------------------------------------------------------
+class TownMinute(NamedTuple):
+    """What the town did between two reads: `serve`'s status line."""
+
+    seq: int  # the log's last event when read (the next read starts after it)
+    moving: int  # open convoys with an event since the last read
+    landed: int  # convoys that landed since the last read
+    in_flight: int  # beads in flight now
+    failed: int  # dispatches that failed since `since`
+
+
+def town_minute(after: int, since: datetime) -> TownMinute:
+    """The town since event `after` and the moment `since`: a few indexed queries (the log's
+    sequence, the dispatch times), whatever the town's size."""
+    top = last_seq()
+    recent = Event.objects.filter(seq__gt=after, seq__lte=top)
+    moving = Convoy.objects.filter(status=CONVOY_OPEN).filter(
+        Q(pk__in=recent.exclude(convoy_id="").values("convoy_id"))
+        | Q(tracked__bead_id__in=recent.exclude(bead_id="").values("bead_id"))
+    )
+    return TownMinute(
+        seq=top,
+        moving=moving.distinct().count(),
+        landed=recent.filter(kind="convoy.landed").count(),
+        in_flight=capacity.in_flight(),
+        failed=Dispatch.objects.filter(created_at__gte=since, ok=False).count(),
+    )

@@ -414,14 +414,14 @@ def _summarise(code: str, items: Sequence[tuple[str, str]]) -> Cause:
 
 
 def _failing_text(items: Iterable[tuple[str, str]]) -> str:
-    """Parked beads wait for `beads retry`; the others are tried again after the cooldown."""
+    """Parked beads wait for a retry; the others are tried again after the cooldown."""
     parked = [bead_id for bead_id, detail in items if detail == "parked"]
     cooling = [bead_id for bead_id, detail in items if detail != "parked"]
     parts = []
     if parked:
         parts.append(
             f"{_shown(parked)} parked by the dispatch breaker (failed dispatches in a row; "
-            f"`beads retry {parked[0] if len(parked) == 1 else 'ID'}` clears it)"
+            "a retry clears it)"
         )
     if cooling:
         parts.append(f"dispatch failing for {_shown(cooling)} (retried after the cooldown)")

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from . import formatting, layout, selectors, snapshots, timeline
 from .events import last_seq
+from .formatting import several
 from .fragments import Fragment, respond, since, unread
 from .ids import text_problem
 from .kinds import FEEDING_KINDS, NOTE_KINDS
@@ -34,8 +35,8 @@ from .parsing import whole_number
 from .services import beads as bead_service
 from .services import capacity, escalation, feeding, launch, notify, staging, ticker
 from .services import convoys as convoy_service
-from .services.errors import OpenBlockers, ServiceError
-from .web import VIEW, AuthenticatedHttpRequest, actor, back, viewer
+from .services.errors import ServiceError
+from .web import VIEW, AuthenticatedHttpRequest, actor, back, refusal, viewer
 
 DASHBOARD_SORTS = [
     ("age", "Newest"),
@@ -279,7 +280,8 @@ def convoy_action(request: AuthenticatedHttpRequest, convoy_id: str, action: str
             _, added, reopened = convoy_service.add(convoy_id, ids, actor=who)
             messages.success(
                 request,
-                f"Added {len(added)} bead(s)" + (" and reopened the convoy." if reopened else "."),
+                f"Added {several(len(added), 'bead')}"
+                + (" and reopened the convoy." if reopened else "."),
             )
         elif action == "subscribe":
             notify.subscribe(
@@ -287,14 +289,14 @@ def convoy_action(request: AuthenticatedHttpRequest, convoy_id: str, action: str
                 get_object_or_404(Convoy, pk=convoy_id),
                 email=request.POST.get("email") == "1",
             )
-            messages.success(request, "Subscribed: you will be told when it lands.")
+            messages.success(request, f"Subscribed to {convoy_id}.")
         elif action == "unsubscribe":
             notify.unsubscribe(request.user, get_object_or_404(Convoy, pk=convoy_id))
             messages.info(request, "Unsubscribed.")
         else:
             raise Http404("unknown action")
     except ServiceError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, refusal(exc))
     return back(request, reverse("convoy", args=[convoy_id]))
 
 
@@ -443,10 +445,8 @@ def bead_action(request: HttpRequest, bead_id: str, action: str) -> HttpResponse
             messages.success(request, f"Reopened {bead_id}.")
         else:
             raise Http404("unknown action")
-    except OpenBlockers as exc:
-        messages.error(request, f"{exc}: tick “Close it anyway” to close it.")
     except ServiceError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, refusal(exc))
     return back(request, reverse("bead", args=[bead_id]))
 
 

@@ -15,6 +15,8 @@ from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from .services.errors import NeedsForce, ServiceError
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
@@ -50,6 +52,11 @@ viewer = needs(VIEW)  # every page: login, then the view permission
 def actor(request: HttpRequest) -> str:
     """Who a change made on a page is recorded as."""
     return f"web:{request.user.get_username()}"
+
+
+def refusal(exc: ServiceError) -> str:
+    """A service's refusal as a page says it (how to go on in a page's words)."""
+    return exc.explained("web") if isinstance(exc, NeedsForce) else str(exc)
 
 
 def back(request: HttpRequest, fallback: str) -> HttpResponse:

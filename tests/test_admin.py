@@ -411,8 +411,9 @@ def test_staged_convoys_launch_from_the_list_warnings_only_when_forced(editor, r
     action = {"action": "launch_selected", "_selected_action": [ready, parked]}
     response = editor.post("/admin/convoys/convoy/", action, follow=True)
     notes = [str(m) for m in response.context["messages"]]
-    assert notes[0] == "Launched 1 convoy(s)."
-    assert notes[1].startswith(f"{parked}: ") and "--force" in notes[1]
+    assert notes[0] == "Launched 1 convoy."
+    assert notes[1].startswith(f"{parked}: ") and "even with warnings or parked rigs" in notes[1]
+    assert "--force" not in notes[1]
     assert Bead.objects.get(pk="gt-w1").status == "hooked"
     assert kinds(convoy_id=ready, actor="admin:ada")[0] == "convoy.launched"
     assert Convoy.objects.get(pk=parked).status == "staged_warnings"

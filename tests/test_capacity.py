@@ -247,7 +247,7 @@ def test_dashboard_capacity_panel_draws_and_updates_live(routes, settings, closi
     a = launched([bead(f"gt-a{i}").id for i in range(3)])
     page = client.get("/").content.decode()
     assert "<strong>1</strong> in flight / cap <strong>1</strong> · 0 free" in page
-    assert "<strong>2</strong> queued" in page and "CONVOY_MAX_IN_FLIGHT" in page
+    assert "<strong>2</strong> queued" in page and "the server’s setting" in page
     assert page.index("gt-a1") < page.index("gt-a2") and f"/convoys/{a.convoy_id}/" in page
     seq = last_seq()
     closing("gt-a0")  # a slot frees and gt-a1 takes it

@@ -299,8 +299,8 @@ def test_the_stranded_reason_of_a_parked_bead_says_retry_not_cooldown(routes):
     verdict = stranding.classify_one(convoy)
     assert (verdict.kind, verdict.code) == ("stuck", "dispatch_failing")
     assert verdict.reason == (
-        "gt-a parked by the dispatch breaker (failed dispatches in a row; `beads retry gt-a` "
-        "clears it); dispatch failing for gt-b (retried after the cooldown)"
+        "gt-a parked by the dispatch breaker (failed dispatches in a row; a retry clears it); "
+        "dispatch failing for gt-b (retried after the cooldown)"
     )
 
 

@@ -228,7 +228,7 @@ def test_convoy_page_shows_warnings_and_unparking_the_rig_makes_it_ready(manager
     kinds = list(Event.objects.filter(seq__gt=before).values_list("kind", flat=True))
     assert kinds == ["rig.state", "convoy.restaged"]
     page = manager.get(response.url).content.decode()
-    assert "Rig gastown is active; 1 staged convoy(s) now ready to launch." in page
+    assert "Rig gastown is active; 1 staged convoy now ready to launch." in page
     assert "No warnings at the last check" in page and "Un-park" not in page
 
 

@@ -201,10 +201,12 @@ def test_the_open_page_learns_of_a_pause_live(routes):
     editor = signed_in("editor", "view_convoy", "change_convoy")
     url = f"/convoys/{convoy.pk}/"
     before = editor.get(url, headers={"X-Live": "1"}).json()
-    assert f'action="/convoys/{convoy.pk}/pause/"' in before["fragments"]["convoy-pause"]
+    assert f'action="/convoys/{convoy.pk}/pause/"' in before["fragments"]["convoy-actions"]
     command("convoy", "pause", convoy.pk, "--reason", "hold", "--actor", "ops")
     since = str(before["seq"])
     after = editor.get(url, headers={"X-Live": "1", "X-Live-Since": since}).json()
     panel = after["fragments"]["convoy-pause"]
     assert panel.startswith('<div id="convoy-pause">') and "Paused by <strong>ops</strong>" in panel
     assert "0 dispatches since pause" in panel
+    # The action bar offers no second pause.
+    assert "/pause/" not in after["fragments"]["convoy-actions"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ..services.errors import ServiceError
+from ..services.errors import NeedsForce, ServiceError
 
 
 class error(CommandError):  # noqa: N801 - printed by Django as "error: <message>"
@@ -25,6 +25,8 @@ class ServiceCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> str | None:
         try:
             return super().execute(*args, **options)
+        except NeedsForce as exc:
+            raise error(exc.explained("cli"))
         except ServiceError as exc:
             raise error(str(exc))
 

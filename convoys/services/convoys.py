@@ -19,10 +19,12 @@ from django.utils import timezone
 from ..events import record
 from ..ids import name_problem, target_problem, unwrap_external
 from ..models import (
+    COMPLETED_REASON,
     CONVOY_CLOSED,
     CONVOY_OPEN,
     CONVOY_STATUSES,
     DONE_STATUSES,
+    LANDED_REASON,
     SLINGABLE_TYPES,
     Bead,
     Convoy,
@@ -31,15 +33,13 @@ from ..models import (
     TrackedBead,
 )
 from . import notify as notify_service  # `close` has a `notify` argument
-from .errors import NotFound, ServiceError
+from .errors import NeedsForce, NotFound, ServiceError
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 BASE36 = string.digits + string.ascii_lowercase
-COMPLETED_REASON = "All tracked issues completed"
 EMPTY_REASON = "Empty convoy (0 tracked issues)"
-LANDED_REASON = "Landed by owner"
 
 TRANSITIONS: dict[str, set[str]] = {
     "open": {"open", "closed"},
@@ -424,10 +424,8 @@ def close(
                 f"    {'▶' if b and b.status in ('in_progress', 'hooked') else '○'} {i}"
                 for i, b in still_open
             ]
-            raise ServiceError(
-                f"convoy has {len(still_open)} open issue(s)\n"
-                + "\n".join(lines)
-                + "\n  Use --force to close anyway"
+            raise NeedsForce(
+                f"convoy has {len(still_open)} open issue(s)\n" + "\n".join(lines), "close"
             )
         reason = reason or ("Force closed" if force else COMPLETED_REASON)
         set_status(convoy, CONVOY_CLOSED, reason=reason, actor=actor)
@@ -455,9 +453,8 @@ def land(
         pairs = tracked_details([convoy])[convoy.pk]
         still_open = [i for i, b in pairs if b is None or b.status not in DONE_STATUSES]
         if still_open and not force:
-            raise ServiceError(
-                f"convoy has {len(still_open)} open issue(s): "
-                f"{', '.join(still_open)}\n  Use --force to land anyway"
+            raise NeedsForce(
+                f"convoy has {len(still_open)} open issue(s): {', '.join(still_open)}", "land"
             )
         released = sorted({b.assignee for _, b in pairs if b is not None and b.assignee})
         if dry_run:

@@ -14,11 +14,10 @@ from collections.abc import Collection
 from django.conf import settings
 
 from .. import bulk
-from ..models import CONVOY_CLOSED, CONVOY_OPEN, DONE_STATUSES, Bead, Convoy, TrackedBead
+from ..models import CONVOY_OPEN, DONE_STATUSES, Bead, Convoy, TrackedBead
 from . import convoys
 
 DISCOVERED_FROM = "discovered-from"
-LANDED_REASONS = (convoys.COMPLETED_REASON, convoys.LANDED_REASON)
 
 
 def join(edges: Collection[tuple[str, str]], actor: str = "") -> dict[str, list[str]]:
@@ -51,7 +50,7 @@ def join(edges: Collection[tuple[str, str]], actor: str = "") -> dict[str, list[
     joined: dict[str, list[str]] = {}
     for convoy_id in sorted(candidates):
         convoy = candidates[convoy_id]
-        landed = convoy.status == CONVOY_CLOSED and convoy.close_reason in LANDED_REASONS
+        landed = convoy.landed
         if convoy.status != CONVOY_OPEN and not landed:
             continue
         wanted = sorted(

@@ -6,14 +6,36 @@ class NotFound(ServiceError):
     pass
 
 
-class OpenBlockers(ServiceError):
-    """A close refused because the bead's blockers are not done; each entry says how to
-    close it anyway (a confirmation on pages and in the admin, --force, "force": true)."""
+class NeedsForce(ServiceError):
+    """A refusal the user may override; `how` says how, per entry ("cli", "api", "web",
+    "admin"), in that entry's own words (a flag, a field, a checkbox). `verb`: what the
+    override does ("close", "launch"); `cli`: the command line's words when they differ."""
+
+    def __init__(self, message: str, verb: str = "do it", cli: str = "") -> None:
+        self.how = {
+            "cli": cli or f"\n  Use --force to {verb} anyway",
+            "api": f': send "force": true to {verb} anyway',
+            "web": f": tick the confirmation to {verb} anyway.",
+            "admin": f": tick the confirmation to {verb} anyway.",
+        }
+        super().__init__(message)
+
+    def explained(self, entry: str) -> str:
+        """The refusal with how to go on from `entry`."""
+        return f"{self}{self.how.get(entry, '')}"
+
+
+class OpenBlockers(NeedsForce):
+    """A bead's close refused: its blockers are not done."""
 
     def __init__(self, bead_id: str, blockers: list[str]) -> None:
         self.bead_id = bead_id
         self.blockers = blockers
-        shown = ", ".join(blockers[:5]) + (
-            f" and {len(blockers) - 5} more" if len(blockers) > 5 else ""
+        more = f" and {len(blockers) - 5} more" if len(blockers) > 5 else ""
+        super().__init__(
+            f"{bead_id} is still blocked by {', '.join(blockers[:5])}{more} (not done)",
+            "close it",
+            cli=": --force closes it anyway",
         )
-        super().__init__(f"{bead_id} is still blocked by {shown} (not done)")
+        self.how["web"] = ": tick “Close it anyway” to close it."
+        self.how["admin"] = ": tick “Close even with open blockers” to close it anyway."

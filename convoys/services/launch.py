@@ -18,7 +18,7 @@ from ..models import CONVOY_CLOSED, CONVOY_OPEN, CONVOY_STAGED_WARNINGS, Bead, C
 from ..readiness import blocked_by, ready_beads
 from . import breaker, capacity, dispatch, staging
 from .convoys import get_convoy, set_status
-from .errors import ServiceError
+from .errors import NeedsForce, ServiceError
 
 
 class Skipped(TypedDict):
@@ -100,13 +100,21 @@ def _preflight(status: str, dag: dagmod.DAG, force: bool, convoy_id: str) -> dic
             blocked.setdefault(rig, []).append(node_id)
     if blocked and not force:
         lines = "\n".join(f"  {rig}: {', '.join(ids)}" for rig, ids in sorted(blocked.items()))
-        raise ServiceError(
-            f"cannot launch: {len(blocked)} target rig(s) are parked or docked:\n{lines}\n\n"
-            "Use `python manage.py rigs unpark` or `rigs undock` to restore, or --force to "
-            "proceed anyway"
+        refused = NeedsForce(
+            f"cannot launch: {len(blocked)} target rig(s) are parked or docked:\n{lines}",
+            "launch",
+            cli="\n\nUse `python manage.py rigs unpark` or `rigs undock` to restore, or --force "
+            "to proceed anyway",
         )
+        refused.how["web"] = ": un-park them (Waiting on rigs), or tick the confirmation."
+        refused.how["admin"] = ": un-park them, or use “…even with warnings or parked rigs”."
+        raise refused
     if status == CONVOY_STAGED_WARNINGS and not force:
-        raise ServiceError(f"convoy {convoy_id} has warnings, use --force to launch")
+        refused = NeedsForce(
+            f"convoy {convoy_id} has warnings", "launch", cli=", use --force to launch"
+        )
+        refused.how["admin"] = ": use the action “…even with warnings or parked rigs”."
+        raise refused
     return blocked
 
 

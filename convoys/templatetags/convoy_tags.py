@@ -10,7 +10,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import formatting
-from ..models import Event
+from ..models import Convoy, Event
 from ..selectors import status_class
 
 register = template.Library()
@@ -20,6 +20,12 @@ register = template.Library()
 def symbol(state: str) -> str:
     """The icon of a bead state, the same as on its DAG node."""
     return status_class(state)[1]
+
+
+@register.filter
+def convoy_state(convoy: Convoy) -> str:
+    """A convoy's status in words: "landed" when its work completed, not "closed"."""
+    return "landed" if convoy.landed else formatting.status_words(convoy.status)
 
 
 @register.filter
@@ -51,6 +57,7 @@ def when(context: Context, moment: datetime | None, style: str = "relative") -> 
 register.filter("words", formatting.status_words)
 register.filter("event_words", formatting.event_words)
 register.filter("person", formatting.person)
+register.filter("page_fix", formatting.page_fix)
 register.filter("convoy_title", formatting.convoy_title)
 
 

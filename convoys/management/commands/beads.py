@@ -9,7 +9,6 @@ from ... import causes, selectors
 from ...models import Bead, Dependency, TrackedBead
 from ...services import beads as bead_service
 from ...services import breaker, controls, jsonl, sync
-from ...services.errors import OpenBlockers
 from ..base import ServiceCommand, error
 
 
@@ -323,17 +322,12 @@ class Command(ServiceCommand):
         }
         if not fields:
             raise error("nothing to update: give --status, --assignee, --priority or --title")
-        try:
-            bead = bead_service.update_bead(id, actor="cli", force=force, **fields)
-        except OpenBlockers as exc:
-            raise error(f"{exc}: --force closes it anyway") from None
-        self._done(bead, json, "Updated")
+        self._done(
+            bead_service.update_bead(id, actor="cli", force=force, **fields), json, "Updated"
+        )
 
     def do_close(self, id: str, reason: str, force: bool, json: bool, **_: Any) -> None:
-        try:
-            bead = bead_service.close_bead(id, reason=reason, actor="cli", force=force)
-        except OpenBlockers as exc:
-            raise error(f"{exc}: --force closes it anyway") from None
+        bead = bead_service.close_bead(id, reason=reason, actor="cli", force=force)
         self._done(bead, json, "Closed")
 
     def do_reopen(self, id: str, json: bool, **_: Any) -> None:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from ... import causes, projection, selectors, stranding
 from ...formatting import render_launch, status_words
-from ...models import CONVOY_OPEN, STAGED_STATUSES, Convoy, status_symbol
+from ...models import CONVOY_OPEN, LANDED_REASON, STAGED_STATUSES, Convoy, status_symbol
 from ...services import (
     breaker,
     capacity,
@@ -322,7 +322,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"  Workers to release: {len(released)}")
             for worker in released:
                 self.stdout.write(f"    • {worker}")
-            self.stdout.write(f"  Close reason: {convoy_service.LANDED_REASON}")
+            self.stdout.write(f"  Close reason: {LANDED_REASON}")
             return
         self.stdout.write(f"✓ Landed convoy 🚚 {row.id}: {row.title}")
         if released:

@@ -29,6 +29,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections, transaction
 
+from ...formatting import several
 from ...models import bead_prefix
 from ...services import beads, demo
 from ...services.errors import ServiceError
@@ -121,10 +122,6 @@ class Command(BaseCommand):
 
     def report(self, counts: dict[str, int], prefix: str) -> None:
         """One line of what the workers did: "3 beads picked up, 2 closed, 1 convoy launched"."""
-
-        def several(n: int, word: str) -> str:
-            return f"{n} {word}{'' if n == 1 else 's'}"
-
         words = [several(counts["picked up"], "bead") + " picked up", f"{counts['closed']} closed"]
         if counts["found"]:
             words.append(several(counts["found"], "follow-up") + " found")
