@@ -18,10 +18,11 @@ class ConvoysConfig(AppConfig):
     def ready(self) -> None:
         # Django: models load once the registry is ready.
         from . import events, projection, revocation  # noqa: PLC0415
-        from .services import guard, tokens  # noqa: PLC0415
+        from .services import guard, roles, tokens  # noqa: PLC0415
 
         guard.connect()
         tokens.connect()
+        roles.connect()
         revocation.connect()
         if projection.KEEPER not in events.KEEPERS:
             events.KEEPERS.append(projection.KEEPER)

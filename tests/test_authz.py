@@ -392,7 +392,7 @@ def world(routes):
             "axes/accessattempt": AccessAttempt.objects.order_by("pk").first().pk,
             "axes/accesslog": AccessLog.objects.order_by("pk").first().pk,
             "axes/accessfailurelog": AccessFailureLog.objects.order_by("pk").first().pk,
-            "auth/group": Group.objects.get().pk,
+            "auth/group": Group.objects.get(name="operators").pk,  # not a role's group (0022)
             "auth/user": users["superuser"].pk,
             "convoys/bead": "gt-a",
             "convoys/convoy": launched,

@@ -53,6 +53,7 @@ def town():
         ("beads", "close", "gt-a", "--reason", "done"),
         ("sling", "gt-a", "--no-convoy"),
         ("convoy", "status"),
+        ("users", "list"),
     ],
     ids=" ".join,
 )
