@@ -54,7 +54,7 @@ from .services import beads as bead_service
 from .services import convoys as convoy_service
 from .services import launch, notify
 from .services import rigs as rig_service
-from .services.errors import NeedsForce, ServiceError
+from .services.errors import ServiceError
 from .services.tokens import create_token, digest, rename_token
 from .services.tokens import revoke as revoke_token
 
@@ -119,7 +119,7 @@ def choices_keeping(
 
 def _refusal(exc: ServiceError) -> str:
     """A service's refusal in the admin's words (how to go on here)."""
-    return exc.explained("admin") if isinstance(exc, NeedsForce) else str(exc)
+    return exc.explained("admin")
 
 
 def each(

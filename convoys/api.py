@@ -39,7 +39,7 @@ from .models import Bead, Convoy, SourcedRecord
 from .parsing import NotJson, json_document
 from .services import beads as bead_service
 from .services import controls, escalation, feeding, launch, staging, tokens
-from .services.errors import NeedsForce, NotFound, ServiceError
+from .services.errors import NotFound, ServiceError
 from .web import database_unavailable
 
 
@@ -178,7 +178,7 @@ def client_loc(loc: Sequence[str | int]) -> list[str | int]:
 
 @api.exception_handler(ServiceError)
 def refused(request: HttpRequest, exc: ServiceError) -> HttpResponse:
-    detail = exc.explained("api") if isinstance(exc, NeedsForce) else str(exc)
+    detail = exc.explained("api")
     return api.create_response(request, {"detail": detail}, status=400)
 
 

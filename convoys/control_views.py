@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from .services import controls, escalation
 from .services.errors import NotFound, ServiceError
-from .web import actor, back, needs
+from .web import actor, back, needs, refusal
 
 
 def _run(request: HttpRequest, call: Callable[[], str], target: tuple[str, str]) -> HttpResponse:
@@ -24,7 +24,7 @@ def _run(request: HttpRequest, call: Callable[[], str], target: tuple[str, str])
     except NotFound as exc:
         raise Http404(str(exc))
     except ServiceError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, refusal(exc))
     else:
         messages.success(request, line)
     return redirect(*target)
@@ -81,7 +81,7 @@ def acknowledge(request: HttpRequest, convoy_id: str) -> HttpResponse:
     except NotFound as exc:
         raise Http404(str(exc))
     except ServiceError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, refusal(exc))
         return back(request, reverse("convoy", args=[convoy_id]))
     row = found.row
     messages.success(

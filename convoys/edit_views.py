@@ -19,7 +19,7 @@ from .models import SLINGABLE_TYPES, Bead, Convoy, Rig
 from .services import authoring, feeding, rigs
 from .services import beads as bead_service
 from .services.errors import NotFound, ServiceError
-from .web import actor, back, needs
+from .web import actor, back, needs, refusal
 
 BEAD_TYPES = [t for t in SLINGABLE_TYPES if t] + ["decision"]
 PRIORITIES = [(p, f"P{p}") for p in range(5)]
@@ -96,7 +96,9 @@ def create(request: HttpRequest) -> HttpResponse:
                 )
                 note = ""
         except ServiceError as exc:
-            form.add_error(None, str(exc))
+            said = refusal(exc)
+            # A refusal about the children's lines goes beside that field, named by its label.
+            form.add_error("children" if said.startswith(("line ", "children")) else None, said)
         else:
             messages.success(request, f"Created {created.id}{note}.")
             return redirect("bead", created.id)
@@ -126,7 +128,7 @@ def add_dependency(request: HttpRequest, bead_id: str) -> HttpResponse:
                 bead.pk, form.cleaned_data["target"], form.cleaned_data["type"], actor(request)
             )
         except ServiceError as exc:
-            form.add_error(None, str(exc))
+            form.add_error(None, refusal(exc))
         else:
             messages.success(request, f"{bead.pk} now depends on {dep.depends_on_id} ({dep.type}).")
             return redirect("bead", bead.pk)
@@ -147,7 +149,7 @@ def recheck(request: HttpRequest, convoy_id: str) -> HttpResponse:
     try:
         ok, line = feeding.check_report(convoy.pk, actor=actor(request))
     except ServiceError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, refusal(exc))
     else:
         (messages.success if ok else messages.warning)(request, line)
     return redirect("convoy", convoy.pk)
@@ -163,7 +165,7 @@ def restore_rig(request: HttpRequest, name: str) -> HttpResponse:
     except NotFound as exc:
         raise Http404(str(exc))
     except ServiceError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, refusal(exc))
     else:
         ready = Convoy.objects.filter(status="staged_ready").exclude(pk__in=before).count()
         note = f"; {several(ready, 'staged convoy')} now ready to launch" if ready else ""

@@ -17,6 +17,16 @@ def page_fix(fix: str, category: str) -> str:
     return fix
 
 
+def percent_done(done: int, total: int) -> int:
+    """The one rounding rule for "% done": to the nearest whole percent (4 of 6 is 67), but
+    never 100 before every bead is done nor 0 once one is."""
+    if total <= 0 or done <= 0:
+        return 0
+    if done >= total:
+        return 100
+    return min(max(round(100 * done / total), 1), 99)
+
+
 def several(n: int, noun: str, plural: str = "") -> str:
     """ "1 bead", "3 beads", "0 beads" (`plural` when it is not noun + "s")."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
@@ -283,6 +293,38 @@ def person(actor: str) -> str:
         if actor.startswith(channel):
             return actor[len(channel) :]
     return actor
+
+
+# What does the work when no person does (dispatch paths and system actors), in words.
+SYSTEM_ACTORS = {
+    "event": "the feeder",
+    "feeder": "the feeder",
+    "launch": "the launch",
+    "stranded": "the stranded scan",
+    "batch": "the catch-up",
+    "poll": "the catch-up",
+    "escalation": "the stuck check",
+    "import": "an import",
+    "sync": "a sync",
+    "cli": "the command line",
+}
+
+
+def actor_words(actor: str) -> str:
+    """Who did it, for a timeline: a person's name, or what the system part is called."""
+    return SYSTEM_ACTORS.get(actor, person(actor))
+
+
+def change_words(changes: Mapping[str, Any], width: int = 60) -> str:
+    """A bead.updated event's changes: 'title changed from "a" to "b"; priority from 2 to 1'."""
+    parts = []
+    for field, pair in changes.items():
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            continue
+        old, new = (truncate(str(v), width) if isinstance(v, str) else v for v in pair)
+        shown = [f'"{v}"' if isinstance(v, str) else str(v) for v in (old, new)]
+        parts.append(f"{field} changed from {shown[0]} to {shown[1]}")
+    return "; ".join(parts)
 
 
 def convoy_title(title: str) -> str:

@@ -9,7 +9,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from . import selectors, snapshots, timeline
+from . import formatting, selectors, snapshots, timeline
 from .events import last_seq
 from .models import Convoy
 from .parsing import whole_number
@@ -84,6 +84,7 @@ def step(request: HttpRequest, convoy_id: str) -> JsonResponse:
             "seq": result.seq,
             "at": result.at.isoformat(),
             "kind": result.kind,
+            "what": formatting.event_words(result.kind),
             "bead": result.bead_id,
             "counts": result.counts,
             "states": result.states,

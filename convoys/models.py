@@ -131,10 +131,14 @@ class Bead(models.Model):
 
 
 def status_symbol(status: str) -> str:
+    """One symbol per state on every page, the CLI and e-mail: ✓ done, ▶ in progress,
+    ● ready (`status` "ready": the readiness rule said so), ? unknown, ○ blocked."""
     if status in DONE_STATUSES:
         return "✓"
     if status in ACTIVE_WORK_STATUSES:
         return "▶"
+    if status == "ready":
+        return "●"
     if status == "unknown":
         return "?"
     return "○"

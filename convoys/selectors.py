@@ -19,7 +19,7 @@ from . import causes as causemod
 from . import dag as dagmod
 from . import layout, projection, snapshots, stranding
 from .events import last_seq
-from .formatting import ACTOR_CHANNELS, duration, person, several
+from .formatting import ACTOR_CHANNELS, duration, percent_done, person, several
 from .ids import quoted_url_segment
 from .kinds import PROGRESS_KINDS
 from .models import (
@@ -40,6 +40,7 @@ from .models import (
     Subscription,
     TrackedBead,
     Worker,
+    status_symbol,
 )
 from .parsing import whole_number
 from .readiness import blocked_by, is_ready, ready_beads
@@ -303,7 +304,7 @@ def _summary_of(convoy: Convoy, facts: Mapping[str, Any], spin: bool, now: datet
         last_activity=facts.get("last_activity") or convoy.updated_at,
         spin=spin,
         percent={k: round(100 * n[k] / share, 2) for k in SEGMENTS},
-        percent_complete=100 * n["done"] // share,  # 100 only when all are done
+        percent_complete=percent_done(n["done"], total),
         state=verdict,
         stranded=stranding.shown_stranded(verdict, facts.get("feedable_since"), now),
     )
@@ -358,7 +359,7 @@ def summarise(
             last_activity=last[convoy_id],
             spin=convoy_id in spin,
             percent={k: round(100 * n[k] / share, 2) for k in SEGMENTS},
-            percent_complete=100 * n["done"] // share,  # 100 only when all are done
+            percent_complete=percent_done(n["done"], total),
             # The one stranded rule (stranding.py): kind, reason and badge words.
             state=verdicts[convoy_id],
             stranded=verdicts[convoy_id].stranded,
@@ -562,15 +563,14 @@ TIMELINE = 100
 
 def status_class(status: str) -> tuple[str, str]:
     """A node's (css class, icon) for a bead state."""
+    icon = status_symbol(status)
     if status in DONE_STATUSES:
-        return "st-done", "✓"
+        return "st-done", icon
     if status in ACTIVE_WORK_STATUSES:
-        return "st-active", "▶"
-    if status == "unknown":
-        return "st-unknown", "?"
-    if status == "ready":
-        return "st-ready", "●"
-    return "st-blocked", "○"
+        return "st-active", icon
+    if status in ("unknown", "ready"):
+        return f"st-{status}", icon
+    return "st-blocked", icon
 
 
 def bead_url_maker() -> Callable[[str], str]:
@@ -988,7 +988,8 @@ def convoy_page(
             return "unknown"
         if bead.pk in ready_ids:
             return "ready"
-        return bead.status
+        # Open and not ready: waiting on something (its cause says what), as the bar counts it.
+        return "blocked" if bead.status == "open" else bead.status
 
     # ?all=1 draws and lists everything, up to CONVOY_SHOW_ALL_MAX beads (a bounded page).
     show_all = params.get("all") == "1" and len(tracked) <= settings.CONVOY_SHOW_ALL_MAX

@@ -12,6 +12,7 @@ from django.db.models.fields.json import KT
 
 from . import dag as dagmod
 from . import history
+from .formatting import percent_done
 from .models import Convoy, ConvoyVisit, Event, TrackedBead
 from .parsing import whole_number
 from .rows import Changes, TrackedRow
@@ -315,7 +316,7 @@ def step(
     counts["total"] = len(tracked)
     whole = counts["total"] or 1
     counts["percent"] = {k: round(100 * counts[k] / whole, 2) for k in SEGMENTS}
-    counts["percent_complete"] = 100 * counts["done"] // whole
+    counts["percent_complete"] = percent_done(counts["done"], counts["total"])
 
     def chip(bead_id: str) -> str:
         s = state.get(bead_id, "unknown")

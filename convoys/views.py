@@ -337,12 +337,12 @@ def stage(request: HttpRequest) -> HttpResponse:
                 )
                 return redirect("convoy", result.convoy_id)
         except ServiceError as exc:
-            error = str(exc)
+            error = refusal(exc)
     if ids and plan is None and not error:
         try:
             plan = staging.analyze(ids, title)
         except ServiceError as exc:
-            error = str(exc)
+            error = refusal(exc)
     more = 0
     if plan is not None and plan.dag is not None:
         text, more = _first_lines(formatting.render_tree(plan.dag, plan.input_kind, plan.root))
@@ -483,7 +483,7 @@ def subscriptions(request: AuthenticatedHttpRequest) -> HttpResponse:
                 )
                 messages.success(request, "Saved how you hear about each kind.")
             except ServiceError as exc:
-                messages.error(request, str(exc))
+                messages.error(request, refusal(exc))
         elif request.POST.get("do") == "remove":
             notify.unsubscribe(request.user, convoy)
         else:

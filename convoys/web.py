@@ -15,7 +15,7 @@ from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from .services.errors import NeedsForce, ServiceError
+from .services.errors import ServiceError
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -56,7 +56,7 @@ def actor(request: HttpRequest) -> str:
 
 def refusal(exc: ServiceError) -> str:
     """A service's refusal as a page says it (how to go on in a page's words)."""
-    return exc.explained("web") if isinstance(exc, NeedsForce) else str(exc)
+    return exc.explained("web")
 
 
 def back(request: HttpRequest, fallback: str) -> HttpResponse:

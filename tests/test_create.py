@@ -270,3 +270,51 @@ def test_check_button_on_a_staged_convoy_rechecks_it(manager):
     response = manager.post(f"/convoys/{convoy_id}/check/", follow=True)
     assert f"Re-checked {convoy_id}: no warnings, ready to launch." in text(response)
     assert Convoy.objects.get(pk=convoy_id).status == "staged_ready"
+
+
+def test_a_new_epic_goes_from_create_to_stage_to_launch_without_a_detour(routes):
+    operator = logged_in(user_with("op", *VIEW, "add_bead", "add_convoy", "change_convoy"))
+    created = operator.post(
+        "/create/",
+        {
+            "kind": "epic",
+            "prefix": "gt-",
+            "title": "Search rewrite",
+            "priority": "2",
+            "issue_type": "task",
+            "children": "Design\nBuild | after 1\n",
+        },
+        follow=True,
+    )
+    page = created.content.decode()
+    epic = Bead.objects.get(title="Search rewrite")
+    link = re.search(r'<a class="button" id="stage-epic" href="([^"]+)">Stage this epic</a>', page)
+    assert link, "an epic's page offers to stage it"
+    preview = operator.get(html.unescape(link.group(1))).content.decode()
+    assert "not staged yet: it would be staged, ready to launch" in preview
+    assert not Convoy.objects.exists()  # a preview writes nothing
+    staged = operator.post("/stage/", {"epic": epic.pk, "do": "stage"}, follow=True)
+    convoy = Convoy.objects.get()
+    assert convoy.status == "staged_ready" and f"Staged {convoy.pk}" in staged.content.decode()
+    operator.post(f"/convoys/{convoy.pk}/launch/")
+    assert Convoy.objects.get().status == "open"
+    # Viewers are not offered what they may not do; a done epic has nothing to stage.
+    viewer = logged_in(user_with("vi", *VIEW))
+    assert 'id="stage-epic"' not in viewer.get(f"/beads/{epic.pk}/").content.decode()
+
+
+def test_a_refusal_about_the_children_names_the_field(manager):
+    response = manager.post(
+        "/create/",
+        {
+            "kind": "epic",
+            "prefix": "gt-",
+            "title": "Epic",
+            "priority": "2",
+            "issue_type": "task",
+            "children": "Design\nBuild\nShip | after 7",
+        },
+    )
+    form = response.context["form"]
+    assert form.errors["children"] == ["line 3: 'after 7' must name an earlier line (lines 1 to 2)"]
+    assert "Children" in str(form["children"].label)

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ..services.errors import NeedsForce, ServiceError
+from ..services.errors import ServiceError
 
 
 class error(CommandError):  # noqa: N801 - printed by Django as "error: <message>"
@@ -25,10 +25,8 @@ class ServiceCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> str | None:
         try:
             return super().execute(*args, **options)
-        except NeedsForce as exc:
-            raise error(exc.explained("cli"))
         except ServiceError as exc:
-            raise error(str(exc))
+            raise error(exc.explained("cli"))
 
     def write_json(self, data: object) -> None:
         self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=json_value))

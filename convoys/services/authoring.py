@@ -66,7 +66,8 @@ def parse_children(text: str | None) -> list[Child]:
                     line = whole_number(ref, most=number - 1)
                     if line is None or line < 1:
                         raise ServiceError(
-                            f"line {number}: 'after {ref[:20]}' must name an earlier line (1..{number - 1})"
+                            f"line {number}: 'after {ref[:20]}' must name an earlier line "
+                            + ("(line 1)" if number == 2 else f"(lines 1 to {number - 1})")
                             if number > 1
                             else f"line {number}: the first child cannot wait for a line"
                         )

@@ -1,5 +1,18 @@
 class ServiceError(Exception):
-    """A rule refused the change; the message is one line (or a short block) for the user."""
+    """A rule refused the change; the message is one line (or a short block) for the user.
+    `how`: what to do about it, per entry ("cli", "api", "web", "admin"), in that entry's
+    own words (a command, a field, a button), added by `explained`."""
+
+    how: dict[str, str] = {}
+
+    def __init__(self, message: str = "", how: dict[str, str] | None = None) -> None:
+        if how is not None:
+            self.how = how
+        super().__init__(message)
+
+    def explained(self, entry: str) -> str:
+        """The refusal with how to go on from `entry`."""
+        return f"{self}{self.how.get(entry, '')}"
 
 
 class NotFound(ServiceError):
@@ -7,22 +20,19 @@ class NotFound(ServiceError):
 
 
 class NeedsForce(ServiceError):
-    """A refusal the user may override; `how` says how, per entry ("cli", "api", "web",
-    "admin"), in that entry's own words (a flag, a field, a checkbox). `verb`: what the
+    """A refusal the user may override (--force, "force": true, a checkbox). `verb`: what the
     override does ("close", "launch"); `cli`: the command line's words when they differ."""
 
     def __init__(self, message: str, verb: str = "do it", cli: str = "") -> None:
-        self.how = {
-            "cli": cli or f"\n  Use --force to {verb} anyway",
-            "api": f': send "force": true to {verb} anyway',
-            "web": f": tick the confirmation to {verb} anyway.",
-            "admin": f": tick the confirmation to {verb} anyway.",
-        }
-        super().__init__(message)
-
-    def explained(self, entry: str) -> str:
-        """The refusal with how to go on from `entry`."""
-        return f"{self}{self.how.get(entry, '')}"
+        super().__init__(
+            message,
+            {
+                "cli": cli or f"\n  Use --force to {verb} anyway",
+                "api": f': send "force": true to {verb} anyway',
+                "web": f": tick the confirmation to {verb} anyway.",
+                "admin": f": tick the confirmation to {verb} anyway.",
+            },
+        )
 
 
 class OpenBlockers(NeedsForce):

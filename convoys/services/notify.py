@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from .. import queue
 from ..events import record_many
-from ..formatting import duration
+from ..formatting import convoy_title, duration
 from ..ids import name_problem
 from ..models import (
     Bead,
@@ -51,8 +51,8 @@ def format_duration(delta: timedelta) -> str:
 
 def landing_message(convoy: Convoy, pairs: Sequence[tuple[str, Bead | None]]) -> tuple[str, str]:
     # One header line (titles may hold newlines, which e-mail refuses), within the column.
-    subject = f"🚚 Convoy landed: {' '.join(convoy.title.split())}"[:600]
-    lines = [f"Convoy {convoy.id} has landed.", "", f"Issues ({len(pairs)}):"]
+    subject = f"🚚 Convoy landed: {' '.join(convoy_title(convoy.title).split())}"[:600]
+    lines = [f"Convoy {convoy.id} has landed.", "", f"Beads ({len(pairs)}):"]
     for bead_id, bead in pairs:
         status = bead.status if bead else "unknown"
         lines.append(f"  {status_symbol(status)} {bead_id}  {bead.title if bead else ''}".rstrip())
@@ -134,7 +134,7 @@ def notify_escalation(convoy: Convoy, subject: str, body: str, now: datetime) ->
 def notify_closed(convoy: Convoy, address: str) -> list[Notification]:
     """`convoy close --notify ADDR`: tell one address that the convoy closed, and why (the
     original's mail: "🚚 Convoy closed: <title>")."""
-    subject = f"🚚 Convoy closed: {' '.join(convoy.title.split())}"[:600]
+    subject = f"🚚 Convoy closed: {' '.join(convoy_title(convoy.title).split())}"[:600]
     body = f"Convoy {convoy.id} has been closed.\n\nReason: {convoy.close_reason}"
     return _deliver(
         convoy, Notification.CLOSED, subject, body, address_recipients([address]), timezone.now()

@@ -261,8 +261,8 @@ def analyze(ids: Sequence[str], title: str | None = None) -> Plan:
             cid, count = open_[0]
             raise ServiceError(
                 f"cannot stage: open convoy {cid} already tracks {count} of these beads — close "
-                f"it first or wait for completion\n  python manage.py convoy close {cid} "
-                '--reason "re-staging"'
+                "it first or wait for completion",
+                {"cli": f'\n  python manage.py convoy close {cid} --reason "re-staging"'},
             )
         if len(staged) > 1:
             raise ServiceError(

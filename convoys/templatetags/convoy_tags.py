@@ -112,6 +112,10 @@ def _timeline_item(context: Context, event: Event) -> str:
         out.append(f" <code>{escape(event.bead_id)}</code>")
     if event.kind == "bead.status":
         out.append(f" — {escape(formatting.status_words(_text(data.get('status'))))}")
+    if event.kind == "bead.updated" and isinstance(data.get("changes"), dict):
+        said = formatting.change_words(data["changes"])
+        if said:
+            out.append(f" — {escape(said)}")
     if data.get("assignee"):
         out.append(f" → {escape(_text(data['assignee']))}")
     if data.get("error"):
@@ -120,7 +124,7 @@ def _timeline_item(context: Context, event: Event) -> str:
         out.append(f" {escape(_text(data.get('rig')))}: {escape(_text(data['state']))}")
     out.append(" ")
     if event.actor:
-        out.append(f'<span class="actor">by {escape(formatting.person(event.actor))}</span>')
+        out.append(f'<span class="actor">by {escape(formatting.actor_words(event.actor))}</span>')
     out.append("</li>")
     return "".join(out)
 

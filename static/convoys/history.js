@@ -82,7 +82,7 @@
         `${c.ready} ready · ${c.blocked} blocked · ${c.unknown} unknown`;
     }
     const when = new Date(data.at).toLocaleString();
-    stateEl.textContent = `Showing the past: after event #${data.seq} (${data.kind}${data.bead ? " " + data.bead : ""}, ${when}), step ${data.step} of ${data.steps}: ` +
+    stateEl.textContent = `Showing the past: after event #${data.seq} (${data.what || data.kind}${data.bead ? " " + data.bead : ""}, ${when}), step ${data.step} of ${data.steps}: ` +
       `${c.done}/${c.total} done · ${c.active} in progress · ${c.ready} ready · ${c.blocked} blocked` + (c.unknown ? ` · ${c.unknown} unknown` : "");
     document.body.classList.add("history-past");
     nowButton.disabled = false;

@@ -31,17 +31,67 @@
     const url = `${proto}//${location.host}/ws/live/?topics=${encodeURIComponent(topics)}&since=${state.last}`;
     const ws = new WebSocket(url);
     state.socket = ws;
-    ws.onopen = () => { state.attempt = 0; setLive("live", true); };
+    ws.onopen = () => { state.attempt = 0; setLive("live", true); reconnected(); };
     ws.onmessage = (msg) => handle(JSON.parse(msg.data));
     ws.onclose = (closed) => {
       // 4401: the session no longer signs this user in (logged out, password changed,
       // deactivated): reload, which leads to the login page, rather than knock forever.
       if (closed.code === 4401) { setLive("signed out", false); location.reload(); return; }
       setLive("reconnecting", false);
+      disconnected();
       const delay = Math.min(30000, 500 * 2 ** state.attempt) * (0.5 + Math.random());
       state.attempt += 1;
       setTimeout(connect, delay);
     };
+  }
+
+  /* Staleness: STALE_AFTER without a connection, the page says since when it is not updated
+   * and marks what it shows (body.stale) until a live answer after the reconnect caught up. */
+  const STALE_AFTER = 10000;
+  const stale = { lostAt: null, marked: false, catching: false, timer: null };
+  state.stale = stale;
+  function disconnected() {
+    if (stale.lostAt !== null) return;
+    stale.lostAt = Date.now();
+    stale.timer = setInterval(() => {
+      if (stale.lostAt !== null && !stale.marked && Date.now() - stale.lostAt >= STALE_AFTER) markStale();
+    }, 1000);
+  }
+  function exact(ms) {  // formatting.EXACT_FORMAT: the pages' one format, in UTC
+    const d = new Date(ms), two = (n) => String(n).padStart(2, "0");
+    return `${d.getUTCFullYear()}-${two(d.getUTCMonth() + 1)}-${two(d.getUTCDate())} ` +
+           `${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())} UTC`;
+  }
+  function markStale() {
+    stale.marked = true;
+    body.classList.add("stale");
+    let banner = document.getElementById("stale-banner");
+    if (!banner) {
+      banner = document.createElement("p");
+      banner.id = "stale-banner";
+      banner.className = "msg warn";
+      banner.setAttribute("role", "alert");
+      const main = document.getElementById("main") || body;
+      main.insertBefore(banner, main.firstChild);
+    }
+    banner.textContent = `Not updated since ${exact(stale.lostAt)}: no connection to the server. ` +
+      "What this page shows may be out of date; it catches up when the connection is back.";
+    setLive("offline: not updated", false);
+  }
+  function reconnected() {
+    if (stale.lostAt === null) return;
+    clearInterval(stale.timer);
+    stale.timer = null;
+    if (!stale.marked) { stale.lostAt = null; return; }
+    stale.catching = true;  // unmarked once a live answer after this shows the newest seq
+    refresh();
+  }
+  function caughtUp() {
+    if (!stale.catching || state.due > state.rendered) return;
+    stale.catching = false; stale.marked = false; stale.lostAt = null;
+    body.classList.remove("stale");
+    const banner = document.getElementById("stale-banner");
+    if (banner) banner.remove();
   }
 
   function handle(msg) {
@@ -119,6 +169,7 @@
     for (const [id, html] of Object.entries(data.fragments)) replace(id, html);
     state.rendered = data.seq;
     body.dataset.rendered = String(data.seq);
+    caughtUp();
     updateBadge();
     document.dispatchEvent(new CustomEvent("convoy:fragments"));
   }

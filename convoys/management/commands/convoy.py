@@ -407,7 +407,10 @@ class Command(ServiceCommand):
         parked = breaker.parked_among([item["id"] for item in data["tracked"]])
         now = timezone.now()
         for item in data["tracked"]:
-            symbol = "⚠" if item["id"] in parked else status_symbol(item["status"])
+            ready = (item["cause"] or {}).get("kind") == "ready"
+            symbol = (
+                "⚠" if item["id"] in parked else status_symbol("ready" if ready else item["status"])
+            )
             worker = ""
             if item["assignee"]:
                 age = item.get("worker_seen")
