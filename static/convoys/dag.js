@@ -1,14 +1,16 @@
 /* The convoy page's DAG (loaded on that page only).
  * Pan: drag (mouse or one finger), arrow keys. Zoom: wheel (about the pointer), pinch, +/-,
- * buttons; 0 or Reset shows it all. Hovering or keyboard-focusing a bead highlights its
- * upstream and downstream chains and dims the rest; ?focus=<id> (data-focus) centres the view
+ * buttons; 0 or Reset shows it all (on a phone: the window it opened on, at natural size).
+ * Hovering or keyboard-focusing a bead highlights its upstream and downstream chains and
+ * dims the rest; ?focus=<id> (data-focus) centres the view
  * on that bead and keeps its chains highlighted. Live updates replace nodes in place; when the
  * whole drawing is replaced (its layout changed) the view is set up again and keeps its zoom
  * and position if the layout is the same. What this script adds for a highlight (class hl, a
  * top layer) goes when the pointer or focus leaves, so a live page still equals a reload. */
 (function () {
   "use strict";
-  let view = null, home = null, layout = null, svg = null, viewport = null;
+  let view = null, home = null, start = null, layout = null, svg = null, viewport = null;
+  const NARROW = "(max-width: 600px)";  // as app.css's phone layout
   let graph = null, lit = [], pinned = "";
   const pointers = new Map();
   let drag = null, pinch = null;
@@ -108,17 +110,30 @@
     viewport.dataset.panZoom = "1";
     const full = svg.viewBox.baseVal;
     home = { x: full.x, y: full.y, w: full.width, h: full.height };
-    if (layout !== viewport.dataset.layout || !view) view = { ...home };
+    const room = viewport.clientWidth || 900;
+    const fit = Math.min(1, room / home.w);
+    if (fit < 1 && window.matchMedia(NARROW).matches) {
+      // A phone: the whole drawing shrunk to the screen's width would draw its labels a few
+      // px high, so it opens on a window of it at its natural size (labels 11 px and up),
+      // the screen wide and at most 60% of it high, to pan and zoom from.
+      const h = Math.min(home.h, Math.max(Math.round(window.innerHeight * 0.6), 240));
+      start = { x: home.x, y: home.y, w: room, h };
+      frontier(start);
+      svg.setAttribute("width", room);
+      svg.setAttribute("height", h);
+    } else {
+      start = { ...home };
+      svg.setAttribute("width", Math.max(home.w * fit, 300));
+      svg.setAttribute("height", Math.max(home.h * fit, 120));
+    }
+    if (layout !== viewport.dataset.layout || !view) view = { ...start };
     layout = viewport.dataset.layout;
-    const fit = Math.min(1, (viewport.clientWidth || 900) / home.w);
-    svg.setAttribute("width", Math.max(home.w * fit, 300));
-    svg.setAttribute("height", Math.max(home.h * fit, 120));
     setView();
     pinned = viewport.dataset.focus || "";
     if (pinned) centre(pinned, fit);
     document.querySelectorAll("[data-zoom]").forEach((b) => b.addEventListener("click", () => {
       const f = parseFloat(b.dataset.zoom);
-      if (f === 0) { view = { ...home }; setView(); } else zoom(f);
+      if (f === 0) { view = { ...start }; setView(); } else zoom(f);
     }));
     viewport.addEventListener("wheel", (e) => {
       e.preventDefault();
@@ -131,7 +146,7 @@
       const moves = { ArrowLeft: [-step, 0], ArrowRight: [step, 0], ArrowUp: [0, -step], ArrowDown: [0, step] };
       if (e.key === "+" || e.key === "=") zoom(1.25);
       else if (e.key === "-") zoom(0.8);
-      else if (e.key === "0") { view = { ...home }; setView(); }
+      else if (e.key === "0") { view = { ...start }; setView(); }
       else if (moves[e.key]) { view.x += moves[e.key][0]; view.y += moves[e.key][1]; setView(); }
       else return;
       e.preventDefault();
@@ -151,15 +166,31 @@
     if (window.requestIdleCallback) requestIdleCallback(warm); else setTimeout(warm, 200);
   }
 
+  /* A phone's window opens where the work is: at the leftmost bead working or ready (the
+   * waves before it are done), that bead's column at the window's left edge. */
+  function frontier(win) {
+    let best = null;
+    svg.querySelectorAll(".nodes g.node.st-active, .nodes g.node.st-ready").forEach((n) => {
+      const m = n.transform.baseVal.consolidate();
+      if (m && (!best || m.matrix.e < best.e)) best = { e: m.matrix.e, f: m.matrix.f, n };
+    });
+    if (!best) return;
+    const box = best.n.querySelector("rect, polygon").getBBox();
+    const clamp = (v, lo, hi) => Math.max(lo, Math.min(v, hi));
+    win.x = clamp(best.e - 24, home.x, home.x + home.w - win.w);
+    win.y = clamp(best.f + box.height / 2 - win.h / 2, home.y, home.y + home.h - win.h);
+  }
+
   /* Centre the view on a bead at its natural size (one drawing unit a pixel); a drawing that
    * fits the page already is left as it is. */
   function centre(id, fit) {
     const n = svg.querySelector(`g.node[data-id="${CSS.escape(id)}"]`);
-    if (!n || fit >= 1) return;
+    const windowed = start.w < home.w || start.h < home.h;  // a phone's window of the drawing
+    if (!n || (fit >= 1 && !windowed)) return;
     const m = n.transform.baseVal.consolidate();
     const box = n.querySelector("rect, polygon").getBBox();
     const cx = (m ? m.matrix.e : 0) + box.width / 2, cy = (m ? m.matrix.f : 0) + box.height / 2;
-    view = { w: home.w * fit, h: home.h * fit, x: 0, y: 0 };
+    view = windowed ? { w: start.w, h: start.h, x: 0, y: 0 } : { w: home.w * fit, h: home.h * fit, x: 0, y: 0 };
     view.x = cx - view.w / 2; view.y = cy - view.h / 2;
     setView();
   }
