@@ -104,6 +104,7 @@ REGISTRY: dict[str, Kind] = {
         _kind("spin", "a bead was dispatched too often in an hour", NOTE),
         _kind("stranded.found", "the stranded scan found ready work nobody took", NOTE),
         _kind("notification", "a notice was sent to people", NOTE),
+        _kind("process.restarted", "serve started a child process again after it exited", NOTE),
         _kind("convoy.created", "a convoy was created", CONVOY, TRACKING, LISTING, FEEDING),
         _kind("convoy.staged", "a convoy was staged", CONVOY, TRACKING, LISTING),
         _kind("convoy.restaged", "a staged convoy was staged again", CONVOY, TRACKING, LISTING),

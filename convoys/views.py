@@ -125,7 +125,17 @@ FEEDING = Fragment("feeding-stopped", "convoys/_feeding.html")
 def _feeding() -> dict[str, Any]:
     """The dashboard's banner when feeding is stopped (`ticker.stalled_since`'s rule)."""
     stalled, last_tick = ticker.stalled_since()
-    return {"stalled": stalled, "last_tick": last_tick, "after": ticker.stall_after()}
+    restart = ticker.last_restart()
+    return {
+        "stalled": stalled,
+        "last_tick": last_tick,
+        "after": ticker.stall_after(),
+        "restart": restart,
+        "restarted": PROCESS_WORDS.get(restart.data.get("process"), "a process") if restart else "",
+    }
+
+
+PROCESS_WORDS = {"web": "the web server", "tasks": "the task cluster", "swarm": "the demo swarm"}
 
 
 def _row_fragment(row: selectors.DashboardRow) -> Fragment:

@@ -208,20 +208,22 @@ def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, e
     stranded = context.new_page()
     other = staging.stage(["gt-next"], actor="test").convoy_id
     elsewhere = context.new_page()  # another convoy's page: not told about this one
+    make_user("bob")  # subscribes to nothing: his dashboard shows the landing, quietly
+    bob_context, bob = login(browser, server, "bob")
     for page, url in (
         (dashboard, "/"),
         (stranded, "/stranded/"),
         (elsewhere, f"/convoys/{other}/"),
     ):
         page.goto(server + url)
-    for page in (dashboard, stranded, elsewhere):
+    for page in (dashboard, stranded, elsewhere, bob):
         wait_live(page)
     for bead_id in ("gt-ea", "gt-eb", "gt-ec"):
         beads.close_bead(bead_id, actor="test")
     wait_until(lambda: Convoy.objects.get(pk=convoy_id).status == "closed")
     wait_until(lambda: ann.notification_set.exists())
     final = last_seq()
-    for page in (dashboard, stranded, elsewhere):
+    for page in (dashboard, stranded, elsewhere, bob):
         wait_js(page, f"window.convoyLive.last >= {final}", timeout=15000)
     for page in (dashboard, stranded):
         toasts = page.evaluate("window.convoyLive.toasts")
@@ -230,6 +232,8 @@ def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, e
         assert not [t for t in toasts if "ispatch" in t], toasts  # the rows show dispatches
         assert page.locator(".toast").count() <= 3
     assert elsewhere.evaluate("window.convoyLive.toasts") == []
+    assert bob.evaluate("window.convoyLive.toasts") == []  # not his to hear
+    bob_context.close()
     # another convoy's page hears every event but asks for fragments only for its own (and
     # for the inbox badge: one request, after the landing's notification)
     assert elsewhere.evaluate("window.convoyLive.fetches") == 1

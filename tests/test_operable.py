@@ -14,6 +14,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from convoys import causes
+from convoys.events import last_seq
 from convoys.models import Convoy, Cursor, Event, Lease
 from convoys.services import leases, ticker
 
@@ -284,6 +285,25 @@ def test_dashboard_says_feeding_is_stopped(settings):
     tick(settings)
     page = client.get("/").content.decode()
     assert BANNER not in page and 'id="feeding-stopped"' in page
+
+
+def test_dashboard_says_when_serve_started_a_process_again(settings):
+    client = signed_in("viewer", "view_convoy", "view_bead")
+    tick(settings)
+    assert 'id="process-restarted"' not in client.get("/").content.decode()
+    seq = last_seq()
+    event = ticker.record_restart("tasks", -9, 1.0)
+    live = client.get("/", headers={"X-Live": "1", "X-Live-Since": str(seq)}).json()
+    assert (
+        "The task cluster exited (code -9) and was started again"
+        in live["fragments"]["feeding-stopped"]
+    )
+    assert "The task cluster exited (code -9)" in client.get("/").content.decode()
+    # Ten minutes on, it is news no more.
+    Event.objects.filter(pk=event.pk).update(
+        created_at=event.created_at - timedelta(seconds=ticker.RESTART_SHOWN + 1)
+    )
+    assert 'id="process-restarted"' not in client.get("/").content.decode()
 
 
 def test_dashboard_says_feeding_never_started():

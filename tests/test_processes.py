@@ -542,6 +542,9 @@ def test_nothing_a_user_does_brings_serve_down(routes):
             assert wait_for(again, timeout=15), output(serve)
             assert wait_for(lambda: _answers(port), timeout=30), f"no answer after {label}"
             assert serve.poll() is None
+        # Each restart is in the log, where the dashboard reads it.
+        restarted = Event.objects.filter(kind="process.restarted").values_list("data", flat=True)
+        assert {d["process"] for d in restarted} == {"swarm", "tasks", "web"}
         # serve's line every CONVOY_STATUS_EVERY: what the town did, the restarts among errors
         line = re.compile(
             r"^status: \d+ convoys? moving, \d+ landed, \d+ in flight, \d+ errors?", re.M

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from .. import queue
-from ..models import Lease
+from ..events import record
+from ..models import Cursor, Event, Lease
 from . import leases
 
 log = logging.getLogger("convoys.ticker")
@@ -95,3 +96,33 @@ def stalled_since(now: datetime | None = None) -> tuple[bool, datetime | None]:
     if tick is None:
         return True, None
     return (now - tick).total_seconds() > stall_after(), tick
+
+
+# --- children serve started again ----------------------------------------------------------------
+RESTARTED = "restarted"  # the Cursor naming the last process.restarted event
+RESTART_SHOWN = 600.0  # seconds the dashboard says that a process was started again
+
+
+def record_restart(process: str, code: int | None, wait: float) -> Event:
+    """serve is starting `process` again after it exited with `code`: one event, and the cursor
+    the dashboard reads it by (two lookups by key, however long the log)."""
+    with transaction.atomic():
+        event = record(
+            "process.restarted",
+            actor="serve",
+            data={"process": process, "code": code, "wait": round(wait, 1)},
+        )
+        Cursor.objects.update_or_create(name=RESTARTED, defaults={"position": event.seq})
+    return event
+
+
+def last_restart(now: datetime | None = None) -> Event | None:
+    """The last restart of a process by serve, within RESTART_SHOWN seconds; else None."""
+    now = now or timezone.now()
+    position = Cursor.objects.filter(name=RESTARTED).values_list("position", flat=True).first()
+    if position is None:
+        return None
+    event = Event.objects.filter(seq=position).first()
+    if event is None or (now - event.created_at).total_seconds() > RESTART_SHOWN:
+        return None
+    return event

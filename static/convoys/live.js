@@ -227,14 +227,6 @@
 
   /* Does this page show the event's convoy? Convoy page: its convoy; dashboard: the listed
    * convoys; elsewhere: the user's subscriptions. */
-  function shows(ev) {
-    const ids = convoysOf(ev);
-    if (body.dataset.convoy) return ids.includes(body.dataset.convoy);
-    if (document.getElementById("convoy-table")) return ids.some((id) => document.getElementById("convoy-" + id));
-    const subscribed = (body.dataset.subscribed || "").split(",").filter(Boolean);
-    return ids.length > 0 && (subscribed.includes("*") || ids.some((id) => subscribed.includes(id)));
-  }
-
   function convoyName(ev) {
     const title = ((ev.data && ev.data.title) || ev.convoy_id || "").replace(/^Convoy: /, "");
     return title || ev.convoy_id;
@@ -250,14 +242,16 @@
       const here = !body.dataset.convoy || convoysOf(ev).includes(body.dataset.convoy);
       if (d.user_id !== undefined && here) {
         if (d.action_needed) toast(`note:${d.notification_id || ev.seq}`, d.subject, "bad");
-        else toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+        else if (d.kind === "landed") toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+        else if (d.kind === "closed") toast(`closed:${ev.convoy_id}`, `Convoy closed: ${convoyName(ev)}`, "");
       }
       notifyBrowser(ev);
       return;
     }
-    // Dispatches never toast: the row, the node and the counts show them.
-    if (!shows(ev)) return;
-    if (ev.kind === "convoy.landed") toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+    // Dispatches never toast: the row, the node and the counts show them. Landings toast for
+    // the user's subscriptions (the notifications above) and, on a convoy's own page, its own.
+    if (ev.kind === "convoy.landed" && body.dataset.convoy && ev.convoy_id === body.dataset.convoy)
+      toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
   }
 
   function toast(key, text, kind) {

@@ -161,11 +161,21 @@ class Command(BaseCommand):
                 waits[label] = 1.0 if stable else min(max(waits[label] * 2, 1.0), RESTART_MAX)
                 due[label] = now + waits[label]
                 status.restarts += 1
+                self._record_restart(label, proc.returncode, waits[label])
                 self._say(
                     label,
                     f"exited with code {proc.returncode}; "
                     f"starting it again in {waits[label]:.0f} s (the others keep running)",
                 )
+
+    def _record_restart(self, label: str, code: int | None, wait: float) -> None:
+        """The restart in the event log, for the dashboard; not when the database is away."""
+        try:
+            ticker.record_restart(label, code, wait)
+        except Exception:
+            log.warning("could not record the restart of %s", label)
+        finally:
+            close_old_connections()
 
     def _stalled(self) -> bool:
         """The cluster rule, read from the database; False when it cannot be read (the
