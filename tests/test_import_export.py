@@ -623,3 +623,40 @@ def test_a_killed_read_ahead_is_a_one_line_error_and_changes_nothing(db, tmp_pat
     with pytest.raises(jsonl.ImportFailed, match=r"many.jsonl: the read-ahead process ended"):
         jsonl.import_file(path)
     assert counts() == before
+
+
+def test_an_import_reports_what_the_entry_rules_would_refuse(db, tmp_path):
+    """An export may hold what no write here accepts (a cycle, work under way with nobody on
+    it, a close before its blocker): the import keeps the records and names them."""
+    target = tmp_path / "odd.jsonl"
+    lines = [
+        {
+            "id": "gt-c1",
+            "title": "a",
+            "status": "open",
+            "dependencies": [{"issue_id": "gt-c1", "depends_on_id": "gt-c2", "type": "blocks"}],
+        },
+        {
+            "id": "gt-c2",
+            "title": "b",
+            "status": "open",
+            "dependencies": [{"issue_id": "gt-c2", "depends_on_id": "gt-c1", "type": "blocks"}],
+        },
+        {"id": "gt-w1", "title": "c", "status": "in_progress"},
+        {
+            "id": "gt-e1",
+            "title": "d",
+            "status": "closed",
+            "dependencies": [{"issue_id": "gt-e1", "depends_on_id": "gt-w1", "type": "blocks"}],
+        },
+    ]
+    target.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out, _ = run("beads", "import", str(target))
+    assert "warning: gt-w1: hooked or in progress with nobody assigned" in out
+    assert "warning: gt-e1: closed while a blocker is not done" in out
+    assert "warning: a blocking cycle gt-c2 → gt-c1 → gt-c2: staging refuses it" in out
+    assert Bead.objects.get(pk="gt-w1").status == "in_progress"  # kept as it came
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text(json.dumps({"id": "gt-z1", "title": "z", "status": "open"}) + "\n")
+    Bead.objects.all().delete()
+    assert jsonl.import_file(clean).warnings == []

@@ -30,9 +30,19 @@ from ..beadfile import (
     format_timestamp,
     parse_timestamp,
 )
+from ..dag import Node, build_dag, find_cycle
 from ..events import CLOSED, EventItem, record_many, settle
 from ..ids import unwrap_external
-from ..models import Bead, Convoy, Dependency, Memory, TrackedBead
+from ..models import (
+    ACTIVE_WORK_STATUSES,
+    BLOCKING_DEP_TYPES,
+    Bead,
+    Convoy,
+    Dependency,
+    Memory,
+    TrackedBead,
+)
+from ..readiness import blocked_by
 from . import discovered
 from .errors import ServiceError
 from .rigs import rig_for, route_map, upsert_route
@@ -398,11 +408,45 @@ def import_file(
                 read_ahead = os.fstat(stream.fileno()).st_size >= READ_AHEAD_MIN_BYTES
                 import_stream(stream, str(path), report, actor, read_ahead=read_ahead)
             settle()  # the read model, in one pass over what the import appended
+        report.warnings += rule_warnings()
     except BadLine as exc:
         raise ImportFailed(str(exc)) from None
     except OSError as exc:
         raise ImportFailed(f"{exc.filename}: {exc.strerror}")
     return report
+
+
+def rule_warnings() -> list[str]:
+    """What the store holds that a write here would refuse (services.beads's entry rules):
+    an import keeps such records as they came and says so, in words that name them."""
+    found = []
+    unheld = list(
+        Bead.objects.filter(status__in=ACTIVE_WORK_STATUSES, assignee="")
+        .order_by("id")
+        .values_list("id", flat=True)[:6]
+    )
+    if unheld:
+        found.append(
+            f"{_listed(unheld)}: hooked or in progress with nobody assigned (nothing moves "
+            "them until a worker is assigned or they are reopened)"
+        )
+    closed = Bead.objects.filter(status="closed").values_list("pk", flat=True)
+    early = sorted(blocked_by(closed))[:6]
+    if early:
+        found.append(f"{_listed(early)}: closed while a blocker is not done")
+    edges = Dependency.objects.filter(type__in=BLOCKING_DEP_TYPES).values_list(
+        "issue_id", "depends_on_id", "type"
+    )
+    rows = list(edges)
+    graph = build_dag([Node(i) for i in {a for r in rows for a in r[:2]}], rows)
+    loop = find_cycle(graph)
+    if loop:
+        found.append(f"a blocking cycle {' → '.join([*loop, loop[0]])}: staging refuses it")
+    return found
+
+
+def _listed(ids: Sequence[str], shown: int = 5) -> str:
+    return ", ".join(ids[:shown]) + (" and more" if len(ids) > shown else "")
 
 
 def import_stream(

@@ -123,6 +123,8 @@ class Command(ServiceCommand):
             self.stdout.write(f"  {report.memories} memories (kept for the export)")
         if report.routes:
             self.stdout.write(f"  {report.routes} routes")
+        for warning in report.warnings:
+            self.stdout.write(f"  warning: {warning}")
 
     def do_sync(
         self,
