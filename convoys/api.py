@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from . import causes, selectors
+from .formatting import person
 from .models import Bead, Convoy, SourcedRecord
 from .parsing import NotJson, json_document
 from .services import beads as bead_service
@@ -358,7 +359,7 @@ def _convoy_out(convoy: Convoy, summary: selectors.Summary) -> dict[str, Any]:
         "id": convoy.id,
         "title": convoy.title,
         "status": convoy.status,
-        "owner": convoy.owner,
+        "owner": person(convoy.owner),
         "created_at": convoy.created_at,
         "closed_at": convoy.closed_at,
         "close_reason": convoy.close_reason,

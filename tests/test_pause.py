@@ -179,7 +179,7 @@ def test_api_pause_and_resume(paused_chain):
     )
     assert answer.status_code == 200, answer.content
     body = answer.json()
-    assert body["changed"] is True and body["paused"]["by"] == "api:editor"
+    assert body["changed"] is True and body["paused"]["by"] == "editor"
     assert body["paused"]["reason"] == "freeze" and body["paused"]["dispatches_since"] == 0
     detail = editor.get(f"/api/convoys/{convoy.pk}").json()
     assert detail["paused"] == body["paused"]

@@ -528,3 +528,22 @@ def test_a_timeline_draws_what_events_carry_as_text(routes, admin_user):
         "&lt;r&gt;: [&#x27;parked&#x27;]"
         in logged_in(admin_user).get(f"/convoys/{convoy.pk}/").content.decode()
     )
+
+
+def test_a_closed_bead_outside_the_convoy_is_drawn_done(routes, viewer):
+    """A blocker the convoy does not track is drawn as a ghost in its own state: done when
+    closed, also after it closes while the page is open."""
+    bead("gt-out")
+    bead("gt-in")
+    blocks("gt-out", "gt-in")
+    convoy = convoys.create("Outside", ["gt-in"], actor="test")
+    client = logged_in(viewer)
+    url = f"/convoys/{convoy.pk}/"
+    node = r'<g class="node ghost outside (st-\w+)" data-id="gt-out"'
+    page = client.get(url).content.decode()
+    assert re.search(node, page).group(1) == "st-blocked"
+    seq = re.search(r'data-as-of="(\d+)"', page).group(1)
+    beads.close_bead("gt-out", actor="worker")
+    live = client.get(url, headers={"X-Live": "1", "X-Live-Since": seq}).json()["fragments"]
+    assert re.search(node, live["dag-card"]).group(1) == "st-done"
+    assert re.search(node, client.get(url).content.decode()).group(1) == "st-done"

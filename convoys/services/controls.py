@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..events import record
+from ..formatting import person
 from ..models import CONVOY_CLOSED, CONVOY_OPEN, Bead, Convoy, Dispatch, TrackedBead
 from . import capacity
 from .convoys import get_convoy
@@ -120,7 +121,7 @@ def pause_summary(convoy: Convoy) -> PauseSummary | None:
         Q(bead_id__in=tracked) | Q(convoy_id=convoy.pk), created_at__gte=convoy.paused_at
     )
     return {
-        "by": convoy.paused_by,
+        "by": person(convoy.paused_by),  # a person, whichever entry they paused it from
         "at": convoy.paused_at,
         "reason": convoy.pause_reason,
         "dispatches_since": since.count(),
