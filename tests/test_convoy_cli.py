@@ -313,7 +313,7 @@ def test_status_and_list(routes):
         "cause": {"kind": "unknown", "text": "not in the store"},
     }
     out = run("convoy", "status", convoy.pk)
-    assert "✓ gt-b" in out and "○ gt-a" in out and "? gt-zz" in out
+    assert "✓ gt-b" in out and "● gt-a" in out and "? gt-zz" in out
     listing = json.loads(run("convoy", "list", "--json"))
     assert listing[0]["id"] == convoy.pk
     assert "├──" in run("convoy", "list", "--tree")

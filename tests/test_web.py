@@ -165,7 +165,7 @@ def test_inbox_marks_read(world, admin_user):
     convoys.set_status(convoy, "open")
     convoys.close_if_complete(convoy)
     note = Notification.objects.get(user=admin_user)
-    assert note.subject == "🚚 Convoy landed: Convoy: Root"
+    assert note.subject == "🚚 Convoy landed: Root"
     client = logged_in(admin_user)
     inbox = client.get("/inbox/").content.decode()
     assert "Convoy landed: Root" in inbox and "Convoy: Root" not in inbox
