@@ -10,7 +10,7 @@ from django.db import transaction
 
 from convoys.dispatchers import Outcome
 from convoys.events import last_seq, record_many
-from convoys.models import Bead, Convoy, Rig
+from convoys.models import Bead, Convoy, Event, Rig
 from convoys.services import beads, dispatch, notify, rigs, staging
 from convoys.services.launch import launch_staged
 
@@ -223,8 +223,10 @@ def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, e
     wait_until(lambda: Convoy.objects.get(pk=convoy_id).status == "closed")
     wait_until(lambda: ann.notification_set.exists())
     final = last_seq()
-    for page in (dashboard, stranded, elsewhere, bob):
+    for page in (dashboard, stranded, elsewhere):
         wait_js(page, f"window.convoyLive.last >= {final}", timeout=15000)
+    landed = Event.objects.filter(kind="convoy.landed").order_by("seq").last().seq
+    wait_js(bob, f"window.convoyLive.last >= {landed}", timeout=15000)  # ann's notice is hers
     for page in (dashboard, stranded):
         toasts = page.evaluate("window.convoyLive.toasts")
         assert toasts.count("Convoy landed: Ship the live pages") == 1, toasts
