@@ -2,7 +2,7 @@
 
 The embedded default (nothing set) is SQLite in the project folder, django-q2 on the ORM
 broker and the in-memory channel layer. `DATABASE_URL=postgres://…` and `REDIS_URL=redis://…`
-switch to the scale-out stack. The README lists every variable.
+switch to the scale-out stack. docs/configuration.md lists every variable.
 """
 
 import importlib.util

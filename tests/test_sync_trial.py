@@ -202,11 +202,11 @@ def test_a_source_being_synced_now_is_not_forgotten(synced):
     assert SourcedRecord.objects.filter(source=str(synced)).count() == 3
 
 
-# --- 4. the second trial: README recipe, local beads, one-off failures, --forget, output ------
+# --- 4. the second trial: the docs' recipe, local beads, one-off failures, --forget, output ------
 
 
-def test_the_readme_town_env_recipe_sets_every_variable(tmp_path):
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+def test_the_docs_town_env_recipe_sets_every_variable(tmp_path):
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
     start = readme.index("cat > town.env <<'ENV'\n")
     recipe = readme[start : readme.index("\nENV\n", start) + len("\nENV\n")]
     script = recipe + "set -a; . ./town.env; set +a\nenv | grep ^CONVOY_\n"
