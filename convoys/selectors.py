@@ -949,6 +949,11 @@ class ConvoyPage:
         """The user's subscription to the convoy (read when the page's actions are drawn)."""
         return Subscription.objects.filter(user=self.user, convoy=self.convoy).first()
 
+    @cached_property
+    def subscribed_to_all(self) -> bool:
+        """The user hears about every convoy (a subscription without one)."""
+        return Subscription.objects.filter(user=self.user, convoy__isnull=True).exists()
+
     def affected(self, bead_ids: Iterable[str]) -> set[str]:
         """The tracked beads whose row or node a change of `bead_ids` may alter: those beads
         and the beads they block (their readiness and blockers change)."""

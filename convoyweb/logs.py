@@ -42,12 +42,23 @@ class Json(JsonFormatter):
         return f"{stamp}.{int(record.msecs):03d}Z"
 
 
+def chatter(request: HttpRequest) -> bool:
+    """What a working town asks all the time, logged only with LOG_ACCESS=1 (when it
+    succeeded): workers' heartbeats, live pages' fetches, tools polling the API (reads) and
+    static files. Every write and every error is logged."""
+    path = request.path
+    return (
+        path == HEARTBEAT
+        or request.headers.get("X-Live") == "1"
+        or (request.method in ("GET", "HEAD") and path.startswith(("/api/", "/static/")))
+    )
+
+
 class RequestIds:
     """Each request gets an id (the client's `X-Request-ID` when it is a plain token, else a
     new one), answered in `X-Request-ID` and carried by every line logged while it runs. It
     also writes the access line (`convoyweb.webserver` turns daphne's own off), except for
-    the chatter of a working town unless LOG_ACCESS=1: workers' heartbeats and live pages'
-    fetches that succeeded."""
+    the chatter of a working town (`chatter`) unless LOG_ACCESS=1."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -76,5 +87,4 @@ class RequestIds:
     def logged(request: HttpRequest, response: HttpResponse) -> bool:
         if settings.LOG_ACCESS or response.status_code >= 400:
             return True
-        chatter = request.path == HEARTBEAT or request.headers.get("X-Live") == "1"
-        return not chatter
+        return not chatter(request)

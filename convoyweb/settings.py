@@ -444,10 +444,17 @@ LOGGING = {
         }
     },
     "loggers": {
-        "convoys": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-        "convoyweb": {"handlers": ["console"], "level": "INFO"},
+        # Not propagated: daphne gives the root logger a handler of its own, and every line
+        # would be printed twice.
+        "convoys": {
+            "handlers": ["console"],
+            "level": os.environ.get("LOG_LEVEL", "INFO"),
+            "propagate": False,
+        },
+        "convoyweb": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django.request": {"filters": ["client_errors"]},
-        "django-q": {"filters": ["sync_ticks"]},
+        # The cluster's line for each task it takes and finishes is chatter (LOG_ACCESS=1).
+        "django-q": {"filters": ["sync_ticks"], "level": "INFO" if LOG_ACCESS else "WARNING"},
     },
 }
 if LOG_FORMAT == "json":
@@ -459,5 +466,10 @@ if LOG_FORMAT == "json":
         "convoyweb": {"handlers": [], "level": "INFO"},
         "django": {"handlers": [], "level": "INFO"},
         "django.request": {"filters": ["client_errors"]},
-        "django-q": {"handlers": ["console"], "filters": ["sync_ticks"], "propagate": False},
+        "django-q": {
+            "handlers": ["console"],
+            "filters": ["sync_ticks"],
+            "propagate": False,
+            "level": "INFO" if LOG_ACCESS else "WARNING",
+        },
     }

@@ -104,3 +104,15 @@ def test_the_subscription_line_follows_the_landing(convoy_id):
     assert same(live) == same(reload)
     head = subscriber.get(f"/convoys/{convoy_id}/").content.decode()
     assert 'id="convoy-status">landed</span>' in head
+
+
+def test_a_user_who_hears_about_every_convoy_is_told_so(convoy_id):
+    from django.contrib.auth.models import User
+
+    from convoys.services import notify
+
+    fan = signed_in("fan", "view_convoy", "view_bead")
+    notify.subscribe(User.objects.get(username="fan"), None)
+    shown = bar(fan, convoy_id)
+    assert "You hear about every convoy's landing" in shown
+    assert buttons(shown) == []  # nothing to subscribe to: they hear already

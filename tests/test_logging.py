@@ -29,8 +29,16 @@ def test_access_lines_leave_out_heartbeats_and_live_fetches_unless_asked(routes,
         assert client.get("/", headers={"X-Live": "1", "X-Live-Since": "0"}).status_code == 200
         ok = client.post("/api/heartbeat", {"worker": "gastown/polecats/nux"}, "application/json")
         bad = client.post("/api/heartbeat", {"worker": ""}, "application/json")
+        assert client.get("/api/beads?status=hooked").status_code == 200  # a tool polling
+        assert client.get("/api/beads/gt-nope").status_code == 404
+        client.post("/api/beads/gt-nope/close", {}, "application/json")  # a write: logged
     assert ok.status_code == 200 and bad.status_code >= 400
-    assert access_lines(caplog) == ["GET / 200", f"POST /api/heartbeat {bad.status_code}"]
+    assert access_lines(caplog) == [
+        "GET / 200",
+        f"POST /api/heartbeat {bad.status_code}",
+        "GET /api/beads/gt-nope 404",
+        "POST /api/beads/gt-nope/close 404",
+    ]
     caplog.clear()
     settings.LOG_ACCESS = True
     with caplog.at_level(logging.INFO, logger="convoyweb.access"):

@@ -1,6 +1,7 @@
-"""Staleness is visible: ten seconds without a connection to the server, a page says since
-when it is not updated and marks what it shows; once the server is back it catches up, the
-mark goes, and the page equals a reload (events that happened meanwhile included)."""
+"""Staleness is visible: ten seconds without a connection to the server (gone, or frozen with
+its socket open), a page says since when it is not updated and marks what it shows; once the
+server is back it catches up, the mark goes, and the page equals a reload (events that
+happened meanwhile included)."""
 
 import os
 import signal
@@ -53,6 +54,16 @@ def test_a_page_without_its_server_says_since_when_and_catches_up(browser, route
         assert page.locator("#stale-banner").count() == 0
         assert_live_equals_reload({"convoy": page}, "the server came back")
         assert Convoy.objects.get(pk=convoy_id).status == "open"
+        # A frozen server keeps the socket open but answers nothing: the pings tell.
+        wait_live(page)
+        os.killpg(web.pid, signal.SIGSTOP)
+        try:
+            wait_js(page, "document.body.classList.contains('stale')", timeout=30000)
+            assert "Not updated since" in page.locator("#stale-banner").inner_text()
+        finally:
+            os.killpg(web.pid, signal.SIGCONT)
+        wait_js(page, "!document.body.classList.contains('stale')", timeout=45000)
+        assert_live_equals_reload({"convoy": page}, "the frozen server woke")
         context.close()
     finally:
         if web.poll() is None:

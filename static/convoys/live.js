@@ -31,28 +31,49 @@
     const url = `${proto}//${location.host}/ws/live/?topics=${encodeURIComponent(topics)}&since=${state.last}`;
     const ws = new WebSocket(url);
     state.socket = ws;
-    ws.onopen = () => { state.attempt = 0; setLive("live", true); reconnected(); };
-    ws.onmessage = (msg) => handle(JSON.parse(msg.data));
+    ws.onopen = () => { state.heard = Date.now(); state.attempt = 0; setLive("live", true); reconnected(); };
+    ws.onmessage = (msg) => { state.heard = Date.now(); handle(JSON.parse(msg.data)); };
     ws.onclose = (closed) => {
+      if (state.socket !== ws) return;  // one the ping loop gave up as silent
       // 4401: the session no longer signs this user in (logged out, password changed,
       // deactivated): reload, which leads to the login page, rather than knock forever.
       if (closed.code === 4401) { setLive("signed out", false); location.reload(); return; }
-      setLive("reconnecting", false);
-      disconnected();
-      const delay = Math.min(30000, 500 * 2 ** state.attempt) * (0.5 + Math.random());
-      state.attempt += 1;
-      setTimeout(connect, delay);
+      lost(Date.now());
     };
   }
+
+  function lost(since) {
+    state.socket = null;
+    setLive("reconnecting", false);
+    disconnected(since);
+    const delay = Math.min(30000, 500 * 2 ** state.attempt) * (0.5 + Math.random());
+    state.attempt += 1;
+    setTimeout(connect, delay);
+  }
+
+  /* A server that stopped answering (frozen, or a network that drops packets) keeps its socket
+   * open: a ping every PING_EVERY, and a socket silent for SILENT_AFTER is given up as lost
+   * since it was last heard. The server answers each ping with a pong. */
+  const PING_EVERY = 5000, SILENT_AFTER = 12000;
+  setInterval(() => {
+    const ws = state.socket;
+    if (!ws || ws.readyState !== 1) return;
+    if (Date.now() - state.heard > SILENT_AFTER) {
+      lost(state.heard);
+      try { ws.close(); } catch (e) { /* closing a dead socket */ }
+      return;
+    }
+    ws.send(JSON.stringify({ type: "ping" }));
+  }, PING_EVERY);
 
   /* Staleness: STALE_AFTER without a connection, the page says since when it is not updated
    * and marks what it shows (body.stale) until a live answer after the reconnect caught up. */
   const STALE_AFTER = 10000;
   const stale = { lostAt: null, marked: false, catching: false, timer: null };
   state.stale = stale;
-  function disconnected() {
+  function disconnected(since) {
     if (stale.lostAt !== null) return;
-    stale.lostAt = Date.now();
+    stale.lostAt = since || Date.now();
     stale.timer = setInterval(() => {
       if (stale.lostAt !== null && !stale.marked && Date.now() - stale.lostAt >= STALE_AFTER) markStale();
     }, 1000);
@@ -340,12 +361,16 @@
   }
   updateBadge();
   forgetOldClaims();
+  // A page's "done" notes ("Subscribed to …") go after a while: what they said may not stay
+  // true on a live page (errors and warnings stay until the user acts).
+  setTimeout(() => document.querySelectorAll(".messages .msg.success, .messages .msg.info")
+    .forEach((note) => note.remove()), 15000);
 
   setInterval(() => {
     const ws = state.socket;
     if (ws && ws.readyState === 1 && ackPending) { ws.send(JSON.stringify({ type: "ack", seq: state.last })); ackPending = false; }
   }, 1000);
-  setInterval(() => { const ws = state.socket; if (ws && ws.readyState === 1) ws.send(JSON.stringify({ type: "ping" })); }, 25000);
+
 
   /* Relative times ("3m ago") drift on a page left open: word them again from the exact time
    * each carries, every 20 s, with the server's clock (data-now: when the page was drawn). The
