@@ -290,7 +290,8 @@ def detect_warnings(
                     "blocked-rig",
                     "warning",
                     ids,
-                    f'{len(ids)} bead(s) target {state} rig "{rig}": {", ".join(ids)}',
+                    f'{len(ids)} bead{"" if len(ids) == 1 else "s"} target {state} rig "{rig}": '
+                    f"{', '.join(ids)}",
                     f"restore the rig: python manage.py rigs {verb} {rig}",
                 )
             )

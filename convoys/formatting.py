@@ -273,7 +273,7 @@ EVENT_WORDS = {
     "notification": "subscribers told",
     "spin": "spin warning",
 }
-ACTOR_CHANNELS = ("web:", "api:", "cli:")
+ACTOR_CHANNELS = ("web:", "api:", "cli:", "admin:")
 CONVOY_TITLE_PREFIX = "Convoy: "
 
 
@@ -300,6 +300,7 @@ SYSTEM_ACTORS = {
     "event": "the feeder",
     "feeder": "the feeder",
     "launch": "the launch",
+    "manual": "a sling",
     "stranded": "the stranded scan",
     "batch": "the catch-up",
     "poll": "the catch-up",

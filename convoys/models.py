@@ -216,6 +216,11 @@ class Convoy(models.Model):
         return self.status in STAGED_STATUSES
 
     @property
+    def state(self) -> str:
+        """Its status for people: "landed" for a convoy closed by its work completing."""
+        return "landed" if self.landed else self.status
+
+    @property
     def landed(self) -> bool:
         """Closed because its work completed (or its owner landed it), not closed by hand."""
         return self.status == CONVOY_CLOSED and self.close_reason in LANDED_REASONS

@@ -360,7 +360,7 @@ def page_causes(client, url):
         )
         rows[bead_id] = cell.group(1) if cell else None
     summary = re.search(r'id="cause-summary">(.*?)</p>', page, re.S).group(1)
-    counts = {k: int(n) for n, k in re.findall(r'data-cause="[^"]+">(\d+) ([a-z-]+)<', summary)}
+    counts = {k: int(n) for k, n in re.findall(r'data-cause="([^"]+)">(\d+) [a-z ]+<', summary)}
     return rows, counts
 
 

@@ -229,7 +229,7 @@ def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, e
     wait_js(bob, f"window.convoyLive.last >= {landed}", timeout=15000)  # ann's notice is hers
     for page in (dashboard, stranded):
         toasts = page.evaluate("window.convoyLive.toasts")
-        assert toasts.count("Convoy landed: Ship the live pages") == 1, toasts
+        assert toasts.count(f"Convoy landed: Ship the live pages ({convoy_id})") == 1, toasts
         assert not [t for t in toasts if "Convoy: " in t], toasts
         assert not [t for t in toasts if "ispatch" in t], toasts  # the rows show dispatches
         assert page.locator(".toast").count() <= 3

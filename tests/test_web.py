@@ -521,7 +521,7 @@ def test_a_timeline_draws_what_events_carry_as_text(routes, admin_user):
         timeline = page[page.index('id="timeline"') :]
         timeline = timeline[: timeline.index("</ol>")]
         assert "<script>" not in timeline and "<i>" not in timeline and "<b>" not in timeline
-        assert "→ &lt;script&gt;x&lt;/script&gt;" in timeline
+        assert ", assigned to &lt;script&gt;x&lt;/script&gt;" in timeline
         assert "by &lt;i&gt;mallory&lt;/i&gt;" in timeline
         assert "✗ 42" in timeline
     assert (

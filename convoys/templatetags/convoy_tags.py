@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from .. import formatting
+from .. import causes, formatting
 from ..ids import quoted_url_segment
 from ..models import Convoy, Event
 from ..selectors import DashboardRow, status_class
@@ -28,7 +28,7 @@ def symbol(state: str) -> str:
 @register.filter
 def convoy_state(convoy: Convoy) -> str:
     """A convoy's status in words: "landed" when its work completed, not "closed"."""
-    return "landed" if convoy.landed else formatting.status_words(convoy.status)
+    return formatting.status_words(convoy.state)
 
 
 @register.filter
@@ -60,6 +60,8 @@ register.filter("words", formatting.status_words)
 register.filter("event_words", formatting.event_words)
 register.filter("person", formatting.person)
 register.filter("page_fix", formatting.page_fix)
+register.filter("cause_word", causes.word)
+register.filter("actor_words", formatting.actor_words)
 register.filter("convoy_title", formatting.convoy_title)
 
 
@@ -114,11 +116,13 @@ def _timeline_item(context: Context, event: Event) -> str:
         out.append(f" <code>{escape(event.bead_id)}</code>")
     if event.kind == "bead.status":
         out.append(f" — {escape(formatting.status_words(_text(data.get('status'))))}")
+        if data.get("assignee"):
+            out.append(f", assigned to {escape(_text(data['assignee']))}")
     if event.kind == "bead.updated" and isinstance(data.get("changes"), dict):
         said = formatting.change_words(data["changes"])
         if said:
             out.append(f" — {escape(said)}")
-    if data.get("assignee"):
+    if data.get("assignee") and event.kind != "bead.status":
         out.append(f" → {escape(_text(data['assignee']))}")
     if data.get("error"):
         out.append(f" ✗ {escape(_text(data['error']))}")

@@ -14,6 +14,12 @@
  * tab is shown again. */
 (function () {
   "use strict";
+  // The pages' one format (formatting.EXACT_FORMAT), in UTC as the server draws it.
+  function exactTime(iso) {
+    const d = new Date(iso), two = (n) => String(n).padStart(2, "0");
+    return `${d.getUTCFullYear()}-${two(d.getUTCMonth() + 1)}-${two(d.getUTCDate())} ` +
+           `${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())} UTC`;
+  }
   const card = document.getElementById("history-card");
   if (!card) return;
   const slider = document.getElementById("history-slider");
@@ -81,7 +87,7 @@
       line.textContent = `As after event #${data.seq}: ${c.done}/${c.total} done (${c.percent_complete}%) · ${c.active} in progress · ` +
         `${c.ready} ready · ${c.blocked} blocked · ${c.unknown} unknown`;
     }
-    const when = new Date(data.at).toLocaleString();
+    const when = exactTime(data.at);
     stateEl.textContent = `Showing the past: after event #${data.seq} (${data.what || data.kind}${data.bead ? " " + data.bead : ""}, ${when}), step ${data.step} of ${data.steps}: ` +
       `${c.done}/${c.total} done · ${c.active} in progress · ${c.ready} ready · ${c.blocked} blocked` + (c.unknown ? ` · ${c.unknown} unknown` : "");
     document.body.classList.add("history-past");
@@ -197,7 +203,7 @@
       reported = Math.max(reported, seq);
       if (data && data.previous) {
         history.changed = data.changed;
-        const when = new Date(data.previous.at).toLocaleString();
+        const when = exactTime(data.previous.at);
         const n = data.changed.length;
         banner(n
           ? `Since your last visit (${when}): ${n} bead${n === 1 ? "" : "s"} changed, marked ◆: `

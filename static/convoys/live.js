@@ -263,8 +263,8 @@
       const here = !body.dataset.convoy || convoysOf(ev).includes(body.dataset.convoy);
       if (d.user_id !== undefined && here) {
         if (d.action_needed) toast(`note:${d.notification_id || ev.seq}`, d.subject, "bad");
-        else if (d.kind === "landed") toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
-        else if (d.kind === "closed") toast(`closed:${ev.convoy_id}`, `Convoy closed: ${convoyName(ev)}`, "");
+        else if (d.kind === "landed") toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)} (${ev.convoy_id})`, "good");
+        else if (d.kind === "closed") toast(`closed:${ev.convoy_id}`, `Convoy closed: ${convoyName(ev)} (${ev.convoy_id})`, "");
       }
       notifyBrowser(ev);
       return;
@@ -272,7 +272,7 @@
     // Dispatches never toast: the row, the node and the counts show them. Landings toast for
     // the user's subscriptions (the notifications above) and, on a convoy's own page, its own.
     if (ev.kind === "convoy.landed" && body.dataset.convoy && ev.convoy_id === body.dataset.convoy)
-      toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)}`, "good");
+      toast(`landed:${ev.convoy_id}`, `Convoy landed: ${convoyName(ev)} (${ev.convoy_id})`, "good");
   }
 
   function toast(key, text, kind) {

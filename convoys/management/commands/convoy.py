@@ -9,7 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from ... import causes, projection, selectors, stranding
-from ...formatting import render_launch, status_words
+from ...formatting import convoy_title, render_launch, status_words
 from ...models import CONVOY_OPEN, LANDED_REASON, STAGED_STATUSES, Convoy, status_symbol
 from ...services import (
     breaker,
@@ -371,7 +371,9 @@ class Command(ServiceCommand):
             summaries = selectors.convoy_summaries(rows)
             for row in rows:
                 s = summaries[row.id]
-                self.stdout.write(f"🚚 {row.id}: {row.title}  {s['done']}/{s['total']}")
+                self.stdout.write(
+                    f"🚚 {row.id}: {convoy_title(row.title)}  {s['done']}/{s['total']}"
+                )
             return
         row = convoy_service.get_convoy(convoy)
         data = {
@@ -382,11 +384,11 @@ class Command(ServiceCommand):
         if json:
             self.write_json(data)
             return
-        self.stdout.write(f"🚚 {row.id}: {row.title}")
+        self.stdout.write(f"🚚 {row.id}: {convoy_title(row.title)}")
         progress = data["progress"]
         failed = f", {progress['failed']} failed" if progress["failed"] else ""
         self.stdout.write(
-            f"  Status: {status_words(row.status)}   Progress: {data['completed']}/{data['total']}"
+            f"  Status: {status_words(row.state)}   Progress: {data['completed']}/{data['total']}"
             f" done ({progress['percentComplete']}%{failed})"
             + (f"   Owner: {row.owner}" if row.owner else "")
         )
@@ -529,7 +531,8 @@ class Command(ServiceCommand):
         for row in rows:
             s = summaries[row.id]
             self.stdout.write(
-                f"🚚 {row.id}  {status_words(row.status):<24} {s['done']}/{s['total']}  {row.title}"
+                f"🚚 {row.id}  {status_words(row.state):<24} {s['done']}/{s['total']}  "
+                f"{convoy_title(row.title)}"
             )
             for index, (bead_id, bead) in enumerate(details.get(row.id, [])):
                 branch = "└──" if index == len(details[row.id]) - 1 else "├──"

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser, Permission
 from django.core.management import call_command
 
-from ...services import demo, notify
+from ...services import demo, notify, roles
 from ..base import ServiceCommand, error
 
 DEMO_USER, DEMO_PASSWORD = "demo", "convoy-demo"
@@ -70,5 +70,6 @@ class Command(ServiceCommand):
             user.set_password(DEMO_PASSWORD)
             user.save()
         user.user_permissions.add(*Permission.objects.filter(content_type__app_label="convoys"))
+        roles.set_role(DEMO_USER, "admin")  # `users list` names its role
         notify.subscribe(user, None, email=False)
         return user

@@ -160,7 +160,7 @@ class Command(BaseCommand):
                 stable = now - started[label] >= RESTART_STABLE
                 waits[label] = 1.0 if stable else min(max(waits[label] * 2, 1.0), RESTART_MAX)
                 due[label] = now + waits[label]
-                status.restarts += 1
+                status.restarted(proc.returncode)
                 self._record_restart(label, proc.returncode, waits[label])
                 self._say(
                     label,
@@ -218,7 +218,8 @@ class Status:
 
     def __init__(self, command: Command) -> None:
         self.command = command
-        self.restarts = 0
+        self.restarts = 0  # children started again since the last line
+        self.crashes = 0  # of which exited with an error (not a clean 0)
         self.due = time.monotonic() + settings.CONVOY_STATUS_EVERY
         self.since = timezone.now()
         self.seq = self._last_seq()
@@ -230,6 +231,10 @@ class Status:
             return None
         finally:
             close_old_connections()
+
+    def restarted(self, code: int | None) -> None:
+        self.restarts += 1
+        self.crashes += code != 0
 
     def maybe_report(self, now: float) -> None:
         if now < self.due:
@@ -247,15 +252,17 @@ class Status:
         finally:
             close_old_connections()
         self.seq, self.since = minute.seq, moment
-        errors = minute.failed + self.restarts
+        errors = minute.failed + self.crashes
+        details = []
+        if errors:
+            details.append(several(minute.failed, "failed dispatch", "failed dispatches"))
+            details.append(several(self.crashes, "crash", "crashes"))
+        if self.restarts:
+            details.append(f"{several(self.restarts, 'child', 'children')} started again")
+        every = f"{settings.CONVOY_STATUS_EVERY:g} s"
         self.command._tell(
             f"status: {several(minute.moving, 'convoy')} moving, {minute.landed} landed, "
-            f"{minute.in_flight} in flight, {several(errors, 'error')}"
-            + (
-                f" ({several(minute.failed, 'failed dispatch', 'failed dispatches')}, "
-                f"{several(self.restarts, 'restart')})"
-                if errors
-                else ""
-            )
+            f"{minute.in_flight} in flight, {several(errors, 'error')} in the last {every}"
+            + (f" ({', '.join(details)})" if details else "")
         )
-        self.restarts = 0
+        self.restarts = self.crashes = 0
