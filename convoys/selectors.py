@@ -1107,7 +1107,7 @@ def convoy_page(
         collapsed=sorted(collapsed),
         focus=focus,
         focus_found=focus_found,
-        summary_line=f"{several(sum(len(w) for w in waves), 'task')} across "
+        summary_line=f"{several(sum(len(w) for w in waves), 'bead')} across "
         f"{several(len(waves), 'wave')} (max parallelism: {size} in wave {at})",
         dag=dag,
         big=big,

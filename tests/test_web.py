@@ -81,7 +81,7 @@ def test_pages_render_for_a_viewer(world, viewer):
         assert client.get(url).status_code == 200, url
     page = client.get(f"/convoys/{world}/").content.decode()
     assert '<svg class="dag"' in page and 'data-id="gt-b"' in page
-    assert "3 tasks across 2 waves (max parallelism: 2 in wave 1)" in page
+    assert "3 beads across 2 waves (max parallelism: 2 in wave 1)" in page
 
 
 def test_missing_permission_gets_a_clear_403(world, db):
