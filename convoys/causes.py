@@ -279,15 +279,31 @@ def counts(
 ) -> list[tuple[str, int]]:
     """[(kind, n)] in the order kinds are decided, for the causes given (a dict or list)."""
     values = causes.values() if isinstance(causes, Mapping) else causes
-    found = Counter(c["kind"] for c in values if c)
-    return [(kind, found[kind]) for kind in KINDS if found[kind]]
+    return counted_of(Counter(c["kind"] for c in values if c))
+
+
+def counted_of(found: Mapping[str, int]) -> list[tuple[str, int]]:
+    """[(kind, n)] in the order kinds are decided, from {kind: n} (the read model's counts)."""
+    return [(kind, found[kind]) for kind in KINDS if found.get(kind)]
+
+
+counted = counts
 
 
 def summary(
     causes: Mapping[str, Mapping[str, Any] | None] | Iterable[Mapping[str, Any] | None],
 ) -> str:
     """ "3 blocked, 1 gated, 2 working" ("" when every bead is done)."""
-    return ", ".join(f"{n} {word(kind)}" for kind, n in counts(causes))
+    return _said(counts(causes))
+
+
+def summary_of(found: Mapping[str, int]) -> str:
+    """`summary` from {kind: n} (the read model's counts of a wave)."""
+    return _said(counted_of(found))
+
+
+def _said(pairs: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{n} {word(kind)}" for kind, n in pairs)
 
 
 def _read_rows(beads: QuerySet[Bead]) -> tuple[dict[str, tuple[Row, datetime]], set[str]]:
@@ -442,8 +458,11 @@ def load(
     selection: Any,
     now: datetime | None = None,
     known: Known | None = None,
+    queues: bool = True,
 ) -> Causes:
     """`Causes` {bead id: cause} for those of `bead_ids` (in that order) that are not done.
+    Without `queues` the capacity queues are not asked (a bead past the free slots is
+    "ready"): what the read model keeps per bead, for the pages to ask the queues of.
     `selection` selects the same ids in queries: a values() subquery for many beads, the list
     for a few. Twelve or thirteen queries whatever the number of beads (four more when a
     convoy tracking them has a max in flight, and the capacity module's with a town cap).
@@ -564,9 +583,11 @@ def load(
         for listed in (item.paused, item.feeders, item.staged):
             if len(listed) > 1:
                 listed.sort()
-    if capped:
+    town_capped = False
+    if capped and queues:
         _convoy_capacity(facts, capped, done, now)
-    town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
+    if queues:
+        town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
     result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
     result.blockers = frozenset(b for ids in blocking.values() for b in ids)
     result.blockers_of = blocking

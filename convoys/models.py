@@ -243,12 +243,16 @@ class TrackedBead(models.Model):
     raw_target = models.CharField(max_length=300, blank=True, default="")
     position = models.PositiveIntegerField(default=0)
     extra = models.JSONField(default=dict, blank=True)
+    # Kept by the projection with the convoy's graph: the bead's dispatch wave (1, 2, …), 0
+    # when a gate holds it back, None when it is in no wave (not work, not in the store).
+    wave = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["position", "id"]
         constraints = [
             models.UniqueConstraint(fields=["convoy", "bead_id"], name="unique_tracking")
         ]
+        indexes = [models.Index(fields=["convoy", "wave"], name="tracked_wave")]
 
     def __str__(self) -> str:
         return f"{self.convoy_id} tracks {self.bead_id}"
@@ -596,6 +600,9 @@ class BeadFacts(models.Model):
     worker_dead = models.BooleanField(default=False)  # assigned, and its worker is silent
     dead_at = models.DateTimeField(null=True, blank=True)  # when its worker counts as dead
     cooldown_until = models.DateTimeField(null=True, blank=True)  # a failed dispatch's cooldown
+    # Why it is not moving (`causes.decide`'s kind, "" when done), the town's and the convoys'
+    # capacity aside: a bead past the free slots is kept as "ready" (pages ask the queue).
+    cause = models.CharField(max_length=30, blank=True, default="")
     seq = models.BigIntegerField(default=0)  # the event that last refreshed it
 
     class Meta:
@@ -624,4 +631,10 @@ class ConvoyFacts(models.Model):
     # Since when it has had ready work nobody claimed (kept while it stays feedable): pages
     # call it stranded only once that is older than one feed interval.
     feedable_since = models.DateTimeField(null=True, blank=True)
+    causes = models.JSONField(default=dict, blank=True)  # {kind: n} of the beads not done
+    # Per wave (1, 2, …): {segment: n, "total": n, "causes": {kind: n}}; gated beads apart.
+    waves = models.JSONField(default=list, blank=True)
+    gated = models.JSONField(default=dict, blank=True)  # the same for the gated beads
+    critical = models.JSONField(default=list, blank=True)  # the critical path's beads not done
+    graph_seq = models.BigIntegerField(default=0)  # the event that last changed its graph
     seq = models.BigIntegerField(default=0)

@@ -16,19 +16,22 @@ compares the incremental projection with, and what import, sync and `convoy repr
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, OuterRef, Subquery
+from django.db.models import Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from . import bulk, kinds, stranding
+from . import causes as causemod
+from . import dag as dagmod
 from .events import last_seq
 from .models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
     DONE_STATUSES,
+    SLINGABLE_TYPES,
     Bead,
     BeadFacts,
     Convoy,
@@ -41,7 +44,10 @@ from .models import (
     Worker,
 )
 from .readiness import blocked_by, ready_among, ready_beads
-from .rows import failed_among, failed_beads
+from .rows import Edge, TrackedRow, failed_among, failed_beads, tracked_beads
+
+Gate = tuple[str, str, str, str]  # (id, title, issue type, status) of a blocker that is no task
+Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[Gate]]
 
 SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
 CHUNK = 500  # ids per query
@@ -55,6 +61,7 @@ BEAD_FIELDS = (
     "worker_dead",
     "dead_at",
     "cooldown_until",
+    "cause",
 )
 CONVOY_FIELDS = (
     "done",
@@ -70,6 +77,10 @@ CONVOY_FIELDS = (
     "code",
     "reason",
     "feedable_since",
+    "causes",
+    "waves",
+    "gated",
+    "critical",
 )
 
 
@@ -139,6 +150,14 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
         Worker.objects.filter(name__in={r[2] for r in held}).values_list("name", "last_seen")
     )
     timeout = timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
+    # Each unfinished bead's cause, the capacity queues aside (they move with every dispatch).
+    why = (
+        causemod.load(
+            unfinished, unfinished if ids is not None else beads.values("pk"), now, queues=False
+        )
+        if unfinished
+        else {}
+    )
     result = {}
     for bead_id, status, assignee, updated_at in rows:
         dead_at = None
@@ -153,19 +172,40 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
             "worker_dead": dead_at is not None and dead_at < now,
             "dead_at": dead_at,
             "cooldown_until": cooling_until.get(bead_id),
+            "cause": why[bead_id]["kind"] if bead_id in why else "",
         }
     return result
 
 
-def refresh_beads(ids: Collection[str] | None, seq: int, now: datetime) -> set[str]:
+def refresh_beads(
+    ids: Collection[str] | None,
+    seq: int,
+    now: datetime,
+    flipped: set[str] | None = None,
+    among: Any = None,
+) -> set[str]:
     """Derive the facts of `ids` (every bead with None) again and keep them; return the ids
-    whose facts changed (or that appeared or went)."""
-    derived = derive_beads(ids, now)
+    whose facts changed (or that appeared or went), and add to `flipped` those that moved
+    into or out of done. `among`: a subquery selecting the same ids (many of them: one
+    set-based pass)."""
+    if among is not None and ids is not None:
+        wanted = set(ids)
+        found = _derive(Bead.objects.filter(pk__in=among), None, now)
+        derived = {i: facts for i, facts in found.items() if i in wanted}
+    else:
+        derived = derive_beads(ids, now)
     kept = _kept_beads(ids)
     gone = set(kept) - set(derived) if ids is None else {i for i in ids if i not in derived}
     if gone:
         _delete(BeadFacts, "bead_id", gone)
     changed = {i for i, facts in derived.items() if kept.get(i) != facts}
+    if flipped is not None:
+        flipped |= gone & set(kept)
+        flipped.update(
+            i
+            for i in changed
+            if (kept.get(i, {}).get("segment") == "done") != (derived[i]["segment"] == "done")
+        )
     new = sorted(i for i in changed if i not in kept)  # most of an import's: a plain insert
     bulk.insert(BeadFacts, [{"bead_id": i, "seq": seq, **derived[i]} for i in new])
     _upsert(
@@ -189,12 +229,87 @@ def _kept_beads(ids: Collection[str] | None) -> dict[str, dict[str, Any]]:
     return {row[0]: dict(zip(BEAD_FIELDS, row[1:], strict=True)) for row in found}
 
 
+# --- per convoy: its plan (waves and critical path) -------------------------------------------
+def graph_rows(convoy: Convoy) -> tuple[list[str], dict[str, TrackedRow], list[Edge], list[Gate]]:
+    """(tracked ids, {id: row}, edges, gates) of a convoy's graph: the untracked blockers
+    that are no task (a decision) hold tracked beads back, so they are read too."""
+    tracked, beads, edges = tracked_beads(convoy)
+    outside = {t for _, t, kind in edges if t not in beads and kind in dagmod.EXECUTION_TYPES}
+    gates = Bead.objects.filter(pk__in=outside).exclude(issue_type__in=SLINGABLE_TYPES)
+    return tracked, beads, edges, list(gates.values_list("id", "title", "issue_type", "status"))
+
+
+def node_of(row: TrackedRow) -> dagmod.Node:
+    return dagmod.Node(
+        id=row.pk,
+        title=row.title,
+        type=row.issue_type or "",
+        status=row.status,
+        rig=row.rig_id or "",
+    )
+
+
+def build_graph(beads: Mapping[str, TrackedRow], edges: list[Edge], gates: list[Gate]) -> Built:
+    """(DAG, waves, gated, gates) from tracked rows, their edges and the gate rows: the one
+    rule for a convoy's graph, which the plan kept here and a page's drawing both use."""
+    nodes = [node_of(b) for b in beads.values()]
+    nodes += [dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3]) for g in gates]
+    graph = dagmod.build_dag(nodes, edges)
+    graph.ghost_edges = sorted(
+        {(t, i) for i, t, kind in edges if kind in dagmod.EXECUTION_TYPES and t not in graph.nodes}
+    )
+    try:
+        waves, gated = dagmod.compute_waves(graph)
+    except dagmod.NoSlingableTasks:
+        waves, gated = [], []
+    return graph, waves, gated, gates
+
+
+class Plan(NamedTuple):
+    waves: dict[str, int | None]  # {tracked bead: its wave, 0 when gated, None in no wave}
+    critical: list[str]  # the critical path of the beads not done
+
+
+def derive_plans(ids: Collection[str] | None) -> dict[str, Plan]:
+    """{convoy id: Plan} of convoys `ids` (every convoy with None), from the rows alone."""
+    convoys = Convoy.objects.all() if ids is None else Convoy.objects.filter(pk__in=sorted(ids))
+    plans = {}
+    for convoy in convoys:
+        tracked, beads, edges, gates = graph_rows(convoy)
+        graph, waves, gated, _ = build_graph(beads, edges, gates)
+        wanted: dict[str, int | None] = dict.fromkeys(tracked)
+        wanted |= {b: n for n, wave in enumerate(waves, 1) for b in wave}
+        wanted |= {g.id: 0 for g in gated if g.id in wanted}
+        plans[convoy.pk] = Plan(wanted, dagmod.critical_path(graph) if waves else [])
+    return plans
+
+
+def refresh_plans(ids: Collection[str] | None) -> dict[str, list[str]]:
+    """Derive the plans of convoys `ids` (every convoy with None) again, keep each tracked
+    bead's wave on its tracking row and return {convoy id: critical path}."""
+    plans = derive_plans(ids)
+    for convoy_id, plan in plans.items():
+        kept = TrackedBead.objects.filter(convoy_id=convoy_id)
+        moved: dict[int | None, list[str]] = {}
+        for bead_id, wave in kept.values_list("bead_id", "wave"):
+            if plan.waves.get(bead_id) != wave:
+                moved.setdefault(plan.waves.get(bead_id), []).append(bead_id)
+        for wave, bead_ids in moved.items():
+            for start in range(0, len(bead_ids), CHUNK):
+                kept.filter(bead_id__in=bead_ids[start : start + CHUNK]).update(wave=wave)
+    return {convoy_id: plan.critical for convoy_id, plan in plans.items()}
+
+
 # --- per convoy -------------------------------------------------------------------------------
 def derive_convoys(
-    ids: Collection[str] | None, now: datetime, kept: Mapping[str, dict[str, Any]] | None = None
+    ids: Collection[str] | None,
+    now: datetime,
+    kept: Mapping[str, dict[str, Any]] | None = None,
+    plans: Mapping[str, list[str]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """{convoy id: facts} from the kept bead facts (`kept`: the convoys' facts as they were,
-    for the time each has been feedable)."""
+    """{convoy id: facts} from the kept bead facts and tracking rows' waves (`kept`: the
+    convoys' facts as they were, for the time each has been feedable and, for those not in
+    `plans`, their critical path; `plans`: {convoy id: critical path} derived again)."""
     convoys = Convoy.objects.all() if ids is None else Convoy.objects.filter(pk__in=list(ids))
     convoys_by_id = {c.pk: c for c in convoys}
     if not convoys_by_id:
@@ -222,6 +337,7 @@ def derive_convoys(
         if verdict.kind == stranding.FEEDABLE:
             was = before.get("verdict") == stranding.FEEDABLE
             since = before.get("feedable_since") if was else now
+        critical = plans[pk] if plans is not None and pk in plans else before.get("critical")
         result[pk] = {
             **n,
             "total": total,
@@ -231,6 +347,10 @@ def derive_convoys(
             "code": verdict.code,
             "reason": verdict.reason,
             "feedable_since": since,
+            "causes": counts.get("causes", {}),
+            "waves": counts.get("waves", []),
+            "gated": counts.get("gated", {}),
+            "critical": critical or [],
         }
         result[pk]["_verdict"] = verdict
     if stuck:
@@ -242,29 +362,62 @@ def derive_convoys(
     return result
 
 
-def _tallies(convoy_ids: Sequence[str]) -> dict[str, dict[str, int]]:
-    """{convoy id: {segment: n, "dispatchable": n}} from the kept bead facts (one query per
-    CHUNK convoys): a tracked bead without facts is not in the store (unknown)."""
+def _tallies(convoy_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """{convoy id: {segment: n, "dispatchable": n, "causes": {kind: n}, "waves": [per wave],
+    "gated": {…}}} from the kept bead facts and waves (one query per CHUNK convoys): a
+    tracked bead without facts is not in the store (unknown). A wave's counts are the wave
+    table's: done, active, ready and blocked (a failed bead by its readiness, an unknown one
+    blocked), its total and the causes of the beads not done."""
     quote = connection.ops.quote_name
     tracked, facts = quote(TrackedBead._meta.db_table), quote(BeadFacts._meta.db_table)
-    result: dict[str, dict[str, int]] = {}
+    result: dict[str, dict[str, Any]] = {}
+    per_wave: dict[str, dict[int, dict[str, Any]]] = {}
     with connection.cursor() as cursor:
         for start in range(0, len(convoy_ids), CHUNK):
             part = convoy_ids[start : start + CHUNK]
             cursor.execute(
-                f"SELECT t.convoy_id, f.segment, f.feedable, COUNT(*) FROM {tracked} t "
-                f"LEFT JOIN {facts} f ON f.bead_id = t.bead_id "
+                "SELECT t.convoy_id, t.wave, f.segment, f.ready, f.feedable, f.cause, COUNT(*) "
+                f"FROM {tracked} t LEFT JOIN {facts} f ON f.bead_id = t.bead_id "
                 f"WHERE t.convoy_id IN ({', '.join(['%s'] * len(part))}) "
-                "GROUP BY t.convoy_id, f.segment, f.feedable",
+                "GROUP BY t.convoy_id, t.wave, f.segment, f.ready, f.feedable, f.cause",
                 list(part),
             )
-            for convoy_id, segment, feedable, count in cursor.fetchall():
-                counts = result.setdefault(convoy_id, {})
+            for convoy_id, wave, segment, ready, feedable, cause, count in cursor.fetchall():
+                counts = result.setdefault(convoy_id, {"causes": {}})
                 key = segment or "unknown"
                 counts[key] = counts.get(key, 0) + count
                 if feedable:
                     counts["dispatchable"] = counts.get("dispatchable", 0) + count
+                kind = cause or ("unknown" if segment is None else "")
+                if kind:
+                    counts["causes"][kind] = counts["causes"].get(kind, 0) + count
+                if wave is None:
+                    continue
+                column = key if key in ("done", "active") else "ready" if ready else "blocked"
+                row = per_wave.setdefault(convoy_id, {}).setdefault(wave, _wave_tally())
+                row[column] += count
+                row["total"] += count
+                if kind:
+                    row["causes"][kind] = row["causes"].get(kind, 0) + count
+    for convoy_id, waves in per_wave.items():
+        numbers = [n for n in waves if n]
+        result[convoy_id]["waves"] = [
+            _sorted_causes(waves.get(n) or _wave_tally())
+            for n in range(1, max(numbers, default=0) + 1)
+        ]
+        if 0 in waves:
+            result[convoy_id]["gated"] = _sorted_causes(waves[0])
+    for counts in result.values():
+        counts["causes"] = dict(sorted(counts["causes"].items()))
     return result
+
+
+def _wave_tally() -> dict[str, Any]:
+    return {"done": 0, "active": 0, "ready": 0, "blocked": 0, "total": 0, "causes": {}}
+
+
+def _sorted_causes(row: dict[str, Any]) -> dict[str, Any]:
+    return row | {"causes": dict(sorted(row["causes"].items()))}
 
 
 def _latest(convoy_ids: Sequence[str]) -> dict[str, datetime]:
@@ -299,12 +452,15 @@ def _explain_stuck(stuck: dict[str, stranding.Verdict]) -> None:
     stranding.explain(per_convoy, dict(stuck), ready, cooling)
 
 
-def refresh_convoys(ids: Collection[str] | None, seq: int, now: datetime) -> set[str]:
-    """Derive the facts of convoys `ids` (every convoy with None) again and keep them;
-    return the ids whose facts changed."""
-    wanted = None if ids is None else set(ids)
+def refresh_convoys(
+    ids: Collection[str] | None, seq: int, now: datetime, replan: Collection[str] | None = ()
+) -> set[str]:
+    """Derive the facts of convoys `ids` (every convoy with None) again and keep them, the
+    plans of `replan` (every convoy's with None) first; return the ids whose facts changed."""
+    plans = refresh_plans(replan) if replan is None or replan else {}
+    wanted = None if ids is None else set(ids) | set(plans)
     kept = _kept_convoys(wanted)
-    derived = derive_convoys(wanted, now, kept)
+    derived = derive_convoys(wanted, now, kept, plans)
     gone = (set(kept) if wanted is None else wanted & set(kept)) - set(derived)
     if gone:
         _delete(ConvoyFacts, "convoy_id", gone)
@@ -315,6 +471,9 @@ def refresh_convoys(ids: Collection[str] | None, seq: int, now: datetime) -> set
         [ConvoyFacts(convoy_id=i, seq=seq, **derived[i]) for i in sorted(changed)],
         CONVOY_FIELDS,
     )
+    moved = sorted(i for i in plans if i in changed)
+    for start in range(0, len(moved), CHUNK):  # the graph version: the seq that last moved it
+        ConvoyFacts.objects.filter(convoy_id__in=moved[start : start + CHUNK]).update(graph_seq=seq)
     return changed | gone
 
 
@@ -363,12 +522,12 @@ def settle_range(first: int, last: int) -> None:
     convoys = set(events.exclude(convoy_id="").values_list("convoy_id", flat=True).distinct())
     if len(named) * 4 >= Bead.objects.count():
         refresh_beads(None, last, now)
-        refresh_convoys(None, last, now)
+        refresh_convoys(None, last, now, replan=None)
         return
     changed = refresh_beads(named | _dependents(named), last, now) if named else set()
     convoys |= _tracking(changed)
     if convoys:
-        refresh_convoys(convoys, last, now)
+        refresh_convoys(convoys, last, now, replan=convoys)
 
 
 def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
@@ -379,6 +538,9 @@ def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
     beads: set[str] = set()
     dependents_of: set[str] = set()
     convoys: set[str] = set()
+    feeding: set[str] = set()  # convoys whose beads' causes may change (a pause)
+    replan: set[str] = set()  # convoys whose graph may have changed
+    reshaped: set[str] = set()  # beads whose place in a graph may have changed
     every_bead = every_convoy = capacity_moved = False
     for item in items:
         touches = kinds.REGISTRY[item["kind"]].touches
@@ -389,28 +551,77 @@ def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
             convoys.update(data.get("convoys") or ())
             if touches & {kinds.DONE, kinds.GRAPH} or _dependencies_changed(data):
                 dependents_of.add(bead_id)
+            if kinds.GRAPH in touches or _dependencies_changed(data) or _type_changed(data):
+                reshaped.add(bead_id)
         if convoy_id and touches & {kinds.CONVOY, kinds.TRACKING, kinds.FEEDING, kinds.BEAD}:
             convoys.add(convoy_id)
+        if convoy_id and touches & {kinds.TRACKING, kinds.GRAPH}:
+            replan.add(convoy_id)
+        if convoy_id and touches & {kinds.FEEDING, kinds.TRACKING}:
+            feeding.add(convoy_id)  # a pause, or beads newly under (or out of) one
+            for key in ("added", "removed"):
+                listed = data.get(key)
+                if isinstance(listed, list):
+                    beads.update(b for b in listed if isinstance(b, str))
         if kinds.RIG in touches:
             every_bead = True
         if kinds.CAPACITY in touches:
             every_convoy = True
         if touches & {kinds.PROGRESS, kinds.TIME, kinds.CAPACITY, kinds.DONE}:
             capacity_moved = True
+    flipped: set[str] = set()
     if every_bead:
-        changed = refresh_beads(None, seq, now)
+        changed = refresh_beads(None, seq, now, flipped)
     else:
         if dependents_of:
             beads |= _dependents(dependents_of)
-        changed = refresh_beads(beads, seq, now) if beads else set()
+        changed = refresh_beads(beads, seq, now, flipped) if beads else set()
+        for convoy_id in sorted(feeding):
+            members = TrackedBead.objects.filter(convoy_id=convoy_id).values("bead_id")
+            ids = set(members.values_list("bead_id", flat=True)) - beads
+            if ids:
+                changed |= refresh_beads(ids, seq, now, flipped, among=members)
     if changed:
         convoys |= _tracking(changed)
-    if capacity_moved and stranding.town_full(now) is not None or every_convoy:
-        convoys |= _capacity_sensitive()
+    replan |= _tracking(reshaped) | _replanned_by(flipped)
+    if capacity_moved or every_convoy:
+        convoys |= _capacity_sensitive(full=every_convoy or stranding.town_full(now) is not None)
     if every_convoy:
-        refresh_convoys(None, seq, now)
-    elif convoys:
-        refresh_convoys(convoys, seq, now)
+        refresh_convoys(None, seq, now, replan)
+    elif convoys or replan:
+        refresh_convoys(convoys, seq, now, replan)
+
+
+def _type_changed(data: Mapping[str, Any]) -> bool:
+    changes = data.get("changes")
+    return isinstance(changes, dict | list) and "issue_type" in changes
+
+
+def _replanned_by(flipped: Collection[str]) -> set[str]:
+    """The convoys whose plan the beads `flipped` (into or out of done) may have changed: a
+    gate's (or a gone bead's) changes the waves of what it holds back; a task reopened may
+    lengthen the critical path, and one on it closing shortens it."""
+    if not flipped:
+        return set()
+    types = dict(Bead.objects.filter(pk__in=sorted(flipped)).values_list("pk", "issue_type"))
+    gates = {b for b in flipped if (types.get(b) or "") not in SLINGABLE_TYPES}
+    tasks = set(flipped) - gates
+    out = _tracking(gates | _dependents(gates)) if gates else set()
+    if tasks:
+        done = set(
+            BeadFacts.objects.filter(bead_id__in=sorted(tasks), segment="done").values_list(
+                "bead_id", flat=True
+            )
+        )
+        out |= _tracking(tasks - done)
+        closed = tasks & done
+        holders = _tracking(closed) - out
+        for convoy_id, critical in ConvoyFacts.objects.filter(
+            convoy_id__in=sorted(holders)
+        ).values_list("convoy_id", "critical"):
+            if closed & set(critical or ()):
+                out.add(convoy_id)
+    return out
 
 
 def _dependencies_changed(data: Mapping[str, Any]) -> bool:
@@ -434,9 +645,12 @@ def _tracking(bead_ids: Collection[str]) -> set[str]:
     return {row[1] for row in bulk.select_in(TrackedBead, "bead_id", bead_ids, also="convoy_id")}
 
 
-def _capacity_sensitive() -> set[str]:
-    """The convoys whose verdict the town's capacity decides: feedable or waiting for it."""
-    return set(ConvoyFacts.objects.filter(dispatchable__gt=0).values_list("convoy_id", flat=True))
+def _capacity_sensitive(full: bool) -> set[str]:
+    """The convoys whose verdict the town's capacity decides: those waiting for it (their
+    reason counts what is in flight) and, while the town is `full`, the feedable ones."""
+    waiting = Q(code=stranding.WAITING_FOR_CAPACITY)
+    rows = ConvoyFacts.objects.filter(waiting | Q(dispatchable__gt=0) if full else waiting)
+    return set(rows.values_list("convoy_id", flat=True))
 
 
 def _upsert(model: Any, key: str, objs: list[Any], fields: Sequence[str]) -> None:
@@ -464,7 +678,7 @@ def rebuild(convoy_ids: Collection[str] | None = None, now: datetime | None = No
         seq = last_seq()
         if convoy_ids is None:
             refresh_beads(None, seq, now)
-            refresh_convoys(None, seq, now)
+            refresh_convoys(None, seq, now, replan=None)
             return
         tracked = set(
             TrackedBead.objects.filter(convoy_id__in=list(convoy_ids)).values_list(
@@ -472,4 +686,4 @@ def rebuild(convoy_ids: Collection[str] | None = None, now: datetime | None = No
             )
         )
         refresh_beads(tracked, seq, now)
-        refresh_convoys(set(convoy_ids), seq, now)
+        refresh_convoys(set(convoy_ids), seq, now, replan=set(convoy_ids))

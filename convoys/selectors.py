@@ -27,7 +27,6 @@ from .models import (
     CONVOY_OPEN,
     CONVOY_STATUSES,
     DONE_STATUSES,
-    SLINGABLE_TYPES,
     STAGED_STATUSES,
     Bead,
     Convoy,
@@ -46,10 +45,8 @@ from .parsing import whole_number
 from .readiness import blocked_by, is_ready, ready_beads
 from .rows import Changes as Changes  # and changes_since: re-exported, views read them here
 from .rows import (
-    Edge,
     TrackedRow,
     failed_beads,
-    tracked_beads,
 )
 from .rows import changes_since as changes_since
 from .services import breaker, capacity, notify
@@ -590,17 +587,17 @@ def convoy_graph(convoy: Convoy, snapshot: snapshots.Snapshot | None = None) -> 
             lambda parent, touched: _patched_graph(parent, touched, beads, snapshot.gates),
         )
     else:
-        tracked, beads, edges = tracked_beads(convoy)
-        # Untracked gates (a decision) hold tracked beads back: read them so the page names them.
-        outside = {t for _, t, kind in edges if t not in beads and kind in dagmod.EXECUTION_TYPES}
-        gates = Bead.objects.filter(pk__in=outside).exclude(issue_type__in=SLINGABLE_TYPES)
-        built = _build_graph(
-            beads, edges, list(gates.values_list("id", "title", "issue_type", "status"))
-        )
+        tracked, beads, edges, gates = projection.graph_rows(convoy)
+        built = _build_graph(beads, edges, gates)
     graph, waves, gated = built[:3]
-    graph = copy.copy(graph)  # the ghosts below are this request's
-    # Blocking targets outside the graph (a task of another convoy, an unknown id, an
-    # external:<x>:<id>) are drawn as ghosts: two small queries, only when there are any.
+    graph = with_ghosts(graph)
+    return ConvoyGraph(tracked, beads, graph, waves, gated)
+
+
+def with_ghosts(graph: dagmod.DAG) -> dagmod.DAG:
+    """A copy of `graph` naming its blocking targets outside it (a task of another convoy, an
+    unknown id, an external:<x>:<id>), drawn as ghosts: two small queries, only when any."""
+    graph = copy.copy(graph)  # the ghosts are this request's
     graph.ghosts = {}
     if graph.ghost_edges:
         targets = {t for t, _ in graph.ghost_edges}
@@ -613,34 +610,11 @@ def convoy_graph(convoy: Convoy, snapshot: snapshots.Snapshot | None = None) -> 
         ).filter(raw_target__startswith="external:")
         for target, written in raw.values_list("depends_on_id", "raw_target"):
             graph.ghosts.setdefault(target, ("external", written, "unknown"))
-    return ConvoyGraph(tracked, beads, graph, waves, gated)
+    return graph
 
 
-def _node(row: TrackedRow) -> dagmod.Node:
-    return dagmod.Node(
-        id=row.pk,
-        title=row.title,
-        type=row.issue_type or "",
-        status=row.status,
-        rig=row.rig_id or "",
-    )
-
-
-def _build_graph(
-    beads: dict[str, TrackedRow], edges: list[Edge], gates: list[snapshots.Gate]
-) -> Built:
-    """(DAG, waves, gated, gates) from tracked rows, their edges and the gate rows."""
-    nodes = [_node(b) for b in beads.values()]
-    nodes += [dagmod.Node(id=g[0], title=g[1], type=g[2], status=g[3]) for g in gates]
-    graph = dagmod.build_dag(nodes, edges)
-    graph.ghost_edges = sorted(
-        {(t, i) for i, t, kind in edges if kind in dagmod.EXECUTION_TYPES and t not in graph.nodes}
-    )
-    try:
-        waves, gated = dagmod.compute_waves(graph)
-    except dagmod.NoSlingableTasks:
-        waves, gated = [], []
-    return graph, waves, gated, gates
+_node = projection.node_of
+_build_graph = projection.build_graph
 
 
 def _patched_graph(

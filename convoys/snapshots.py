@@ -33,6 +33,7 @@ from .models import (
     SLINGABLE_TYPES,
     Bead,
     Convoy,
+    Dependency,
     Rig,
     TrackedBead,
     Worker,
@@ -106,6 +107,34 @@ def load(convoy: Convoy, now: datetime) -> Snapshot:
     )
     dependents_of(snapshot)  # what a live update carrying it forward looks up
     return snapshot
+
+
+def load_window(convoy: Convoy, bead_ids: list[str], now: datetime) -> Snapshot:
+    """What a page drawing only `bead_ids` of a big convoy reads: the same, for those beads
+    (their rows, dependencies, readiness, blockers), by id. Never kept: an overview page
+    reads its window afresh each time, from the kept read model and these rows."""
+    beads = read_rows(Bead.objects.filter(pk__in=bead_ids))
+    edges = list(
+        Dependency.objects.filter(issue_id__in=bead_ids)
+        .order_by("issue_id", "depends_on_id")
+        .values_list("issue_id", "depends_on_id", "type")
+    )
+    subset = Bead.objects.filter(pk__in=bead_ids)
+    blockers = blocked_by(bead_ids)
+    return Snapshot(
+        convoy_id=convoy.pk,
+        tracked=bead_ids,
+        beads=beads,
+        edges=edges,
+        gates=_gates(edges, beads),
+        ready=frozenset(ready_beads(subset, now).values_list("pk", flat=True)),
+        failed=frozenset(failed_beads(subset)),
+        blockers=blockers,
+        target_types=_types({t for ts in blockers.values() for t in ts}, beads),
+        valid_until=now,
+        rigs=dict(Rig.objects.values_list("name", "state")),
+        cap=capacity.cap(),
+    )
 
 
 def advance(snapshot: Snapshot, changes: Changes | None, now: datetime) -> Snapshot | None:

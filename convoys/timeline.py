@@ -129,9 +129,11 @@ def gantt(
     wave = whole_number(params.get("twave"))
     if wave not in numbers:
         wave = page.frontier or (numbers[-1] if numbers else None)
-    members = [i for i, n in page.wave_of.items() if n == wave]
+    members = sorted(i for i, n in page.wave_of.items() if n == wave)
     shown = members[:GANTT_ROWS]
-    hidden = len(members) - len(shown)
+    # An overview reads only the beads it draws: the wave's size is its kept count.
+    size = next((w["total"] for w in page.waves if w["number"] == wave), len(members))
+    hidden = max(size, len(members)) - len(shown)
 
     def build() -> Gantt:
         targets = _outside_targets(snapshot)

@@ -19,7 +19,7 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
-from . import formatting, layout, selectors, snapshots, timeline
+from . import formatting, layout, overview, selectors, snapshots, timeline
 from .events import last_seq
 from .formatting import several
 from .fragments import Fragment, respond, since, unread
@@ -155,8 +155,12 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
     changes = selectors.changes_since(seq, context["as_of"], dependents=False) if seq else None
     # A hard reload (the browser asks for no cached copy) reads everything afresh.
     hard = "no-cache" in request.headers.get("Cache-Control", "")
-    snapshot = snapshots.obtain(convoy, context["as_of"], context["now"], seq, changes, hard)
-    page = selectors.convoy_page(convoy, request.GET, user, context["now"], snapshot)
+    kept = overview.applies(convoy, request.GET)
+    if kept is not None:  # a big convoy: its kept facts and a window of its beads
+        page, snapshot = overview.page(convoy, kept, request.GET, user, context["now"])
+    else:
+        snapshot = snapshots.obtain(convoy, context["as_of"], context["now"], seq, changes, hard)
+        page = selectors.convoy_page(convoy, request.GET, user, context["now"], snapshot)
     context |= {
         "page": page,
         "convoy": convoy,
@@ -202,6 +206,7 @@ def _convoy_fragments(
     if (
         changes is None
         or dag is None
+        or page.overview  # a window read afresh: its cards are drawn whole
         or changes.dependencies
         or "rig.state" in changes.kinds
         or "bead.reopened" in changes.kinds

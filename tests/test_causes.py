@@ -191,7 +191,7 @@ def test_what_a_page_read_already_gives_the_same_causes(every_kind):
     from types import SimpleNamespace
 
     from convoys.readiness import blocked_by, ready_beads
-    from convoys.selectors import tracked_beads
+    from convoys.rows import tracked_beads
 
     tracked, rows, _ = tracked_beads(every_kind)
     subset = Bead.objects.filter(pk__in=tracked)

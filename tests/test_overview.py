@@ -8,7 +8,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from convoys import bulk, selectors
+from convoys import bulk, overview, projection, selectors, snapshots
 from convoys.models import Bead, Convoy, Dependency, TrackedBead
 from convoys.services import beads
 
@@ -57,6 +57,7 @@ def big_convoy(size=700, done=140, convoy_id="hq-cv-ov", prefix="gt-ov"):
         TrackedBead,
         [{"convoy_id": convoy_id, "bead_id": b, "position": n} for n, b in enumerate(ids)],
     )
+    projection.rebuild([convoy_id])  # bulk-inserted past the log, as an import settles it
     return convoy_id, ids
 
 
@@ -135,7 +136,7 @@ def test_an_overview_live_update_equals_a_reload(routes, admin_user):
     drawn = sorted(drawn_ids(html) & set(ids))
     beads.update_bead(drawn[-1], status="in_progress", assignee="ann", actor="test")
     data = live(client, url, since=as_of(html), x_live_layout=layout_key)
-    assert f"n-{drawn[-1]}" in data["fragments"]
+    assert f'data-id="{drawn[-1]}"' in data["fragments"]["dag-card"]  # a window: drawn whole
     assert_parts_of(client.get(url).content.decode(), data["fragments"])
     # a close moves the bead table's pages: the table is sent whole, equal to a reload
     open_row = re.search(r'id="bead-row-([^"]+)"', html).group(1)
@@ -159,65 +160,72 @@ def test_a_slider_step_of_an_overview_lists_the_same_window_of_waves(routes, adm
     assert 'class="chip' not in html and 'id="wave-pager"' in html
 
 
-def test_a_reload_from_the_kept_snapshot_equals_one_read_afresh(routes, admin_user, settings):
-    """CONVOY_RELOAD_FROM_KEPT: a full render carries forward the snapshot the process keeps
-    (over the events since), and draws what a render that reads everything draws."""
-    from convoys import snapshots
+def page_of(convoy_id, params=None):
+    convoy = Convoy.objects.get(pk=convoy_id)
+    facts = overview.applies(convoy, params or {})
+    assert facts is not None
+    return overview.page(convoy, facts, params or {}, None, timezone.now())[0]
 
+
+def test_an_overview_reads_its_window_never_the_whole_convoy(routes, admin_user, monkeypatch):
+    """Whatever the convoy's size, an overview runs the same queries over the same number of
+    beads: the kept facts and a window read by id (no snapshot of the convoy is loaded)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    small, _ = big_convoy()
+    large, _ = big_convoy(size=2100, done=420, convoy_id="hq-cv-ov2", prefix="gt-ow")
+    monkeypatch.setattr(snapshots, "load", lambda *a: pytest.fail("a whole convoy was loaded"))
+    client = logged_in(admin_user)
+    counts, sizes = [], []
+    for convoy_id in (small, large):
+        client.get(f"/convoys/{convoy_id}/")  # the layout, once
+        for headers in ({"Cache-Control": "no-cache"}, {"X-Live": "1", "X-Live-Since": "1"}):
+            with CaptureQueriesContext(connection) as ctx:
+                response = client.get(f"/convoys/{convoy_id}/", headers=headers)
+            assert response.status_code == 200
+            counts.append(len(ctx.captured_queries))
+        convoy = Convoy.objects.get(pk=convoy_id)
+        facts = overview.applies(convoy, {})
+        assert facts is not None
+        _, window = overview.page(convoy, facts, {}, None, timezone.now())
+        sizes.append(len(window.beads))
+    assert counts[:2] == counts[2:], counts
+    assert sizes[1] <= sizes[0] + selectors.CRITICAL_DRAWN, sizes
+
+
+def test_the_kept_overview_equals_the_convoy_read_in_full(routes, admin_user):
+    """The waves' counts and causes, the critical path and the counts by cause an overview
+    reads from the read model are what reading every bead gives (`?all=1`)."""
+    convoy_id, ids = big_convoy()
+    beads.update_bead(ids[141], status="in_progress", assignee="ann", actor="test")
+    beads.close_bead(ids[142], actor="test", force=True)
+    beads.update_bead(ids[300], status="deferred", actor="test")
+    kept = page_of(convoy_id)
+    full = selectors.convoy_page(
+        Convoy.objects.get(pk=convoy_id), {"all": "1"}, admin_user, timezone.now()
+    )
+    assert not full.overview and kept.overview
+    assert [(w["counts"], w["total"], w["causes"]) for w in kept.waves] == [
+        (w["counts"], w["total"], w["causes"]) for w in full.waves
+    ]
+    assert kept.critical_length == len(full.critical) > 0
+    assert [c for c, _ in kept.critical] == [c for c, _ in full.critical][: len(kept.critical)]
+    assert kept.causes == full.causes and kept.frontier == full.frontier
+    assert kept.summary_line == full.summary_line
+
+
+def test_an_overview_kept_event_by_event_equals_one_rebuilt(routes, admin_user):
     from .test_web import same_markup
 
     convoy_id, ids = big_convoy()
     client = logged_in(admin_user)
-    settings.CONVOY_RELOAD_FROM_KEPT = True
-    client.get(f"/convoys/{convoy_id}/")
-    beads.update_bead(ids[150], status="in_progress", assignee="ann", actor="test")
-    beads.close_bead(ids[151], actor="test", force=True)
-    loads = []
-    real_load = snapshots.load
-
-    def counting(*args):
-        loads.append(args)
-        return real_load(*args)
-
-    snapshots.load = counting
-    try:
-        carried = client.get(f"/convoys/{convoy_id}/").content.decode()
-        assert loads == []  # carried forward, not read afresh
-        settings.CONVOY_RELOAD_FROM_KEPT = False
-        fresh = client.get(f"/convoys/{convoy_id}/").content.decode()
-        assert len(loads) == 1
-    finally:
-        snapshots.load = real_load
-    strip = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00")  # the moment drawn
-    assert strip.sub("", same_markup(carried)) == strip.sub("", same_markup(fresh))
-
-
-def test_a_quiet_reload_keeps_the_page_and_a_hard_reload_reads_afresh(
-    routes, admin_user, settings, monkeypatch
-):
-    """With the kept snapshot, a reload with no event since derives nothing again (the
-    summary and stranded verdict are the kept ones) and draws what a fresh read draws; a hard
-    reload (Cache-Control: no-cache) reads everything afresh."""
-    from convoys import selectors, snapshots
-
-    from .test_web import same_markup
-
-    convoy_id, _ = big_convoy()
-    client = logged_in(admin_user)
-    settings.CONVOY_RELOAD_FROM_KEPT = True
-    url = f"/convoys/{convoy_id}/"
-    client.get(url)
-    loads, verdicts = [], []
-    real_load, real_classify = snapshots.load, selectors.stranding.classify
-    monkeypatch.setattr(snapshots, "load", lambda *a: loads.append(a) or real_load(*a))
-    monkeypatch.setattr(
-        selectors.stranding,
-        "classify",
-        lambda *a, **k: verdicts.append(a) or real_classify(*a, **k),
-    )
+    for bead_id in ids[140:147]:
+        beads.close_bead(bead_id, actor="test", force=True)
+    beads.update_bead(ids[160], status="in_progress", assignee="ann", actor="test")
+    url = f"/convoys/{convoy_id}/?open=2"
     kept = client.get(url).content.decode()
-    assert loads == [] and verdicts == []  # carried, and the summary kept
-    hard = client.get(url, headers={"Cache-Control": "no-cache"}).content.decode()
-    assert len(loads) == 1 and len(verdicts) == 1
+    projection.rebuild()
+    rebuilt = client.get(url).content.decode()
     strip = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00")  # the moment drawn
-    assert strip.sub("", same_markup(kept)) == strip.sub("", same_markup(hard))
+    assert strip.sub("", same_markup(kept)) == strip.sub("", same_markup(rebuilt))

@@ -52,15 +52,8 @@ class Migration(migrations.Migration):
 
 
 def build(apps, schema_editor):
-    """Derive the read model of a database that has beads or convoys already (a new one has
-    nothing to derive). The app's own rebuild: the projection is the rules' output, and the
-    rules live in the app's code."""
-    Bead, Convoy = apps.get_model("convoys", "Bead"), apps.get_model("convoys", "Convoy")
-    if not Bead.objects.exists() and not Convoy.objects.exists():
-        return
-    from convoys import projection
-
-    projection.rebuild()
+    """Nothing: 0023 derives the whole read model once its last columns exist (the app's
+    rebuild writes them all)."""
 
 
 Migration.operations.append(migrations.RunPython(build, migrations.RunPython.noop))
