@@ -1,6 +1,7 @@
 """Shared helpers for the benchmark scripts: a throw-away database and simple statistics."""
 
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -105,3 +106,30 @@ def tracking_convoy(convoy_id, title, ids, now):
         TrackedBead,
         [{"convoy_id": convoy_id, "bead_id": b, "position": i} for i, b in enumerate(ids)],
     )
+
+
+def generated_convoys(prefix, sizes, seed):
+    """For each size, a convoy `hq-cv-<prefix><size>` tracking a generated epic of that many
+    beads; returns {size: the epic's bead ids}. The read model is not rebuilt here."""
+    from django.utils import timezone
+
+    from convoys.services import rigs
+
+    rigs.upsert_route("gt-", "gastown")
+    rng = random.Random(seed)
+    now = timezone.now()
+    made = {}
+    for size in sizes:
+        made[size] = generated_epic(f"gt-{prefix}{size}x", size, rng, now)
+        tracking_convoy(f"hq-cv-{prefix}{size}", f"{size} beads", made[size], now)
+    return made
+
+
+def superuser_client():
+    """A test client logged in as a new superuser `bench`."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.create_superuser("bench", "bench@localhost", "pw-pw-pw-123"))
+    return client

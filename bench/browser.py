@@ -21,7 +21,6 @@ convoy before each measured load (an event: the reload carries the snapshot over
 
 import argparse
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, generated_epic, median, setup, tracking_convoy  # noqa: E402
+from _common import ROOT, generated_convoys, median, setup, superuser_client  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -51,23 +50,11 @@ TIMING = """() => {
 
 def build(sizes):
     """Convoys hq-cv-b<size> of generated epics; a superuser's session cookie."""
-    from django.contrib.auth.models import User
-    from django.test import Client
-    from django.utils import timezone
-
     from convoys import projection
-    from convoys.services import rigs
 
-    rigs.upsert_route("gt-", "gastown")
-    rng = random.Random(5)
-    now = timezone.now()
-    for size in sizes:
-        ids = generated_epic(f"gt-b{size}x", size, rng, now)
-        tracking_convoy(f"hq-cv-b{size}", f"{size} beads", ids, now)
+    generated_convoys("b", sizes, seed=5)
     projection.rebuild()  # bulk-inserted past the log: derive the read model
-    user = User.objects.create_superuser("bench", "bench@localhost", "pw-pw-pw-123")
-    client = Client()
-    client.force_login(user)
+    client = superuser_client()
     return client.cookies["sessionid"].value
 
 
