@@ -252,7 +252,11 @@ class TrackedBead(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["convoy", "bead_id"], name="unique_tracking")
         ]
-        indexes = [models.Index(fields=["convoy", "wave"], name="tracked_wave")]
+        indexes = [
+            models.Index(fields=["convoy", "wave"], name="tracked_wave"),
+            # a page of a convoy's beads in order, read without sorting the convoy
+            models.Index(fields=["convoy", "position", "id"], name="tracked_order"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.convoy_id} tracks {self.bead_id}"

@@ -49,6 +49,10 @@ class Migration(migrations.Migration):
             model_name='trackedbead',
             index=models.Index(fields=['convoy', 'wave'], name='tracked_wave'),
         ),
+        migrations.AddIndex(
+            model_name='trackedbead',
+            index=models.Index(fields=['convoy', 'position', 'id'], name='tracked_order'),
+        ),
     ]
 
 

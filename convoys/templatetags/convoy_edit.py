@@ -21,18 +21,19 @@ def staging_panel(context: Context, convoy: Convoy) -> dict[str, Any]:
     user = context["request"].user
     plan = (convoy.extra or {}).get("plan", {})
     waiting = []
-    if convoy.status != "closed":
+    # A town has few rigs and fewer idle ones: only a convoy with work on them is counted.
+    idle = {r.name: r for r in Rig.objects.exclude(state=Rig.ACTIVE)}
+    if convoy.status != "closed" and idle:
         unfinished = Bead.objects.filter(
             pk__in=TrackedBead.objects.filter(convoy=convoy).values("bead_id")
         ).exclude(status__in=DONE_STATUSES)
         counts = dict(
-            unfinished.exclude(rig__state=Rig.ACTIVE)
-            .filter(rig__isnull=False)
+            unfinished.filter(rig_id__in=idle)
             .values("rig_id")
             .annotate(n=Count("pk"))
             .values_list("rig_id", "n")
         )
-        waiting = [(rig, counts[rig.name]) for rig in Rig.objects.filter(name__in=counts)]
+        waiting = [(idle[name], n) for name, n in sorted(counts.items())]
     return {
         "convoy": convoy,
         "staged": convoy.is_staged,
