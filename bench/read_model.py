@@ -51,6 +51,7 @@ def main():
 
     from convoys import events, projection, selectors
     from convoys.models import Bead, Convoy, TrackedBead
+    from convoys.readiness import blocked_by
     from convoys.services import beads, feeding
 
     started, _ = timed(build)
@@ -95,6 +96,8 @@ def main():
             .order_by("pk")
             .values_list("pk", flat=True)
         )
+        blocked = blocked_by(open_)  # a close of work still blocked is refused
+        open_ = [b for b in open_ if b not in blocked]
         on, off = [], []
         for round_ in range(args.runs * 2):
             keeping = round_ % 2 == 0

@@ -63,6 +63,8 @@ BEAD_FIELDS = (
     "cooldown_until",
     "cause",
 )
+# What a convoy counts of a bead: its segment, ready, feedable and cause (None: no facts).
+Counted = tuple[str | None, bool | None, bool | None, str | None]
 CONVOY_FIELDS = (
     "done",
     "active",
@@ -183,11 +185,12 @@ def refresh_beads(
     now: datetime,
     flipped: set[str] | None = None,
     among: Any = None,
+    moved: dict[str, tuple[Counted, Counted]] | None = None,
 ) -> set[str]:
     """Derive the facts of `ids` (every bead with None) again and keep them; return the ids
-    whose facts changed (or that appeared or went), and add to `flipped` those that moved
-    into or out of done. `among`: a subquery selecting the same ids (many of them: one
-    set-based pass)."""
+    whose facts changed (or that appeared or went), add to `flipped` those that moved into
+    or out of done, and to `moved` what a convoy counts of each changed bead, before and
+    after. `among`: a subquery selecting the same ids (many of them: one set-based pass)."""
     if among is not None and ids is not None:
         wanted = set(ids)
         found = _derive(Bead.objects.filter(pk__in=among), None, now)
@@ -199,6 +202,9 @@ def refresh_beads(
     if gone:
         _delete(BeadFacts, "bead_id", gone)
     changed = {i for i, facts in derived.items() if kept.get(i) != facts}
+    if moved is not None:
+        for i in changed | (gone & set(kept)):
+            moved[i] = (_counted(kept.get(i)), _counted(derived.get(i)))
     if flipped is not None:
         flipped |= gone & set(kept)
         flipped.update(
@@ -215,6 +221,13 @@ def refresh_beads(
         BEAD_FIELDS,
     )
     return changed | (gone & set(kept))
+
+
+def _counted(facts: Mapping[str, Any] | None) -> Counted:
+    """What a convoy's tally counts of a bead's facts (None: a bead without facts)."""
+    if facts is None:
+        return (None, None, None, None)
+    return (facts["segment"], facts["ready"], facts["feedable"], facts["cause"])
 
 
 def _kept_beads(ids: Collection[str] | None) -> dict[str, dict[str, Any]]:
@@ -306,17 +319,21 @@ def derive_convoys(
     now: datetime,
     kept: Mapping[str, dict[str, Any]] | None = None,
     plans: Mapping[str, list[str]] | None = None,
+    counted: tuple[Mapping[str, dict[str, Any]], Mapping[str, datetime]] = ({}, {}),
 ) -> dict[str, dict[str, Any]]:
     """{convoy id: facts} from the kept bead facts and tracking rows' waves (`kept`: the
     convoys' facts as they were, for the time each has been feedable and, for those not in
-    `plans`, their critical path; `plans`: {convoy id: critical path} derived again)."""
+    `plans`, their critical path; `plans`: {convoy id: critical path} derived again;
+    `counted`: the tallies and latest bead updates of some convoys, kept by delta)."""
     convoys = Convoy.objects.all() if ids is None else Convoy.objects.filter(pk__in=list(ids))
     convoys_by_id = {c.pk: c for c in convoys}
     if not convoys_by_id:
         return {}
     kept = kept if kept is not None else _kept_convoys(convoys_by_id)
-    tallies = _tallies(list(convoys_by_id))
-    latest = _latest(list(convoys_by_id))
+    given, newest_given = counted
+    counting = [pk for pk in convoys_by_id if pk not in given]
+    tallies = {**_tallies(counting), **given} if counting else dict(given)
+    latest = {**_latest(counting), **newest_given} if counting else dict(newest_given)
     town = stranding.town_full(now)
     result: dict[str, dict[str, Any]] = {}
     stuck: dict[str, stranding.Verdict] = {}
@@ -384,32 +401,92 @@ def _tallies(convoy_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
             )
             for convoy_id, wave, segment, ready, feedable, cause, count in cursor.fetchall():
                 counts = result.setdefault(convoy_id, {"causes": {}})
-                key = segment or "unknown"
-                counts[key] = counts.get(key, 0) + count
-                if feedable:
-                    counts["dispatchable"] = counts.get("dispatchable", 0) + count
-                kind = cause or ("unknown" if segment is None else "")
-                if kind:
-                    counts["causes"][kind] = counts["causes"].get(kind, 0) + count
-                if wave is None:
-                    continue
-                column = key if key in ("done", "active") else "ready" if ready else "blocked"
-                row = per_wave.setdefault(convoy_id, {}).setdefault(wave, _wave_tally())
-                row[column] += count
-                row["total"] += count
-                if kind:
-                    row["causes"][kind] = row["causes"].get(kind, 0) + count
-    for convoy_id, waves in per_wave.items():
-        numbers = [n for n in waves if n]
-        result[convoy_id]["waves"] = [
-            _sorted_causes(waves.get(n) or _wave_tally())
-            for n in range(1, max(numbers, default=0) + 1)
-        ]
-        if 0 in waves:
-            result[convoy_id]["gated"] = _sorted_causes(waves[0])
-    for counts in result.values():
-        counts["causes"] = dict(sorted(counts["causes"].items()))
+                waves = per_wave.setdefault(convoy_id, {})
+                _count(counts, waves, wave, (segment, ready, feedable, cause), count)
+    for convoy_id, counts in result.items():
+        _settle_tally(counts, per_wave.get(convoy_id, {}))
     return result
+
+
+def _count(
+    counts: dict[str, Any],
+    waves: dict[int, dict[str, Any]],
+    wave: int | None,
+    bead: Counted,
+    n: int,
+) -> None:
+    """Count `n` beads (or take them away, n < 0) with facts `bead` in wave `wave` into a
+    convoy's `counts` and `waves` (a bead without facts is unknown, and blocked in its wave)."""
+    segment, ready, feedable, cause = bead
+    key = segment or "unknown"
+    counts[key] = counts.get(key, 0) + n
+    if feedable:
+        counts["dispatchable"] = counts.get("dispatchable", 0) + n
+    kind = cause or ("unknown" if segment is None else "")
+    if kind:
+        counts["causes"][kind] = counts["causes"].get(kind, 0) + n
+    if wave is None:
+        return
+    column = key if key in ("done", "active") else "ready" if ready else "blocked"
+    row = waves.setdefault(wave, _wave_tally())
+    row[column] += n
+    row["total"] += n
+    if kind:
+        row["causes"][kind] = row["causes"].get(kind, 0) + n
+
+
+def _settle_tally(counts: dict[str, Any], waves: dict[int, dict[str, Any]]) -> None:
+    """A convoy's tally as kept: its waves as a list (1…the last), the gated beads apart,
+    and only the causes some bead has, in order."""
+    numbers = [n for n in waves if n]
+    counts["waves"] = [
+        _sorted_causes(waves.get(n) or _wave_tally()) for n in range(1, max(numbers, default=0) + 1)
+    ]
+    if 0 in waves:
+        counts["gated"] = _sorted_causes(waves[0])
+    counts["causes"] = {k: n for k, n in sorted(counts["causes"].items()) if n}
+
+
+def _tallies_moved(
+    kept: Mapping[str, dict[str, Any]], moved: Mapping[str, tuple[Counted, Counted]]
+) -> dict[str, dict[str, Any]]:
+    """The tallies of the `kept` convoys whose tracking and plan did not change, by delta:
+    what was kept, less the `moved` beads' facts as they were, plus their facts now."""
+    result: dict[str, dict[str, Any]] = {}
+    per_wave: dict[str, dict[int, dict[str, Any]]] = {}
+    for convoy_id, facts in kept.items():
+        result[convoy_id] = {
+            **{segment: facts[segment] for segment in SEGMENTS},
+            "dispatchable": facts["dispatchable"],
+            "causes": dict(facts["causes"] or {}),
+        }
+        waves = {n: _copied(row) for n, row in enumerate(facts["waves"] or [], start=1)}
+        if facts["gated"]:
+            waves[0] = _copied(facts["gated"])
+        per_wave[convoy_id] = waves
+    if moved and kept:
+        where = {(b, c): w for b, c, w in _tracked_waves(moved) if c in kept}
+        for (bead_id, convoy_id), wave in where.items():
+            before, after = moved[bead_id]
+            _count(result[convoy_id], per_wave[convoy_id], wave, before, -1)
+            _count(result[convoy_id], per_wave[convoy_id], wave, after, 1)
+    for convoy_id, counts in result.items():
+        _settle_tally(counts, per_wave[convoy_id])
+    return result
+
+
+def _copied(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {**row, "causes": dict(row.get("causes") or {})}
+
+
+def _tracked_waves(bead_ids: Iterable[str]) -> list[tuple[str, str, int | None]]:
+    """(bead id, convoy id, wave) of each tracking of `bead_ids`."""
+    ordered = sorted(bead_ids)
+    rows: list[tuple[str, str, int | None]] = []
+    for start in range(0, len(ordered), CHUNK):
+        part = TrackedBead.objects.filter(bead_id__in=ordered[start : start + CHUNK])
+        rows += part.values_list("bead_id", "convoy_id", "wave")
+    return rows
 
 
 def _wave_tally() -> dict[str, Any]:
@@ -417,7 +494,7 @@ def _wave_tally() -> dict[str, Any]:
 
 
 def _sorted_causes(row: dict[str, Any]) -> dict[str, Any]:
-    return row | {"causes": dict(sorted(row["causes"].items()))}
+    return row | {"causes": {k: n for k, n in sorted(row["causes"].items()) if n}}
 
 
 def _latest(convoy_ids: Sequence[str]) -> dict[str, datetime]:
@@ -430,6 +507,24 @@ def _latest(convoy_ids: Sequence[str]) -> dict[str, datetime]:
         .annotate(latest=Max("updated"))
         .values_list("convoy_id", "latest")
     )
+
+
+def _latest_moved(
+    kept: Mapping[str, dict[str, Any]], touched: Collection[str]
+) -> dict[str, datetime]:
+    """{convoy id: its latest activity} of the `kept` convoys by delta: a bead's update
+    only moves forward, so it is the kept one or a `touched` bead's newer update."""
+    latest = {pk: facts["last_activity"] for pk, facts in kept.items()}
+    if touched and kept:
+        ordered = sorted(touched)
+        updated: dict[str, datetime] = {}
+        for start in range(0, len(ordered), CHUNK):
+            part = Bead.objects.filter(pk__in=ordered[start : start + CHUNK])
+            updated.update(part.values_list("pk", "updated_at"))
+        for bead_id, convoy_id, _ in _tracked_waves(updated):
+            if convoy_id in latest and updated[bead_id] > latest[convoy_id]:
+                latest[convoy_id] = updated[bead_id]
+    return latest
 
 
 def _explain_stuck(stuck: dict[str, stranding.Verdict]) -> None:
@@ -453,14 +548,26 @@ def _explain_stuck(stuck: dict[str, stranding.Verdict]) -> None:
 
 
 def refresh_convoys(
-    ids: Collection[str] | None, seq: int, now: datetime, replan: Collection[str] | None = ()
+    ids: Collection[str] | None,
+    seq: int,
+    now: datetime,
+    replan: Collection[str] | None = (),
+    moved: Mapping[str, tuple[Counted, Counted]] | None = None,
+    touched: Collection[str] = (),
 ) -> set[str]:
     """Derive the facts of convoys `ids` (every convoy with None) again and keep them, the
-    plans of `replan` (every convoy's with None) first; return the ids whose facts changed."""
+    plans of `replan` (every convoy's with None) first; return the ids whose facts changed.
+    `moved`: every bead whose facts changed since they were kept, before and after (from
+    `refresh_beads`), and `touched` the beads the events named: the convoys not planned
+    again are then counted by delta instead of over all their beads."""
     plans = refresh_plans(replan) if replan is None or replan else {}
     wanted = None if ids is None else set(ids) | set(plans)
     kept = _kept_convoys(wanted)
-    derived = derive_convoys(wanted, now, kept, plans)
+    counted: tuple[Mapping[str, dict[str, Any]], Mapping[str, datetime]] = ({}, {})
+    if moved is not None and wanted is not None:
+        steady = {pk: facts for pk, facts in kept.items() if pk not in plans}
+        counted = (_tallies_moved(steady, moved), _latest_moved(steady, touched))
+    derived = derive_convoys(wanted, now, kept, plans, counted)
     gone = (set(kept) if wanted is None else wanted & set(kept)) - set(derived)
     if gone:
         _delete(ConvoyFacts, "convoy_id", gone)
@@ -471,9 +578,10 @@ def refresh_convoys(
         [ConvoyFacts(convoy_id=i, seq=seq, **derived[i]) for i in sorted(changed)],
         CONVOY_FIELDS,
     )
-    moved = sorted(i for i in plans if i in changed)
-    for start in range(0, len(moved), CHUNK):  # the graph version: the seq that last moved it
-        ConvoyFacts.objects.filter(convoy_id__in=moved[start : start + CHUNK]).update(graph_seq=seq)
+    replanned = sorted(i for i in plans if i in changed)
+    for start in range(0, len(replanned), CHUNK):  # the graph version: the seq that moved it
+        part = replanned[start : start + CHUNK]
+        ConvoyFacts.objects.filter(convoy_id__in=part).update(graph_seq=seq)
     return changed | gone
 
 
@@ -570,17 +678,19 @@ def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
         if touches & {kinds.PROGRESS, kinds.TIME, kinds.CAPACITY, kinds.DONE}:
             capacity_moved = True
     flipped: set[str] = set()
+    moved: dict[str, tuple[Counted, Counted]] = {}
+    named = set(beads)
     if every_bead:
-        changed = refresh_beads(None, seq, now, flipped)
+        changed = refresh_beads(None, seq, now, flipped, moved=moved)
     else:
         if dependents_of:
             beads |= _dependents(dependents_of)
-        changed = refresh_beads(beads, seq, now, flipped) if beads else set()
+        changed = refresh_beads(beads, seq, now, flipped, moved=moved) if beads else set()
         for convoy_id in sorted(feeding):
             members = TrackedBead.objects.filter(convoy_id=convoy_id).values("bead_id")
             ids = set(members.values_list("bead_id", flat=True)) - beads
             if ids:
-                changed |= refresh_beads(ids, seq, now, flipped, among=members)
+                changed |= refresh_beads(ids, seq, now, flipped, among=members, moved=moved)
     if changed:
         convoys |= _tracking(changed)
     replan |= _tracking(reshaped) | _replanned_by(flipped)
@@ -589,7 +699,7 @@ def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
     if every_convoy:
         refresh_convoys(None, seq, now, replan)
     elif convoys or replan:
-        refresh_convoys(convoys, seq, now, replan)
+        refresh_convoys(convoys, seq, now, replan, moved, named)
 
 
 def _type_changed(data: Mapping[str, Any]) -> bool:
