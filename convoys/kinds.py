@@ -17,6 +17,8 @@ What a kind touches:
   CONVOY    a convoy's own row (status, pause, max in flight, fields)
   RIG       a rig's state or the routes: the readiness of every bead of a rig
   CAPACITY  the town's cap (the capacity of every convoy)
+  IN_FLIGHT may change what the town counts in flight besides a bead's status (a silent
+            worker's bead coming back)
   LISTING   what a page lists (convoys appear, land, close; beads appear)
   TIME      recorded by the ticker when a time passes (a worker's silence, a cooldown's end)
   NOTE      a note in the log that changes no derived fact but its own badge or inbox
@@ -34,6 +36,7 @@ TRACKING = "tracking"
 CONVOY = "convoy"
 RIG = "rig"
 CAPACITY = "capacity"
+IN_FLIGHT = "in-flight"
 LISTING = "listing"
 TIME = "time"
 NOTE = "note"
@@ -48,6 +51,7 @@ TOUCHES = (
     CONVOY,
     RIG,
     CAPACITY,
+    IN_FLIGHT,
     LISTING,
     TIME,
     NOTE,
@@ -99,7 +103,7 @@ REGISTRY: dict[str, Kind] = {
         _kind("bead.parked", "the breaker parked a bead after failures in a row", BEAD),
         _kind("bead.retried", "a parked bead's failures were cleared", BEAD),
         _kind("worker.timed_out", "a bead's worker went silent past the timeout", BEAD, TIME),
-        _kind("worker.back", "a silent worker reported again", BEAD),
+        _kind("worker.back", "a silent worker reported again", BEAD, IN_FLIGHT),
         _kind("cooldown.ended", "a failed dispatch's cooldown ran out", BEAD, TIME),
         _kind("spin", "a bead was dispatched too often in an hour", NOTE),
         _kind("stranded.found", "the stranded scan found ready work nobody took", NOTE),
