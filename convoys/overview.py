@@ -11,7 +11,7 @@ answers, on a first view, a hard reload or a live update, and whatever the convo
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -20,7 +20,7 @@ from django.db.models import Q
 
 from . import causes as causemod
 from . import dag as dagmod
-from . import projection, selectors, snapshots, stranding, timeline
+from . import ids, projection, selectors, snapshots, stranding, timeline
 from .formatting import several
 from .models import DONE_STATUSES, Bead, BeadFacts, Convoy, ConvoyFacts, Event, TrackedBead
 from .parsing import whole_number
@@ -63,6 +63,8 @@ def page(
     frontier = selectors._frontier(wave_rows)
     critical: list[str] = list(facts.critical or [])
     focus = params.get("focus", "")
+    if ids.id_problem(focus):
+        focus = ""  # a bead that cannot exist is not looked up
     opened = _opened(params, len(wave_rows))
     shown = sorted({*opened, *([frontier] if frontier else [])})
     focus_wave = _waves_of(convoy, [focus]).get(focus) if focus else None
@@ -108,7 +110,8 @@ def page(
         why, snapshot.beads, graph, [], wave_of, gated_ids, ready_ids, state, href
     )
     rows = [bead_facts.row(i) for i in listed_ids]
-    sizes = [range(w["total"]) for w in wave_rows]
+    # the waves by size only: an overview lays out and weighs a wave by its length
+    sizes = cast(list[list[str]], [range(w["total"]) for w in wave_rows])
     dag = None
     focus_found = False
     if wave_rows or gated_ids:
@@ -238,7 +241,7 @@ def _unfinished(convoy: Convoy, offset: int, limit: int) -> list[str]:
 def _waves_of(convoy: Convoy, bead_ids: Sequence[str]) -> dict[str, int]:
     """{bead: its kept wave} of those of `bead_ids` in a wave (0: gated)."""
     rows = TrackedBead.objects.filter(convoy=convoy, bead_id__in=list(bead_ids), wave__isnull=False)
-    return {bead_id: wave for bead_id, wave in rows.values_list("bead_id", "wave")}
+    return {bead_id: wave or 0 for bead_id, wave in rows.values_list("bead_id", "wave")}
 
 
 def _graph(convoy: Convoy, window: snapshots.Snapshot) -> dagmod.DAG:

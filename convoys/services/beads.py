@@ -363,11 +363,13 @@ def heartbeat(worker_name: str) -> Heartbeat:
     rig = worker_name.split("/")[0] if "/" in worker_name else ""
     with transaction.atomic():
         Worker.objects.update_or_create(name=worker_name, defaults={"last_seen": now, "rig": rig})
+        # Attempts before facts: the order `dispatch.recover` locks them in, so the two
+        # never wait on each other (PostgreSQL found that deadlock).
+        confirmed = dispatch.confirm(worker_name)  # a dispatch with no answer recorded ran
         held = Bead.objects.filter(assignee=worker_name, status__in=("open", *ACTIVE_WORK_STATUSES))
         facts = BeadFacts.objects.filter(bead_id__in=held.values("pk"))
         back = list(facts.filter(worker_dead=True).values_list("bead_id", flat=True))
         facts.update(dead_at=now + timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT))
-        confirmed = dispatch.confirm(worker_name)  # a dispatch with no answer recorded ran
         if back:
             record_many(
                 [
