@@ -360,8 +360,9 @@ TIMED_KINDS = frozenset({"dead-worker", "waiting-for-capacity"})
 
 
 @dataclass(frozen=True)
-class _Part:
-    """Part of what a caller read (`Known`): the rows of some beads, the rule sets whole."""
+class Read:
+    """What a caller read by the same rules (`Known`): the rows of some beads, the rule sets
+    whole (the projection's derivation, a carried page's part)."""
 
     tracked: list[str]
     beads: dict[str, TrackedRow]
@@ -390,7 +391,7 @@ def carry(
             return None
     wanted = [i for i in known.tracked if i in affected]
     types = known.target_types
-    part = _Part(
+    part = Read(
         wanted,
         {i: known.beads[i] for i in wanted if i in known.beads},
         known.ready,

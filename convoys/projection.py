@@ -40,11 +40,12 @@ from .models import (
     Dependency,
     Dispatch,
     Event,
+    Rig,
     TrackedBead,
     Worker,
 )
 from .readiness import blocked_by, ready_among, ready_beads
-from .rows import Edge, TrackedRow, failed_among, failed_beads, tracked_beads
+from .rows import Edge, TrackedRow, failed_among, failed_beads, read_rows, tracked_beads
 
 Gate = tuple[str, str, str, str]  # (id, title, issue type, status) of a blocker that is no task
 Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[Gate]]
@@ -122,9 +123,10 @@ def derive_beads(ids: Collection[str] | None, now: datetime) -> dict[str, dict[s
 def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, dict[str, Any]]:
     """The facts of `beads` (a queryset; `ids`: the few ids it selects, whose rules run as
     queries compiled once per number of ids, or None for a set-based pass)."""
-    rows = list(beads.values_list("id", "status", "assignee", "updated_at"))
-    if not rows:
+    read = read_rows(beads)
+    if not read:
         return {}
+    rows = [(r.pk, r.status, r.assignee, r.updated_at) for r in read.values()]
     if ids is None:
         ready = set(ready_beads(beads, now).values_list("pk", flat=True))
         failed = failed_beads(beads)
@@ -153,9 +155,14 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
     )
     timeout = timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
     # Each unfinished bead's cause, the capacity queues aside (they move with every dispatch).
+    # What was read here by the readiness rules, `causes.load` takes rather than reads again.
     why = (
         causemod.load(
-            unfinished, unfinished if ids is not None else beads.values("pk"), now, queues=False
+            unfinished,
+            unfinished if ids is not None else beads.values("pk"),
+            now,
+            _known(read, unfinished, ready, blockers),
+            queues=False,
         )
         if unfinished
         else {}
@@ -177,6 +184,24 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
             "cause": why[bead_id]["kind"] if bead_id in why else "",
         }
     return result
+
+
+def _known(
+    read: dict[str, TrackedRow],
+    unfinished: list[str],
+    ready: Collection[str],
+    blockers: dict[str, list[str]],
+) -> causemod.Read:
+    """What `_derive` read, as `causes.load` takes it: the blockers' types and the rigs'
+    states (a query each, per 500 blockers) instead of its five queries."""
+    targets = sorted({b for ids in blockers.values() for b in ids})
+    types: dict[str, str] = {}
+    for start in range(0, len(targets), CHUNK):
+        part = targets[start : start + CHUNK]
+        types |= dict(Bead.objects.filter(pk__in=part).values_list("id", "issue_type"))
+    rigs = sorted({r.rig_id for r in read.values() if r.rig_id})
+    states = dict(Rig.objects.filter(pk__in=rigs).values_list("name", "state")) if rigs else {}
+    return causemod.Read(unfinished, read, frozenset(ready), blockers, types, states, 0)
 
 
 def refresh_beads(
