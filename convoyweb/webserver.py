@@ -39,6 +39,7 @@ def main() -> None:
     if not any(a.startswith("--access-log") for a in sys.argv[1:]):
         # The access line is the request middleware's (convoyweb/logs.py, LOG_ACCESS).
         sys.argv[1:1] = ["--access-log", os.devnull]
+    os.environ.setdefault("CONVOY_PROCESS", "web")  # its log lines' process (serve sets it too)
     CommandLineInterface.entrypoint()
 
 

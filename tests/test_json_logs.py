@@ -2,13 +2,15 @@
 one JSON object a line, with the process, the request's id and the ids of the work involved."""
 
 import json
+import signal
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from .conftest import manage
 from .factories import bead, blocks
-from .test_processes import FAST, _answers, output, start, stop, wait_for
+from .test_processes import FAST, _answers, output, start, start_cluster, stop, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -59,3 +61,28 @@ def test_a_hostile_request_id_is_replaced_not_echoed(client):
         client.get("/healthz", headers={"X-Request-ID": "a" * 65}).headers["X-Request-ID"]
         != "a" * 65
     )
+
+
+def test_a_cluster_and_a_web_process_started_alone_log_json_too(routes):
+    """As the compose file and the systemd units start them, without serve to wrap their
+    lines: every line parses, named by its process."""
+    from .conftest import child_env, free_port, spawn, wait_port
+
+    port = free_port()
+    web = spawn("web", child_env(**JSON), port)
+    cluster = start_cluster(LOG_FORMAT="json")
+    try:
+        wait_port(port)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10) as answer:
+            assert answer.status == 200
+        assert wait_for(lambda: "ticker started" in output(cluster), timeout=60), output(cluster)
+    finally:
+        clustered = stop(cluster, signal.SIGINT)
+        web.terminate()
+        web.wait(20)
+    records = lines_of(clustered)
+    assert {r["process"] for r in records} == {"cluster"}
+    said = [r["message"] for r in records if r["logger"] == "convoys.cluster"]
+    assert said[1] == "ticker started" and said[-1].endswith("has stopped"), said
+    served = lines_of(Path(web.log_path).read_text())
+    assert ("web", "GET /login/ 200") in {(r["process"], r["message"]) for r in served}

@@ -272,7 +272,7 @@ def test_readyz_names_a_channel_layer_that_fails(settings, monkeypatch):
 
 
 # --- the dashboard's banner -----------------------------------------------------------------
-BANNER = "The task cluster stopped ticking at"
+BANNER = "Feeding is stopped since"
 
 
 def test_dashboard_says_feeding_is_stopped(settings):

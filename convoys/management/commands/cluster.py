@@ -16,6 +16,7 @@ Linux they die with this process if it is killed outright (kill -9); elsewhere t
 this process's group.
 """
 
+import logging
 import multiprocessing
 import os
 import queue
@@ -37,6 +38,8 @@ from django_q.signing import SignedPackage
 
 from ... import processes
 from ...services import ticker
+
+log = logging.getLogger("convoys.cluster")  # one JSON object a line with LOG_FORMAT=json
 
 POLL = 0.2
 
@@ -114,7 +117,7 @@ class Command(BaseCommand):
             if not sentinel.is_alive():
                 raise CommandError(f"the task cluster failed to start (exit {sentinel.exitcode})")
             time.sleep(0.1)
-        self.stdout.write(self.style.SUCCESS(f"cluster {name} running"))
+        log.info("cluster %s running", name)
         ticker_stop = threading.Event()
         thread = None
         if not (no_ticker or stopping.is_set()):
@@ -123,7 +126,7 @@ class Command(BaseCommand):
                 target=ticker.run, args=(ticker_stop, holder), name="ticker", daemon=True
             )
             thread.start()
-            self.stdout.write(self.style.SUCCESS("ticker started"))
+            log.info("ticker started")
         while not stopping.wait(POLL) and sentinel.is_alive():
             pass
         deadline = time.monotonic() + timeout - 1
@@ -132,14 +135,14 @@ class Command(BaseCommand):
             thread.join(max(deadline - time.monotonic(), POLL))
         if not sentinel.is_alive():
             raise CommandError(f"the task cluster died (exit {sentinel.exitcode})")
-        self.stdout.write(f"cluster {name} stopping: running tasks finish, queued ones go back")
+        log.info("cluster %s stopping: running tasks finish, queued ones go back", name)
         stop_event.set()
         sentinel.join(max(deadline - time.monotonic(), POLL))
         if sentinel.is_alive():
-            self.stderr.write(f"cluster {name} did not stop within {timeout}s; killing it")
+            log.error("cluster %s did not stop within %ss; killing it", name, timeout)
             if sentinel.pid is not None and os.getpgid(sentinel.pid) == sentinel.pid:
                 os.killpg(sentinel.pid, signal.SIGKILL)
             sentinel.kill()
             sentinel.join()
             raise CommandError("stopped by force; killed tasks are re-run by the broker")
-        self.stdout.write(f"cluster {name} has stopped")
+        log.info("cluster %s has stopped", name)
