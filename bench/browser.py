@@ -8,15 +8,11 @@ The epics are shaped like bench/pages.py's (each bead blocked by those 7, 14 and
 each with probability 1/2; statuses drawn at random). One daphne process serves a throw-away
 SQLite database; Playwright drives /usr/bin/chromium with the tests' flags.
 
-    .venv/bin/python bench/browser.py [--runs 5] [--sizes 1000,5000,20000] [--all] [--fresh]
-        [--busy]
+    .venv/bin/python bench/browser.py [--runs 5] [--sizes 1000,5000,20000] [--all] [--busy]
 
 `--all` also measures `?all=1` (everything drawn, the page before the overview) for the sizes
-up to 5,000. By default a reload carries forward the snapshot the web process keeps (the
-default CONVOY_RELOAD_FROM_KEPT=1; each page is drawn once before the measured runs);
-`--fresh` runs the web process with CONVOY_RELOAD_FROM_KEPT=0 (every reload reads every
-bead, as the first view of a convoy in a process does). `--busy` starts one open bead of the
-convoy before each measured load (an event: the reload carries the snapshot over it).
+up to 5,000. Each page is drawn once before the measured runs (its layout is then cached).
+`--busy` starts one open bead of the convoy before each measured load (an event).
 """
 
 import argparse
@@ -74,11 +70,6 @@ def main():
         action="store_true",
         help="before each measured load, one open bead of that convoy starts (an event)",
     )
-    parser.add_argument(
-        "--fresh",
-        action="store_true",
-        help="the web process runs with CONVOY_RELOAD_FROM_KEPT=0: every reload reads afresh",
-    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     url = setup()
@@ -87,7 +78,6 @@ def main():
     print(f"built {', '.join(map(str, sizes))} beads in {time.perf_counter() - started:.1f} s")
     port = free_port()
     env = dict(os.environ, DATABASE_URL=url, DEBUG="0", PYTHONUNBUFFERED="1")
-    env["CONVOY_RELOAD_FROM_KEPT"] = "0" if args.fresh else "1"
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     log = open(Path(url.removeprefix("sqlite:///")).with_suffix(".web.log"), "w")  # noqa: SIM115
     web = subprocess.Popen(

@@ -157,7 +157,7 @@ def main():
         url = f"/convoys/{cid}/"
         client.get(url)  # the layout, computed once per graph and cached
         now = timezone.now()
-        snapshot = snapshots.obtain(convoy, last_seq(), now)
+        snapshot = snapshots.load(convoy, now)
         page = selectors.convoy_page(convoy, {}, user, now, snapshot)
         steps = len(timeline.seqs(timeline.stream(convoy)))
         row = {}
@@ -165,12 +165,8 @@ def main():
             lambda c=convoy, p=page, s=snapshot, t=now: timeline.gantt(c, p, s, {}, t)
         )
         row["convoy page (with it)"] = measure(get(url))
-        row["slider step, middle"] = measure(
-            get(f"/convoys/{cid}/history/?step={steps // 2}&drawn={last_seq()}")
-        )
-        row["slider step, end"] = measure(
-            get(f"/convoys/{cid}/history/?step={steps}&drawn={last_seq()}")
-        )
+        row["slider step, middle"] = measure(get(f"/convoys/{cid}/history/?step={steps // 2}"))
+        row["slider step, end"] = measure(get(f"/convoys/{cid}/history/?step={steps}"))
         drawn = last_seq()
         open_bead = next(b for b, r in snapshot.beads.items() if r.status == "open")
         beads.update_bead(open_bead, priority=1, actor="bench")

@@ -179,8 +179,7 @@ def live_vs_full(client, runs):
     """A live update against a full render of the same page, in rounds: draw the page (the
     full render reading every bead, as a first view or a hard reload does: timed), change one
     open bead of the convoy (a new one each round), ask for what changed since the page's seq
-    (the live update, timed), for every fragment (no X-Live-Since), and reload the page (a
-    reload carries the snapshot the process keeps, CONVOY_RELOAD_FROM_KEPT). Medians over the
+    (the live update, timed), for every fragment (no X-Live-Since), and reload the page. Medians over the
     rounds: they are measured alternately, so the machine's noise falls on all of them alike;
     the first WARM rounds are not counted."""
     from django.db import connection

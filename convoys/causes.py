@@ -43,7 +43,7 @@ from django.utils import timezone
 
 from .compiled import SHAPES
 from .formatting import person
-from .kinds import BEAD_KINDS, PROGRESS_KINDS
+from .kinds import PROGRESS_KINDS
 from .models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
@@ -341,28 +341,12 @@ class Causes(dict[str, "Cause"]):
 
     blockers: frozenset[str] = frozenset()
     limited: bool = False
-    # The beads whose cause `carry` read again (the others are those of the causes whose
-    # `token` is `origin`); None: all were read.
-    changed: frozenset[str] | None = None
-    origin: object | None = None
-    blockers_of: object | None = None  # the {bead: blockers} `blockers` was read from
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.token = object()  # who carries from these causes names them by it
-
-
-# Events that change the cause only of the beads they name and of the beads those block: any
-# other kind (a convoy's, a rig's, a setting) may change the cause of beads it does not name.
-# Causes that time alone changes (a silent worker's rescue is due by a time taken from now;
-# a queue position moves with any dispatch): never carried.
-TIMED_KINDS = frozenset({"dead-worker", "waiting-for-capacity"})
 
 
 @dataclass(frozen=True)
 class Read:
     """What a caller read by the same rules (`Known`): the rows of some beads, the rule sets
-    whole (the projection's derivation, a carried page's part)."""
+    whole (the projection's derivation)."""
 
     tracked: list[str]
     beads: dict[str, TrackedRow]
@@ -371,53 +355,6 @@ class Read:
     target_types: dict[str, str]
     rigs: dict[str, str]
     cap: int
-
-
-def carry(
-    previous: "Causes",
-    affected: Collection[str],
-    kinds: Collection[str],
-    known: Known,
-    now: datetime,
-) -> "Causes | None":
-    """The causes of `known.tracked` now, from `previous` (their causes after fewer events)
-    and `affected` read again: the beads the events after it named and the beads those block.
-    None (load them all) when the events or the causes may have changed others: a kind outside
-    BEAD_KINDS, a max in flight, a timed cause, a cooldown that ran out since."""
-    if previous.limited or not set(kinds) <= BEAD_KINDS:
-        return None
-    for old in previous.values():
-        if old["kind"] in TIMED_KINDS or (old["kind"] == "cooling-down" and old["until"] <= now):
-            return None
-    wanted = [i for i in known.tracked if i in affected]
-    types = known.target_types
-    part = Read(
-        wanted,
-        {i: known.beads[i] for i in wanted if i in known.beads},
-        known.ready,
-        known.blockers,
-        {t: types[t] for i in wanted for t in known.blockers.get(i, ()) if t in types},
-        known.rigs,
-        known.cap,
-    )
-    fresh = load(wanted, wanted, now, part)
-    if fresh.limited:
-        return None
-    result = Causes()
-    for bead_id in known.tracked:
-        cause = (fresh if bead_id in affected else previous).get(bead_id)
-        if cause is not None:
-            result[bead_id] = cause
-    result.changed, result.origin = frozenset(wanted), previous.token
-    # As `load` names them: every unfinished blocker of the tracked beads, when any is left.
-    if not result:
-        result.blockers = frozenset()
-    elif known.blockers is previous.blockers_of and previous:
-        result.blockers = previous.blockers
-    else:
-        result.blockers = frozenset(b for ids in known.blockers.values() for b in ids)
-    result.blockers_of = known.blockers
-    return result
 
 
 def outside_blockers(causes: Causes, tracked: Iterable[str], limit: int = 200) -> list[str]:
@@ -591,7 +528,6 @@ def load(
         town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
     result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
     result.blockers = frozenset(b for ids in blocking.values() for b in ids)
-    result.blockers_of = blocking
     result.limited = bool(capped) or town_capped
     return result
 

@@ -35,24 +35,14 @@ def _number(value: str | None, name: str) -> int | JsonResponse:
 @require_GET
 @viewer
 def step(request: HttpRequest, convoy_id: str) -> JsonResponse:
-    """`?step=N[&drawn=SEQ]`: the page's progress after the N-th event of the convoy's
-    stream (`drawn`: the seq the asking page shows)."""
+    """`?step=N`: the page's progress after the N-th event of the convoy's stream."""
     number = _number(request.GET.get("step"), "step")
     if isinstance(number, JsonResponse):
         return number
-    drawn: int | None = None
-    if request.GET.get("drawn"):
-        given = _number(request.GET["drawn"], "drawn")
-        if isinstance(given, JsonResponse):
-            return given
-        drawn = given
     convoy = _convoy(convoy_id)
     now = timezone.now()
-    # The beads, edges and waves of the page the slider is on: the snapshot that page was
-    # drawn from (`drawn`, its seq) when this process keeps it, else read afresh.
-    snapshot = (drawn is not None and snapshots.kept(convoy, drawn)) or snapshots.obtain(
-        convoy, last_seq(), now
-    )
+    # The beads, edges and waves of the convoy as they are now.
+    snapshot = snapshots.load(convoy, now)
     _, _, graph, waves, gated = selectors.convoy_graph(convoy, snapshot)
     result = timeline.step(convoy, snapshot, graph, waves, number)
     if result is None:

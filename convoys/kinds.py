@@ -157,11 +157,8 @@ CLOSED = "bead.closed"  # its writers hand it to the cluster: queue.handle_close
 BEAD_KINDS = (touching(BEAD) | touching(NOTE)) - touching(CONVOY, RIG, CAPACITY, TRACKING)
 # Bead kinds that change nothing a convoy shows about itself.
 ROW_ONLY_KINDS = BEAD_KINDS - touching(PROGRESS)
-# Bead kinds, and convoy kinds that leave its tracking as it was.
-ROW_KINDS = BEAD_KINDS | (touching(CONVOY) - touching(TRACKING))
 LISTING_KINDS = touching(LISTING)
 GRAPH_KINDS = touching(GRAPH, TRACKING)
-FAILED_KINDS = touching(FAILED)
 PROGRESS_KINDS = touching(PROGRESS)
 FEEDING_KINDS = touching(FEEDING)
 NOTE_KINDS = only(NOTE)

@@ -122,17 +122,6 @@ class Changes:
         """A bead moved to another rig."""
         return bool({"rig", "rig_id"} & self.fields)
 
-    def blockers_stand(self) -> bool:
-        """Whether each bead's unfinished blockers are as they were (`readiness.blocked_by`):
-        no blocker entered or left "done", none was created (an unknown id until then), no
-        close reason changed (a merge-blocks edge reads it) and no dependency changed."""
-        return not (
-            self.done_changed
-            or self.dependencies
-            or "bead.created" in self.kinds
-            or "close_reason" in self.fields
-        )
-
 
 def changes_since(seq: int, upto: int | None = None, dependents: bool = True) -> Changes | None:
     """The `Changes` after `seq` (up to `upto`: the seq a page is drawn at), or None when there

@@ -3,7 +3,7 @@
 import copy
 import statistics
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, NamedTuple, TypedDict
@@ -21,7 +21,6 @@ from . import layout, projection, snapshots, stranding
 from .events import last_seq
 from .formatting import ACTOR_CHANNELS, duration, percent_done, person, several
 from .ids import quoted_url_segment
-from .kinds import PROGRESS_KINDS
 from .models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
@@ -152,11 +151,6 @@ def _after_grace(convoy: Convoy, summary: Summary, now: datetime) -> Summary:
     return {**summary, "stranded": stranding.shown_stranded(summary["state"], since, now)}
 
 
-class KeptSummary(NamedTuple):
-    summary: Summary
-    inputs: tuple[Any, ...]  # what besides the beads' rows it was derived from
-
-
 def _kept_summary(
     convoy: Convoy,
     tracked: list[str],
@@ -164,65 +158,23 @@ def _kept_summary(
     now: datetime,
     snapshot: snapshots.Snapshot,
 ) -> Summary:
-    """The summary from a snapshot, each part kept with it: the statuses (replaced for the
-    beads a live update re-read), the ready beads the feeders skip, the spin flag; and the
-    summary itself while no event came and nothing else it reads changed (the convoy's row,
-    the skipped beads, the spin flag; never with a town cap, whose in-flight count moves
-    when a worker falls silent)."""
+    """The summary from a snapshot: its statuses, ready, failed and blocker sets, and the
+    ready beads the feeders skip (parked or cooling down)."""
     ready = snapshot.ready
-    kept = snapshots.carried(
-        snapshot,
-        "cooling",
-        lambda previous, affected, _: _carried_cooling(previous, affected, ready, now),
-        lambda: _cooling(ready, now),
+    kept = _cooling(ready, now)
+    loaded = _statuses(beads, beads)
+    rows = [(convoy.pk, bead_id) for bead_id in tracked]
+    verdicts = stranding.classify(
+        [convoy],
+        now,
+        explain=True,
+        loaded=(rows, loaded, ready),
+        facts=(snapshot.beads, snapshot.blockers, snapshot.target_types, snapshot.rigs),
+        cap=snapshot.cap,
+        cooling=kept.parked | kept.recent,
     )
-    cooling = kept.parked | kept.recent
-    # None in the last hour and none since: none now (an hour-old one only expires).
-    spin = snapshots.carried(
-        snapshot,
-        "spin",
-        lambda previous, _, changes: (
-            previous if not previous and "spin" not in changes.kinds else None
-        ),
-        lambda: spinning([convoy.pk], now),
-    )
-    inputs = (
-        convoy.status,
-        convoy.paused_at,
-        convoy.max_in_flight,
-        convoy.updated_at,
-        snapshot.cap,
-        cooling,
-        frozenset(spin),
-    )
-
-    # Kept with the snapshot: a live update replaces the rows of the beads it re-read.
-    loaded = snapshots.carried(
-        snapshot,
-        "loaded",
-        lambda previous, affected, _: previous | _statuses(affected, beads),
-        lambda: _statuses(beads, beads),
-    )
-
-    def build() -> KeptSummary:
-        rows = [(convoy.pk, bead_id) for bead_id in tracked]
-        verdicts = stranding.classify(
-            [convoy],
-            now,
-            explain=True,
-            loaded=(rows, loaded, ready),
-            facts=(snapshot.beads, snapshot.blockers, snapshot.target_types, snapshot.rigs),
-            cap=snapshot.cap,
-            cooling=cooling,
-        )
-        summary = summarise([convoy], rows, loaded, ready, spin, verdicts, snapshot.failed)
-        return KeptSummary(summary[convoy.pk], inputs)
-
-    def carry(previous: KeptSummary, _: Set[str], changes: Changes) -> KeptSummary | None:
-        quiet = not changes.events and not snapshot.cap
-        return previous if quiet and previous.inputs == inputs else None
-
-    return snapshots.carried(snapshot, "summary", carry, build).summary
+    spin = spinning([convoy.pk], now)
+    return summarise([convoy], rows, loaded, ready, spin, verdicts, snapshot.failed)[convoy.pk]
 
 
 class Cooling(NamedTuple):
@@ -237,19 +189,6 @@ def _cooling(ready: Set[str], now: datetime) -> Cooling:
     found = stranding.cooling_among(ready, now)
     parked = frozenset(breaker.parked_among(sorted(found))) if found else frozenset()
     return Cooling(parked, frozenset(found) - parked)
-
-
-def _carried_cooling(
-    previous: Cooling, affected: Set[str], ready: Set[str], now: datetime
-) -> Cooling | None:
-    """`previous` with the ready beads the events touched looked up again; None (look all
-    up) while a cooldown runs, which time alone ends."""
-    if previous.recent:
-        return None
-    again = sorted(affected & ready)
-    found = breaker.cooling_down(again, now) if again else set()
-    parked = frozenset(breaker.parked_among(sorted(found))) if found else frozenset()
-    return Cooling((previous.parked - affected) | parked, frozenset(found) - parked)
 
 
 def _statuses(
@@ -578,14 +517,10 @@ def bead_url_maker() -> Callable[[str], str]:
 
 def convoy_graph(convoy: Convoy, snapshot: snapshots.Snapshot | None = None) -> ConvoyGraph:
     """A convoy's tracked ids, {id: TrackedRow}, DAG, waves, gated beads and raw edges (read,
-    or from a `snapshots.Snapshot`, whose graph is built once and carried forward)."""
+    or from a `snapshots.Snapshot`)."""
     if snapshot is not None:
         tracked, beads, edges = snapshot.tracked, snapshot.beads, snapshot.edges
-        built = snapshots.graph_of(
-            snapshot,
-            lambda: _build_graph(beads, edges, snapshot.gates),
-            lambda parent, touched: _patched_graph(parent, touched, beads, snapshot.gates),
-        )
+        built = _build_graph(beads, edges, snapshot.gates)
     else:
         tracked, beads, edges, gates = projection.graph_rows(convoy)
         built = _build_graph(beads, edges, gates)
@@ -615,31 +550,6 @@ def with_ghosts(graph: dagmod.DAG) -> dagmod.DAG:
 
 _node = projection.node_of
 _build_graph = projection.build_graph
-
-
-def _patched_graph(
-    parent: Built, touched: Iterable[str], beads: dict[str, TrackedRow], gates: list[snapshots.Gate]
-) -> Built | None:
-    """The parent snapshot's graph with the rows of `touched` beads as they are now, when
-    nothing the waves depend on changed (the gates, a bead's type, a non-task's done-ness);
-    else None (build afresh)."""
-    graph, waves, gated, parent_gates = parent
-    if gates is not parent_gates:
-        return None
-    nodes = dict(graph.nodes)
-    for bead_id in touched:
-        old, row = nodes.get(bead_id), beads.get(bead_id)
-        if old is None or row is None or old.type != (row.issue_type or ""):
-            return None
-        new = _node(row)
-        if not old.slingable and old.done != new.done:
-            return None
-        nodes[bead_id] = replace(
-            old, title=new.title, status=new.status, rig=new.rig, type=new.type
-        )
-    patched = copy.copy(graph)
-    patched.nodes = nodes
-    return patched, waves, gated, gates
 
 
 def _geometry(
@@ -785,13 +695,6 @@ def samples(tracked_rows: Iterable[TrackedRow]) -> Samples:
         if closes[i] and closes[i] > firsts[i]
     ]
     return Samples(seconds, "its rigs")
-
-
-def carried_samples(previous: Samples, changes: Changes) -> Samples | None:
-    """`previous` while no bead closed, reopened, was dispatched or moved rig since."""
-    if changes.kinds & PROGRESS_KINDS or changes.done_changed or changes.rigs:
-        return None
-    return previous
 
 
 def estimate(found: Samples, remaining: int, now: datetime) -> dict[str, Any] | None:
@@ -949,17 +852,9 @@ def convoy_page(
     snapshot = snapshot or snapshots.load(convoy, now)
     tracked, beads, graph, waves, gated = convoy_graph(convoy, snapshot)
     summary, ready_ids = convoy_summary(convoy, tracked, beads, now, snapshot)
-    wave_number = snapshots.memo(snapshot, "wave_of", waves, lambda: dagmod.wave_of(waves))
+    wave_number = dagmod.wave_of(waves)
     gated_ids = {g.id for g in gated}
-    # Each unfinished bead's cause; a live update re-reads only the beads its events touched.
-    why = snapshots.carried(
-        snapshot,
-        "causes",
-        lambda previous, affected, changes: causemod.carry(
-            previous, affected, changes.kinds, snapshot, now
-        ),
-        lambda: causemod.for_convoy(convoy, now, known=snapshot),
-    )
+    why = causemod.for_convoy(convoy, now, known=snapshot)  # each unfinished bead's cause
 
     def state(bead_id: str) -> str:
         bead = beads.get(bead_id)
@@ -976,15 +871,9 @@ def convoy_page(
     overview = len(tracked) > OVERVIEW_AT and not show_all
     chips = 0 if overview else None
     href = bead_url_maker()
-    # Per bead: its row, its node's state, the wave table: a live update derives them again
-    # for the beads whose state or cause may have changed only.
+    # Per bead: its row, its node's state, the wave table.
     facts = BeadFacts(why, beads, graph, waves, wave_number, gated_ids, ready_ids, state, href)
-    parts = snapshots.carried(
-        snapshot,
-        f"parts:{big}:{chips}",
-        lambda previous, affected, _: _carried_parts(previous, affected, facts),
-        lambda: _parts(facts, tracked, big, chips),
-    )
+    parts = _parts(facts, tracked, big, chips)
     rows = list(parts.rows.values())
     hidden_rows, capped = 0, False
     bead_pages, bpage = 1, 1
@@ -1004,12 +893,7 @@ def convoy_page(
         rows = unfinished[:MAX_ROWS]
     tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     wave_rows, frontier, done = parts.waves, parts.frontier, parts.done
-    critical = snapshots.memo(
-        snapshot,
-        ("critical", frozenset(done)),
-        graph.graph,
-        lambda: dagmod.critical_path(graph, set(done)),
-    )
+    critical = dagmod.critical_path(graph, set(done))
     collapsed = set()
     focus = params.get("focus", "")
     drawn: dict[int, list[str]] | None = None
@@ -1026,15 +910,7 @@ def convoy_page(
     dag = None
     focus_found = False
     if waves or gated:
-        drawn_key = (
-            None if drawn is None else tuple(sorted((n, tuple(i)) for n, i in drawn.items()))
-        )
-        geometry, key = snapshots.memo(
-            snapshot,
-            ("geometry", frozenset(collapsed), drawn_key),
-            (graph.graph, waves),
-            lambda: _geometry(convoy, graph, waves, gated, frozenset(collapsed), drawn),
-        )
+        geometry, key = _geometry(convoy, graph, waves, gated, frozenset(collapsed), drawn)
         focus_found = bool(focus) and focus in geometry["nodes"]
         dag = Dag(
             geometry=geometry,
@@ -1064,16 +940,7 @@ def convoy_page(
         critical=[(i, href(i)) for i in (critical[:CRITICAL_LISTED] if overview else critical)],
         critical_length=len(critical),
         can_show_all=len(tracked) <= settings.CONVOY_SHOW_ALL_MAX,
-        eta=estimate(
-            snapshots.carried(
-                snapshot,
-                "samples",
-                lambda previous, _, changes: carried_samples(previous, changes),
-                lambda: samples(beads.values()),
-            ),
-            len(critical),
-            now,
-        )
+        eta=estimate(samples(beads.values()), len(critical), now)
         if critical and no_estimate == ""
         else None,
         no_estimate=no_estimate,
@@ -1096,13 +963,7 @@ def convoy_page(
         wave_of=wave_number,
         graph=graph,
         user=user,
-        # Only a convoy's own event changes where its record comes from.
-        sourced=snapshots.carried(
-            snapshot,
-            "sourced",
-            lambda previous, _, changes: previous if changes.rows_only() else None,
-            lambda: (convoy.sourced,),
-        )[0],
+        sourced=convoy.sourced,
         plan_moved=(convoy.extra or {}).get("plan", {}),
         causes=causemod.counts(why),
         waiting=any(c["kind"] == "waiting-for-capacity" for c in why.values()),
@@ -1238,16 +1099,13 @@ def _frontier(wave_rows: list[dict[str, Any]]) -> int | None:
 
 @dataclass(frozen=True)
 class BeadParts:
-    """What the convoy page derives per tracked bead, kept with its snapshot so that a live
-    update derives it again only for the beads whose state or cause may have changed."""
+    """What the convoy page derives per tracked bead."""
 
     rows: dict[str, dict[str, Any]]  # {id: the bead table's row}, in tracking order
     states: dict[str, tuple[str, str]]  # {id: (title, state)}: the DAG's nodes
     waves: list[dict[str, Any]]  # the wave table's rows
     frontier: int | None
     done: frozenset[str]
-    why: causemod.Causes  # the causes they were derived from
-    plan: list[list[str]]  # and the waves
 
 
 class BeadFacts(NamedTuple):
@@ -1292,47 +1150,6 @@ def _parts(facts: BeadFacts, tracked: list[str], big: bool, chips: int | None) -
         waves=wave_rows,
         frontier=frontier,
         done=frozenset(i for i in tracked if i in f.beads and f.beads[i].status in DONE_STATUSES),
-        why=f.why,
-        plan=f.waves,
-    )
-
-
-def _carried_parts(previous: BeadParts, affected: Set[str], facts: BeadFacts) -> BeadParts | None:
-    """`previous` with the beads `affected` (and those whose cause was read again) derived
-    again; None (derive all) when the causes were all read again, the waves were computed
-    again or a wave's being done changed (the wave table's links move)."""
-    f = facts
-    why, waves = f.why, f.waves
-    if why.changed is None or why.origin is not previous.why.token or waves is not previous.plan:
-        return None
-    again = [i for i in previous.rows if i in affected or i in why.changed]
-    if not again:
-        return replace(previous, why=why)
-    rows, states = dict(previous.rows), dict(previous.states)
-    done = set(previous.done)
-    for i in again:
-        rows[i], states[i] = f.row(i), f.node(i)
-        done.discard(i)
-        if i in f.beads and f.beads[i].status in DONE_STATUSES:
-            done.add(i)
-    wave_rows = list(previous.waves)
-    for number in sorted({f.wave_number[i] for i in again if i in f.wave_number}):
-        wave, old = waves[number - 1], wave_rows[number - 1]
-        counts = _wave_counts(wave, f.beads, f.ready_ids)
-        if (counts["done"] == len(wave)) != (old["counts"]["done"] == old["total"]):
-            return None
-        shown = old["total"] - old["hidden"]
-        wave_rows[number - 1] = _wave_row(
-            number, wave, counts, shown, f.graph, f.state, f.href, why
-        )
-    return BeadParts(
-        rows=rows,
-        states=states,
-        waves=wave_rows,
-        frontier=_frontier(wave_rows),
-        done=previous.done if done == previous.done else frozenset(done),
-        why=why,
-        plan=waves,
     )
 
 

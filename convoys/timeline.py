@@ -3,7 +3,7 @@ slider's step and "since your last visit". The replay itself is pure (`history`)
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -15,9 +15,9 @@ from . import history
 from .formatting import percent_done
 from .models import Convoy, ConvoyVisit, Event, TrackedBead
 from .parsing import whole_number
-from .rows import Changes, TrackedRow
+from .rows import TrackedRow
 from .selectors import COLLAPSE_AT, OVERVIEW_AT, SEGMENTS, ConvoyPage, _wave_rows, bead_url_maker
-from .snapshots import Snapshot, carried, memo
+from .snapshots import Snapshot
 
 GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted
 SINCE_CHIPS = 60
@@ -106,10 +106,6 @@ class Gantt:
         return _duration(self.idle_longest)
 
     steps: int = 0  # events in the slider's stream
-    # What a live update carries forward (`snapshots.carried`): each drawn bead's spans and
-    # the untracked targets whose events the stream follows.
-    spans: dict[str, list[history.Span]] = field(default_factory=dict, repr=False)
-    targets: frozenset[str] = frozenset()
 
 
 def gantt(
@@ -122,9 +118,7 @@ def gantt(
 ) -> Gantt:
     """The timeline of one wave (`?twave=N`, default the frontier, else the last), from the
     events of its beads, their blockers and the convoy's launches: bounded by the wave; as of
-    the event `upto` (the seq the page is drawn at), so that a live update, which re-reads the
-    events of the drawn beads its events touched and counts the events after it, carries it
-    exactly."""
+    the event `upto` (the seq the page is drawn at), so that a live update equals a reload."""
     numbers = sorted({w["number"] for w in page.waves})
     wave = whole_number(params.get("twave"))
     if wave not in numbers:
@@ -134,45 +128,18 @@ def gantt(
     # An overview reads only the beads it draws: the wave's size is its kept count.
     size = next((w["total"] for w in page.waves if w["number"] == wave), len(members))
     hidden = max(size, len(members)) - len(shown)
-
-    def build() -> Gantt:
-        targets = _outside_targets(snapshot)
-        spans, read = _spans(convoy, snapshot, shown, upto)
-        # The axis runs from the convoy's creation to its last event (not to "now": the
-        # drawing changes only with events, so a live update equals a reload).
-        parts = stream(convoy, targets)
-        if upto is not None:
-            parts = (parts[0].filter(seq__lte=upto), parts[1].filter(seq__lte=upto))
-        last = [p.order_by("-seq").values_list("created_at", flat=True)[:1] for p in parts]
-        start = convoy.created_at
-        end = max([start, *(t for one in last for t in one), *(e.at for e in read)])
-        steps = sum(p.count() for p in parts)
-        return _drawn(wave, numbers, shown, hidden, spans, start, end, steps, frozenset(targets))
-
-    def carry(previous: Gantt, affected: set[str], changes: Changes) -> Gantt | None:
-        # A launch or a landing moves every bead's spans; a different wave or rows: draw anew.
-        if changes.kinds & (history.LAUNCH_KINDS | history.STOP_KINDS):
-            return None
-        if previous.wave != wave or [r["id"] for r in previous.rows] != shown:
-            return None
-        tracked = set(snapshot.tracked)
-        follows = previous.targets
-        new = [
-            at
-            for bead, convoy_id, at in changes.events
-            if ((bead in tracked or bead in follows) if bead else convoy_id == convoy.pk)
-        ]
-        spans = previous.spans
-        redo = [b for b in shown if b in affected]
-        if redo:
-            spans = {**spans, **_spans(convoy, snapshot, redo, upto)[0]}
-        start, end = previous.start, max([previous.end, *new]) if previous.end else None
-        if start is None or end is None:
-            return None
-        steps = previous.steps + len(new)
-        return _drawn(wave, numbers, shown, hidden, spans, start, end, steps, follows)
-
-    return carried(snapshot, f"gantt:{wave}", carry, build)
+    targets = _outside_targets(snapshot)
+    spans, read = _spans(convoy, snapshot, shown, upto)
+    # The axis runs from the convoy's creation to its last event (not to "now": the
+    # drawing changes only with events, so a live update equals a reload).
+    parts = stream(convoy, targets)
+    if upto is not None:
+        parts = (parts[0].filter(seq__lte=upto), parts[1].filter(seq__lte=upto))
+    last = [p.order_by("-seq").values_list("created_at", flat=True)[:1] for p in parts]
+    start = convoy.created_at
+    end = max([start, *(t for one in last for t in one), *(e.at for e in read)])
+    steps = sum(p.count() for p in parts)
+    return _drawn(wave, numbers, shown, hidden, spans, start, end, steps)
 
 
 def _spans(
@@ -180,7 +147,7 @@ def _spans(
 ) -> tuple[dict[str, list[history.Span]], list[history.Ev]]:
     """({bead: spans}, the events read) for `beads`, from their events, their blockers' and
     the convoy's launches and stops (up to the event `upto`)."""
-    every = memo(snapshot, "blocking", snapshot.edges, lambda: blocking_edges(snapshot.edges))
+    every = blocking_edges(snapshot.edges)
     blocking = {b: every[b] for b in beads if b in every}
     ids = set(beads) | {t for edges in blocking.values() for t, _ in edges}
     launches = history.LAUNCH_KINDS | history.STOP_KINDS
@@ -203,7 +170,6 @@ def _drawn(
     start: datetime,
     end: datetime,
     steps: int,
-    targets: frozenset[str],
 ) -> Gantt:
     """The Gantt of `shown` beads' spans on the axis from `start` to `end`."""
     total = max((end - start).total_seconds(), 1e-6)
@@ -241,8 +207,6 @@ def _drawn(
         idle_count=idle,
         idle_longest=longest,
         steps=steps,
-        spans=spans,
-        targets=targets,
     )
 
 

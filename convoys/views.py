@@ -150,16 +150,14 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
     if convoy is None:
         raise Http404(f"convoy '{convoy_id}' not found")
     user = request.user
-    # A live request carries forward the snapshot its page was drawn from (`snapshots`).
+    # A live request redraws the fragments the events after its seq may have changed.
     seq = since(request)
     changes = selectors.changes_since(seq, context["as_of"], dependents=False) if seq else None
-    # A hard reload (the browser asks for no cached copy) reads everything afresh.
-    hard = "no-cache" in request.headers.get("Cache-Control", "")
     kept = overview.applies(convoy, request.GET)
     if kept is not None:  # a big convoy: its kept facts and a window of its beads
         page, snapshot = overview.page(convoy, kept, request.GET, user, context["now"])
     else:
-        snapshot = snapshots.obtain(convoy, context["as_of"], context["now"], seq, changes, hard)
+        snapshot = snapshots.load(convoy, context["now"])
         page = selectors.convoy_page(convoy, request.GET, user, context["now"], snapshot)
     context |= {
         "page": page,

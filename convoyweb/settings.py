@@ -343,12 +343,6 @@ CONVOY_MAX_DISPATCH_FAILURES = env_int("CONVOY_MAX_DISPATCH_FAILURES", 3)  # the
 # `convoy capacity --set N` overrides it at run time.
 CONVOY_MAX_IN_FLIGHT = env_int("CONVOY_MAX_IN_FLIGHT", 0, minimum=0)
 CONVOY_WORKER_TIMEOUT = env_float("CONVOY_WORKER_TIMEOUT", 600.0)
-# A convoy page's full render carries forward the newest snapshot its process keeps (as a live
-# update does) instead of reading every bead afresh (convoys/snapshots.py); a hard reload
-# (Cache-Control: no-cache) always reads afresh. 0: every reload reads afresh.
-CONVOY_RELOAD_FROM_KEPT = env_bool("CONVOY_RELOAD_FROM_KEPT", True)
-# What each web process keeps of convoy pages to make their live updates cheap, in MB.
-CONVOY_PAGE_CACHE_MB = env_int("CONVOY_PAGE_CACHE_MB", 256, minimum=0)
 # ?all=1 (every bead drawn and listed) is honoured up to this many tracked beads.
 CONVOY_SHOW_ALL_MAX = env_int("CONVOY_SHOW_ALL_MAX", 2000, minimum=0)
 CONVOY_EMPTY_GRACE = env_float("CONVOY_EMPTY_GRACE", 300.0)

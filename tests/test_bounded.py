@@ -1,13 +1,10 @@
 """Every answer about a big convoy or epic has a bounded size: the stage preview shows the first
 lines and waves of a big plan, a deep tree nests a bounded number of levels, ?all=1 is honoured
-up to CONVOY_SHOW_ALL_MAX beads, the API's convoy detail lists a window of beads, and the
-page snapshots a web process keeps are bounded by bytes (bench/bounded.py measures them)."""
+up to CONVOY_SHOW_ALL_MAX beads and the API's convoy detail lists a window of beads."""
 
 import pytest
-from django.utils import timezone
 
-from convoys import formatting, snapshots, views
-from convoys.models import Convoy
+from convoys import formatting, views
 
 from .factories import bead, blocks, child
 from .test_overview import big_convoy, drawn_ids
@@ -90,28 +87,3 @@ def test_the_api_lists_a_window_of_a_convoys_beads(routes, admin_user):
     for query in ("limit=1001", "limit=0", "offset=-1", "offset=x", "limit=²"):
         response = client.get(f"/api/convoys/{convoy_id}?{query}")
         assert response.status_code in (400, 422), query
-
-
-def test_kept_snapshots_are_bounded_by_bytes(routes, admin_user, settings):
-    convoy_id, _ = big_convoy(size=300, done=0, convoy_id="hq-cv-a", prefix="gt-a")
-    other, _ = big_convoy(size=300, done=0, convoy_id="hq-cv-b", prefix="gt-b")
-    now = timezone.now()
-    one, two = Convoy.objects.get(pk=convoy_id), Convoy.objects.get(pk=other)
-    snapshots.forget()
-    first = snapshots.obtain(one, 1, now)
-    size = snapshots.cost(first)
-    assert size >= 300 * snapshots.BYTES_PER_BEAD
-    settings.CONVOY_PAGE_CACHE_MB = 1  # about 1.2 MB each: no room for one
-    assert size > 2**20
-    snapshots.forget()
-    snapshots.obtain(one, 1, now)
-    assert snapshots.held() == 0 and snapshots.kept(one, 1) is None  # bigger than the budget
-    settings.CONVOY_PAGE_CACHE_MB = 3  # room for two
-    snapshots.obtain(one, 1, now)
-    snapshots.obtain(two, 1, now)
-    assert snapshots.kept(one, 1) is not None and snapshots.kept(two, 1) is not None
-    snapshots.obtain(one, 2, now)  # a third: the least recently used one goes
-    assert snapshots.kept(one, 1) is None
-    assert snapshots.kept(two, 1) is not None and snapshots.kept(one, 2) is not None
-    assert snapshots.held() <= 3 * 2**20
-    snapshots.forget()

@@ -121,7 +121,7 @@ def town(db):
 
 # (path, a valid request's parameters, every other parameter the view reads)
 CONVOY = ["open", "all", "bpage", "focus", "wpage", "expand", "twave", "moved", "fragments"]
-HISTORY = ["step", "drawn", "wpage"]
+HISTORY = ["step", "wpage"]
 ADMIN = ["q", "o", "p"]  # the admin reads the rest itself (its own 400s and ?e=1)
 PAGES = [
     ("/", {}, ["status", "rig", "owner", "q", "sort", "fragments"]),

@@ -101,7 +101,6 @@
     history.requests += 1;
     const url = new URL(card.dataset.stepUrl, location.href);
     url.searchParams.set("step", String(step));
-    url.searchParams.set("drawn", document.body.dataset.rendered || document.body.dataset.asOf || "0");
     let data = null;
     try {
       const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
