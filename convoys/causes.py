@@ -41,7 +41,6 @@ from django.conf import settings
 from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, QuerySet, Value, When
 from django.utils import timezone
 
-from .compiled import SHAPES
 from .formatting import person
 from .kinds import PROGRESS_KINDS
 from .models import (
@@ -105,6 +104,7 @@ KINDS = (
     "ready",
 )
 LISTED = 20  # blocker ids named in a cause; `count` says how many there are
+BY_ID = 64  # at most this many beads: their dead workers asked by id, not by a subquery
 
 
 class Row(NamedTuple):
@@ -436,7 +436,7 @@ def load(
     else:
         ready, blocking = known.ready, known.blockers
         not_work = {t for t, kind in known.target_types.items() if kind not in SLINGABLE_TYPES}
-    if len(wanted) <= SHAPES:  # a few beads (a live update's): by id, the rule compiled once
+    if len(wanted) <= BY_ID:  # a few beads (a writer's): their workers asked by id
         held = [i for i in wanted if i in rows and rows[i][0].assignee]
         dead = dead_among(held, now)
         names = sorted({rows[i][0].assignee for i in held})

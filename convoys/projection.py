@@ -121,8 +121,8 @@ def derive_beads(ids: Collection[str] | None, now: datetime) -> dict[str, dict[s
 
 
 def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, dict[str, Any]]:
-    """The facts of `beads` (a queryset; `ids`: the few ids it selects, whose rules run as
-    queries compiled once per number of ids, or None for a set-based pass)."""
+    """The facts of `beads` (a queryset; `ids`: the few ids it selects, whose rules are asked
+    by id, or None for a set-based pass)."""
     read = read_rows(beads)
     if not read:
         return {}

@@ -16,7 +16,6 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from .compiled import Shaped
 from .models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
@@ -87,30 +86,20 @@ def ready_beads(
     return queryset.filter(ready_q(now, blockers=blockers)).order_by("priority", "id")
 
 
-# The rule for a few ids, its SQL compiled once per number of ids (`compiled`): a live update
-# asks it of the beads its events touched, each time.
-_READY_AMONG = Shaped(
-    Bead,
-    lambda ids, at: ready_beads(Bead.objects.filter(pk__in=ids), at).values_list("pk"),
-    lambda: settings.CONVOY_WORKER_TIMEOUT,
-)
-
-
 def ready_among(bead_ids: Sequence[str], now: datetime | None = None) -> set[str]:
     """Those of `bead_ids` that are ready: `ready_beads`' rule."""
-    return {row[0] for row in _READY_AMONG.rows(bead_ids, now or timezone.now())}
-
-
-_DEAD_AMONG = Shaped(
-    Bead,
-    lambda ids, at: Bead.objects.filter(pk__in=ids).filter(worker_dead(at)).values_list("pk"),
-    lambda: settings.CONVOY_WORKER_TIMEOUT,
-)
+    if not bead_ids:
+        return set()
+    found = ready_beads(Bead.objects.filter(pk__in=list(bead_ids)), now or timezone.now())
+    return set(found.values_list("pk", flat=True))
 
 
 def dead_among(bead_ids: Sequence[str], now: datetime | None = None) -> set[str]:
     """Those of `bead_ids` (assigned beads) whose worker is dead: `worker_dead`'s rule."""
-    return {row[0] for row in _DEAD_AMONG.rows(bead_ids, now or timezone.now())}
+    if not bead_ids:
+        return set()
+    found = Bead.objects.filter(pk__in=list(bead_ids)).filter(worker_dead(now or timezone.now()))
+    return set(found.values_list("pk", flat=True))
 
 
 def is_ready(bead: Bead, now: datetime | None = None) -> bool:

@@ -10,9 +10,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.utils import timezone
 
-from .compiled import Shaped
 from .kinds import BEAD_KINDS as BEAD_KINDS  # re-exported
 from .kinds import GRAPH_KINDS, LISTING_KINDS, ROW_ONLY_KINDS
 from .models import (
@@ -66,8 +64,10 @@ def read_rows(beads: QuerySet[Bead]) -> dict[str, TrackedRow]:
 
 
 def failed_among(bead_ids: Sequence[str]) -> set[str]:
-    """`failed_beads` of a few ids, its SQL compiled once per number of ids (`compiled`)."""
-    return {row[0] for row in _FAILED_AMONG.rows(bead_ids, timezone.now())}
+    """`failed_beads` of a few ids."""
+    if not bead_ids:
+        return set()
+    return set(_failed(Bead.objects.filter(pk__in=list(bead_ids))).values_list("pk", flat=True))
 
 
 def failed_beads(beads: QuerySet[Bead]) -> set[str]:
@@ -168,8 +168,3 @@ def changes_since(seq: int, upto: int | None = None, dependents: bool = True) ->
             TrackedBead.objects.filter(bead_id__in=blocked).values_list("convoy_id", flat=True)
         )
     return changes
-
-
-_FAILED_AMONG = Shaped(
-    Bead, lambda ids, _: _failed(Bead.objects.filter(pk__in=ids)).values_list("pk")
-)

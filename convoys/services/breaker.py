@@ -15,7 +15,6 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from ..compiled import Shaped
 from ..events import record
 from ..models import CONVOY_CLOSED, Bead, Convoy, Dispatch, TrackedBead
 from .notify import notify_action_needed
@@ -35,23 +34,12 @@ def cooling_down(bead_ids: Collection[str], now: datetime | None = None) -> set[
     """The beads among `bead_ids` not to try now: a dispatch failed within the cooldown, or
     the breaker parked them."""
     now, ids = now or timezone.now(), list(bead_ids)
-    failed = {row[0] for row in _FAILED_SINCE.rows(ids, now)}
-    return failed | {row[0] for row in _PARKED.rows(ids, now)}
-
-
-# Compiled once per number of ids (`compiled`): the causes ask them of a few beads each time.
-_FAILED_SINCE = Shaped(
-    Dispatch,
-    lambda ids, at: Dispatch.objects.filter(
-        bead_id__in=ids,
-        ok=False,
-        created_at__gte=at - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN),
-    ).values_list("bead_id"),
-    lambda: settings.CONVOY_RETRY_COOLDOWN,
-)
-_PARKED = Shaped(
-    Bead, lambda ids, _: parked_beads().filter(pk__in=ids).values_list("pk"), max_failures
-)
+    if not ids:
+        return set()
+    since = now - timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
+    failed = Dispatch.objects.filter(bead_id__in=ids, ok=False, created_at__gte=since)
+    parked = parked_beads().filter(pk__in=ids)
+    return set(failed.values_list("bead_id", flat=True)) | set(parked.values_list("pk", flat=True))
 
 
 def recent_failures(now: datetime | None = None) -> set[str]:
