@@ -61,7 +61,7 @@ def generated_epic(prefix, count, rng, now, chain_back=3):
     """Bulk-insert `count` beads <prefix>00000… of mixed statuses, each blocked by up to
     `chain_back` earlier beads 7, 14, 21 back (about half of them): the pages' and the browser
     bench's epics. Returns their ids."""
-    from convoys import bulk
+    from convoys.infra import bulk
     from convoys.models import Bead, Dependency
 
     beads, deps = [], []
@@ -98,7 +98,7 @@ def generated_epic(prefix, count, rng, now, chain_back=3):
 
 def tracking_convoy(convoy_id, title, ids, now):
     """An open convoy tracking `ids` in order (bulk-inserted)."""
-    from convoys import bulk
+    from convoys.infra import bulk
     from convoys.models import Convoy, TrackedBead
 
     Convoy.objects.create(id=convoy_id, title=title, status="open", created_at=now, updated_at=now)

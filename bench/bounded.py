@@ -44,8 +44,8 @@ def main():
     from django.contrib.auth.models import Permission, User
     from django.test import Client
 
-    from convoys import projection
     from convoys.models import Bead
+    from convoys.read import projection
     from convoys.services import beads, jsonl, rigs, staging
 
     rigs.upsert_route("gt-", "gastown")

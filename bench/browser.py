@@ -46,7 +46,7 @@ TIMING = """() => {
 
 def build(sizes):
     """Convoys hq-cv-b<size> of generated epics; a superuser's session cookie."""
-    from convoys import projection
+    from convoys.read import projection
 
     generated_convoys("b", sizes, seed=5)
     projection.rebuild()  # bulk-inserted past the log: derive the read model

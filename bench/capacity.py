@@ -230,7 +230,8 @@ def trial(args, cap, convoys_n, per_convoy, limit=None):
     from django.utils import timezone
 
     from convoys.models import Convoy, Cursor, HandledEvent
-    from convoys.services import capacity, controls, convoys
+    from convoys.rules import capacity
+    from convoys.services import controls, convoys
     from convoys.services.launch import launch_staged
 
     reset()

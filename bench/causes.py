@@ -20,7 +20,7 @@ def build(sizes):
     from django.test import Client
     from django.utils import timezone
 
-    from convoys import bulk
+    from convoys.infra import bulk
     from convoys.models import Bead, Convoy, Dependency, Dispatch, TrackedBead
     from convoys.services import rigs
 
@@ -87,7 +87,8 @@ def main():
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from convoys import causes, snapshots
+    from convoys.read import snapshots
+    from convoys.rules import causes
 
     client, convoys = build((1000, 5000))
     print(f"{'convoy':<14}{'causes alone':>14}{'with snapshot':>15}{'page':>10}{'share':>8}")

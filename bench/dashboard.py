@@ -27,9 +27,9 @@ def measure(runs):
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from convoys import projection
-    from convoys.events import last_seq
+    from convoys.log.events import last_seq
     from convoys.models import Bead, TrackedBead
+    from convoys.read import projection
     from convoys.services import beads, rigs
 
     rigs.upsert_route("gt-", "gastown")

@@ -110,12 +110,12 @@ def main():
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from convoys.events import last_seq
+    from convoys.log.events import last_seq
     from convoys.models import Bead, Event
     from convoys.services import beads, convoys, rigs
 
     rigs.upsert_route("gt-", "gastown")
-    # Ten pages per viewer: replays are bounded per user (convoys/consumers.py).
+    # Ten pages per viewer: replays are bounded per user (convoys/live/consumers.py).
     cookies = []
     for n in range(max(1, args.clients // 10)):
         user = User(username=f"fan{n}", is_superuser=True, is_staff=True)

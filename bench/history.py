@@ -29,7 +29,7 @@ def build(size, rng, seq):
     seq)."""
     from django.utils import timezone
 
-    from convoys import bulk
+    from convoys.infra import bulk
     from convoys.models import Bead, Convoy, Dependency, Event, TrackedBead
 
     prefix = f"gt-s{size}x"
@@ -115,9 +115,9 @@ def main():
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from convoys import selectors, snapshots, timeline
-    from convoys.events import last_seq
+    from convoys.log.events import last_seq
     from convoys.models import Convoy, EventCounter, Worker
+    from convoys.read import selectors, snapshots, timeline
     from convoys.services import beads, rigs
 
     rigs.upsert_route("gt-", "gastown")

@@ -3,7 +3,7 @@
 end, layout time (median of --runs) and the size of the edges' SVG.
 
 "column order" is the old drawing: each wave a column sorted by id, every edge one curve from
-its source to its target (through whatever lies between). "layered" is convoys/layout.py:
+its source to its target (through whatever lies between). "layered" is convoys/core/layout.py:
 lanes through the columns in between and barycenter sweeps.
 
 Graphs: the two real epics (gt-si8rq, bd-f8b764c9 from ../shared/data/beads, skipped when
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from convoys import dag as dagmod  # noqa: E402
-from convoys import layout  # noqa: E402
+from convoys.core import dag as dagmod  # noqa: E402
+from convoys.core import layout  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "beads"
 W, H, GAP, PAD = layout.NODE_W, layout.NODE_H, layout.COL_GAP, layout.PAD
@@ -33,7 +33,7 @@ EXEC = dagmod.EXECUTION_TYPES
 
 
 def column_order(waves, gated, edges):
-    """The old drawing (convoys/layout.py before the layered layout)."""
+    """The old drawing (convoys/core/layout.py before the layered layout)."""
     columns = [list(w) for w in waves] + ([sorted(gated)] if gated else [])
     pos = {}
     for col, ids in enumerate(columns):

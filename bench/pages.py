@@ -95,8 +95,9 @@ def build():
     from django.test import Client
     from django.utils import timezone
 
-    from convoys import bulk, projection
+    from convoys.infra import bulk
     from convoys.models import Dependency
+    from convoys.read import projection
     from convoys.services import rigs
 
     rigs.upsert_route("gt-", "gastown")
@@ -134,7 +135,7 @@ def profile(client, which):
     import cProfile
     import pstats
 
-    from convoys.events import last_seq
+    from convoys.log.events import last_seq
     from convoys.models import Bead, TrackedBead
     from convoys.services import beads
 
@@ -185,7 +186,7 @@ def live_vs_full(client, runs):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from convoys.events import last_seq
+    from convoys.log.events import last_seq
     from convoys.models import Bead, TrackedBead
     from convoys.services import beads
 

@@ -23,7 +23,7 @@ from _common import generated_epic, median, setup, timed, tracking_convoy  # noq
 def build():
     from django.utils import timezone
 
-    from convoys import projection
+    from convoys.read import projection
     from convoys.services import rigs
 
     rigs.upsert_route("gt-", "gastown")
@@ -49,9 +49,10 @@ def main():
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from convoys import events, projection, selectors
+    from convoys.log import events
     from convoys.models import Bead, Convoy, TrackedBead
-    from convoys.readiness import blocked_by
+    from convoys.read import projection, selectors
+    from convoys.rules.readiness import blocked_by
     from convoys.services import beads, feeding
 
     started, _ = timed(build)

@@ -28,8 +28,8 @@ SILENT = 10
 def build(sizes):
     from django.utils import timezone
 
-    from convoys import projection
     from convoys.models import Bead, Worker
+    from convoys.read import projection
 
     now = timezone.now()
     for size, ids in generated_convoys("r", sizes, seed=11).items():
@@ -48,7 +48,7 @@ def build(sizes):
 def forget():
     """What a web process that did not draw the page lacks: its own page memory (this tree
     keeps none; older trees, measured with this script for comparison, kept snapshots)."""
-    from convoys import snapshots
+    from convoys.read import snapshots
 
     cache = getattr(snapshots, "_cache", None)
     if cache is not None:
@@ -63,7 +63,7 @@ def main():
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     setup()
-    from convoys.events import last_seq
+    from convoys.log.events import last_seq
     from convoys.models import Bead, TrackedBead
     from convoys.services import beads
 

@@ -65,7 +65,7 @@ def main():
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from convoys import dag
+    from convoys.core import dag
     from convoys.models import Bead, Convoy
     from convoys.services import jsonl, rigs, staging
 

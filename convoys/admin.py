@@ -26,10 +26,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
-from . import formatting
-from .formatting import several
-from .ids import id_problem
-from .models import (
+from convoys.core import formatting
+from convoys.core.formatting import several
+from convoys.core.ids import id_problem
+from convoys.models import (
     CONVOY_CLOSED,
     CONVOY_OPEN,
     CONVOY_STATUSES,
@@ -49,14 +49,14 @@ from .models import (
     TrackedBead,
     Worker,
 )
-from .selectors import filter_text
-from .services import beads as bead_service
-from .services import convoys as convoy_service
-from .services import launch, notify
-from .services import rigs as rig_service
-from .services.errors import ServiceError
-from .services.tokens import create_token, digest, rename_token
-from .services.tokens import revoke as revoke_token
+from convoys.read.selectors import filter_text
+from convoys.services import beads as bead_service
+from convoys.services import convoys as convoy_service
+from convoys.services import launch, notify
+from convoys.services import rigs as rig_service
+from convoys.services.errors import ServiceError
+from convoys.services.tokens import create_token, digest, rename_token
+from convoys.services.tokens import revoke as revoke_token
 
 if TYPE_CHECKING:  # django-stubs' generic classes; Django's own take no parameters at run time
     from django.contrib.auth.models import User
@@ -413,7 +413,7 @@ class BeadAdminForm(ServiceForm):
         _choices(self, "priority").choices = sorted(priorities.items())
 
     def clean_id(self) -> str:
-        """The one id rule (convoys/ids.py) as a field error, before any service runs."""
+        """The one id rule (convoys/core/ids.py) as a field error, before any service runs."""
         bead_id: str = self.cleaned_data["id"]
         problem = id_problem(bead_id)
         if problem:

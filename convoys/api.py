@@ -34,14 +34,15 @@ from pydantic import (
     model_validator,
 )
 
-from . import causes, selectors
-from .formatting import person
-from .models import Bead, Convoy, SourcedRecord
-from .parsing import NotJson, json_document
-from .services import beads as bead_service
-from .services import controls, escalation, feeding, launch, staging, tokens
-from .services.errors import NotFound, ServiceError
-from .web import database_unavailable
+from convoys.core.formatting import person
+from convoys.core.parsing import NotJson, json_document
+from convoys.models import Bead, Convoy, SourcedRecord
+from convoys.read import selectors
+from convoys.rules import causes
+from convoys.services import beads as bead_service
+from convoys.services import controls, escalation, feeding, launch, staging, tokens
+from convoys.services.errors import NotFound, ServiceError
+from convoys.web.access import database_unavailable
 
 
 class BearerToken(HttpBearer):
@@ -78,7 +79,7 @@ def docs_need_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
 
 
 class JsonBody(Parser):
-    """Request bodies read by the one rule for JSON from clients (convoys/parsing.py): a body
+    """Request bodies read by the one rule for JSON from clients (convoys/core/parsing.py): a body
     nested 100,000 deep is refused, not a RecursionError."""
 
     def parse_body(self, request: HttpRequest) -> Any:

@@ -17,8 +17,10 @@ class ConvoysConfig(AppConfig):
 
     def ready(self) -> None:
         # Django: models load once the registry is ready.
-        from . import events, projection, revocation  # noqa: PLC0415
-        from .services import guard, roles, tokens  # noqa: PLC0415
+        from convoys.live import revocation  # noqa: PLC0415
+        from convoys.log import events  # noqa: PLC0415
+        from convoys.read import projection  # noqa: PLC0415
+        from convoys.services import guard, roles, tokens  # noqa: PLC0415
 
         guard.connect()
         tokens.connect()

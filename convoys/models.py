@@ -590,7 +590,7 @@ class ConvoyVisit(models.Model):
         ]
 
 
-# --- the read model: derived facts kept with the event log (convoys/projection.py) ----------
+# --- the read model: derived facts kept with the event log (convoys/read/projection.py) ----------
 class BeadFacts(models.Model):
     """What the rules say about one bead, refreshed in the transaction of every event that may
     change it (and by the ticker's time events); `manage.py convoy reproject` rebuilds it."""

@@ -1,7 +1,7 @@
 """django-q2 entry points: each a few lines calling a service. Tasks are enqueued through
-convoys/queue.py (by dotted name), so nothing below imports this module."""
+convoys/log/queue.py (by dotted name), so nothing below imports this module."""
 
-from .services import escalation, feeding, notify, timekeeping
+from convoys.services import escalation, feeding, notify, timekeeping
 
 
 def feed_town() -> list[str]:

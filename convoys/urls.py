@@ -1,13 +1,13 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import control_views, edit_views, history_views, ops_views, views
-from .api import api, api_not_found
-from .ids import from_url_segment, to_url_segment
+from convoys.api import api, api_not_found
+from convoys.core.ids import from_url_segment, to_url_segment
+from convoys.web import control_views, edit_views, history_views, ops_views, views
 
 
 class IdConverter:
-    """A bead or convoy id as one path segment, any id a row may hold (convoys/ids.py)."""
+    """A bead or convoy id as one path segment, any id a row may hold (convoys/core/ids.py)."""
 
     regex = "[^/]+"
 

@@ -13,13 +13,13 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from convoys.routing import websocket_urlpatterns  # noqa: E402
-from convoys.wsgate import gate  # noqa: E402
+from convoys.live.routing import websocket_urlpatterns  # noqa: E402
+from convoys.live.wsgate import gate  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # Same-origin (scheme, host and port) and logged-in users only: convoys/wsgate.py.
+        # Same-origin (scheme, host and port) and logged-in users only: convoys/live/wsgate.py.
         "websocket": gate(URLRouter(websocket_urlpatterns)),
     }
 )

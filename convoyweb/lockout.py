@@ -16,7 +16,9 @@ def locked_out(
 ) -> HttpResponse:
     username = get_client_username(request, credentials) or ""
     last_failure = (
-        AccessAttempt.objects.filter(username=username, ip_address=request.axes_ip_address)
+        AccessAttempt.objects.filter(
+            username=username, ip_address=getattr(request, "axes_ip_address", None)
+        )
         .order_by("-attempt_time")
         .values_list("attempt_time", flat=True)
         .first()

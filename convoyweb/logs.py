@@ -1,6 +1,6 @@
 """Log lines a machine reads: with LOG_FORMAT=json every process (web, task cluster, swarm, a
 command) writes one JSON object a line: time, level, process, pid, logger, message, the ids
-involved (convoy, bead, worker, request; convoys/logids.py) when there are any, and a
+involved (convoy, bead, worker, request; convoys/core/logids.py) when there are any, and a
 traceback as `exc_info`."""
 
 import logging
@@ -13,7 +13,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from pythonjsonlogger.json import JsonFormatter
 
-from convoys.logids import bound
+from convoys.core.logids import bound
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a client's X-Request-ID kept as it is
 access_log = logging.getLogger("convoyweb.access")

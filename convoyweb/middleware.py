@@ -7,7 +7,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_cache_control
 
-from convoys.web import database_unavailable
+from convoys.web.access import database_unavailable
 
 Handler = Callable[[HttpRequest], HttpResponse]
 
@@ -30,7 +30,7 @@ class NoStoreWhenSignedIn:
 
 
 class DatabaseUnavailable:
-    """A view that could not reach the database answers 503 (`convoys.web.database_unavailable`)."""
+    """A view that could not reach the database answers 503 (`convoys.web.access.database_unavailable`)."""
 
     def __init__(self, get_response: Handler) -> None:
         self.get_response = get_response

@@ -144,7 +144,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "convoys.views.unread_count",
+                "convoys.web.views.unread_count",
             ],
         },
     },
@@ -284,7 +284,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "convoys.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "convoys.live.layers.InMemoryChannelLayer"}}
 # Content-addressed results (a graph's layout, keyed by its fingerprint) are shared by every
 # process through Redis when there is one; the embedded default keeps them per process.
 if REDIS_URL:
@@ -328,7 +328,7 @@ CONVOY_DISPATCH_TIMEOUT = env_float("CONVOY_DISPATCH_TIMEOUT", 30.0)
 # next catch-up: released back to ready, unless its worker reported (services/dispatch.py).
 CONVOY_CLAIM_GRACE = env_float("CONVOY_CLAIM_GRACE", 30.0, minimum=1)
 # A dispatch command that runs a shell (sh -c, ssh …) is refused unless this is on; then every
-# value substituted into it is shell-quoted (convoys/dispatchers.py).
+# value substituted into it is shell-quoted (convoys/infra/dispatchers.py).
 CONVOY_DISPATCH_SHELL = env_bool("CONVOY_DISPATCH_SHELL", False)
 CONVOY_FEED_INTERVAL = env_float("CONVOY_FEED_INTERVAL", 5.0)
 # `serve` prints what the town did (convoys moving, landed, in flight, errors) this often.
@@ -339,7 +339,7 @@ CONVOY_FEED = env_choice("CONVOY_FEED", "FILL", ("FILL", "ONE"))
 CONVOY_STRANDED_INTERVAL = env_float("CONVOY_STRANDED_INTERVAL", 30.0)
 CONVOY_RETRY_COOLDOWN = env_float("CONVOY_RETRY_COOLDOWN", 60.0)
 CONVOY_MAX_DISPATCH_FAILURES = env_int("CONVOY_MAX_DISPATCH_FAILURES", 3)  # then the bead is parked
-# Beads in flight across all convoys, 0 = unlimited (convoys/services/capacity.py);
+# Beads in flight across all convoys, 0 = unlimited (convoys/rules/capacity.py);
 # `convoy capacity --set N` overrides it at run time.
 CONVOY_MAX_IN_FLIGHT = env_int("CONVOY_MAX_IN_FLIGHT", 0, minimum=0)
 CONVOY_WORKER_TIMEOUT = env_float("CONVOY_WORKER_TIMEOUT", 600.0)
@@ -356,10 +356,10 @@ CONVOY_DIGEST_HOUR = env_int("CONVOY_DIGEST_HOUR", 7)
 CONVOY_DIGEST_INTERVAL = env_float("CONVOY_DIGEST_INTERVAL", 300.0)
 CONVOY_DISCOVERED_JOINS = env_bool("CONVOY_DISCOVERED_JOINS", True)
 CONVOY_RELAY_INTERVAL = env_float("CONVOY_RELAY_INTERVAL", 0.1)
-# The live websocket's limits (convoys/consumers.py): open sockets per user in each web process,
+# The live websocket's limits (convoys/live/consumers.py): open sockets per user in each web process,
 # topics per socket, frames a client may send a second (in bursts of up to 10 s' worth), and
 # how often each socket checks its session and rights afresh: a backstop, since a revocation
-# reaches open sockets at once (convoys/revocation.py).
+# reaches open sockets at once (convoys/live/revocation.py).
 CONVOY_WS_SOCKETS_PER_USER = env_int("CONVOY_WS_SOCKETS_PER_USER", 50, minimum=1)
 CONVOY_WS_TOPICS = env_int("CONVOY_WS_TOPICS", 20, minimum=1)
 CONVOY_WS_FRAMES_PER_S = env_float("CONVOY_WS_FRAMES_PER_S", 5.0, minimum=0.1)
@@ -370,7 +370,7 @@ CONVOY_SYNC_SOURCES = env_list("CONVOY_SYNC_SOURCES", [])
 CONVOY_SYNC_INTERVAL = env_float("CONVOY_SYNC_INTERVAL", 10.0)
 CONVOY_SYNC_TIMEOUT = env_float("CONVOY_SYNC_TIMEOUT", 120.0)  # a `cmd:` source's time limit
 
-# --- Operations: /metrics, /healthz, /readyz (convoys/ops_views.py, docs/metrics.md) ----------
+# --- Operations: /metrics, /healthz, /readyz (convoys/web/ops_views.py, docs/metrics.md) ----------
 # /metrics answers a request bearing this token (Authorization: Bearer …) or coming from an
 # address in CONVOY_METRICS_ALLOW (IPs or CIDRs, comma-separated); by default nobody.
 CONVOY_METRICS_TOKEN = os.environ.get("CONVOY_METRICS_TOKEN", "").strip()
@@ -428,7 +428,7 @@ LOGGING = {
             "callback": _one_line_for_client_errors,
         },
         "sync_ticks": {"()": "django.utils.log.CallbackFilter", "callback": _sync_ticks_at_debug},
-        "ids": {"()": "convoys.logids.WithIds"},
+        "ids": {"()": "convoys.core.logids.WithIds"},
     },
     "handlers": {
         "console": {

@@ -8,6 +8,7 @@ connection closes. Run as daphne is: `python -m convoyweb.webserver [daphne's op
 import json
 import os
 import sys
+from typing import Any
 
 from daphne.cli import CommandLineInterface
 from twisted.web import http
@@ -29,8 +30,9 @@ class Channel(http.HTTPChannel):
             answer = refusal(431, "Request Header Fields Too Large", f"a header over {limit} bytes")
         else:
             answer = refusal(414, "URI Too Long", f"request line over {limit} bytes")
-        self.transport.write(answer)
-        self.loseConnection()
+        transport: Any = self.transport  # set once connected; twisted's interfaces are untyped
+        transport.write(answer)
+        self.loseConnection()  # type: ignore[no-untyped-call]
 
 
 def main() -> None:

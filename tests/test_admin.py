@@ -12,16 +12,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 
 from convoys.admin import INLINE_ROWS
-from convoys.models import (
-    ApiToken,
-    Bead,
-    Convoy,
-    Dependency,
-    Event,
-    Rig,
-    Subscription,
-    TrackedBead,
-)
+from convoys.models import ApiToken, Bead, Convoy, Dependency, Event, Rig, Subscription, TrackedBead
 from convoys.services import beads, jsonl, notify, rigs, staging
 from convoys.services import convoys as convoy_service
 from convoys.services.launch import launch_staged

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convoys import beadfile
+from convoys.core import beadfile
 
 from .conftest import ROOT
 from .test_bulk import moments, rfc3339
@@ -21,7 +21,9 @@ def read(text, max_line=1000):
 
 
 def test_the_module_needs_no_django():
-    code = "import sys, convoys.beadfile; print(any(m.startswith('django') for m in sys.modules))"
+    code = (
+        "import sys, convoys.core.beadfile; print(any(m.startswith('django') for m in sys.modules))"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

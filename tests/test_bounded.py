@@ -4,7 +4,8 @@ up to CONVOY_SHOW_ALL_MAX beads and the API's convoy detail lists a window of be
 
 import pytest
 
-from convoys import formatting, views
+from convoys.core import formatting
+from convoys.web import views
 
 from .factories import bead, blocks, child
 from .test_overview import big_convoy, drawn_ids

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError
 
-from convoys import stranding
 from convoys.models import Bead, Convoy, Dispatch, Event, Notification
+from convoys.rules import stranding
 from convoys.services import controls, convoys, feeding, notify
 from convoys.services.notify import ACTION_NEEDED
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convoys import bulk
-from convoys.beadfile import parse_timestamp
+from convoys.core.beadfile import parse_timestamp
+from convoys.infra import bulk
 from convoys.models import Bead, Event
 
 offsets = st.integers(min_value=-14 * 60, max_value=14 * 60).map(

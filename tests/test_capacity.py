@@ -10,7 +10,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from convoys.models import Bead, Convoy, Dispatch, Event, Worker
-from convoys.services import breaker, capacity, convoys, dispatch, feeding, staging
+from convoys.rules import breaker, capacity
+from convoys.services import convoys, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
 from . import test_feeding
@@ -130,7 +131,7 @@ class FailingFor:
     FAILING = set()
 
     def dispatch(self, bead_id, rig, convoy_id, worker):
-        from convoys.dispatchers import Outcome
+        from convoys.infra.dispatchers import Outcome
 
         return Outcome(bead_id not in self.FAILING, "pool down" if bead_id in self.FAILING else "")
 
@@ -235,7 +236,7 @@ def test_convoy_capacity_command_shows_and_changes_the_cap(routes, settings):
 
 
 def test_dashboard_capacity_panel_draws_and_updates_live(routes, settings, closing):
-    from convoys.events import last_seq
+    from convoys.log.events import last_seq
 
     from .factories import signed_in
 

@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from convoys.models import Bead, Convoy, Dispatch
+from convoys.rules import capacity
 from convoys.services import beads as bead_service
-from convoys.services import capacity, controls, convoys, staging
+from convoys.services import controls, convoys, staging
 
 from .factories import bead
 from .test_in_flight_race import most_in_flight

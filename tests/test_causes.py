@@ -1,5 +1,5 @@
 """Why is this bead not moving? (issue 16 item 4): one cause per tracked bead that is not done,
-decided in a fixed order by `convoys.causes`; the convoy page, the bead page, the API and
+decided in a fixed order by `convoys.rules.causes`; the convoy page, the bead page, the API and
 `convoy status` all show it and agree."""
 
 import json
@@ -11,11 +11,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from convoys import causes, stranding
-from convoys.causes import Facts, Pause, Row
-from convoys.dispatchers import Outcome
+from convoys.infra.dispatchers import Outcome
 from convoys.models import Bead, Rig, Worker
-from convoys.services import capacity, controls, convoys, dispatch, rigs
+from convoys.rules import capacity, causes, stranding
+from convoys.rules.causes import Facts, Pause, Row
+from convoys.services import controls, convoys, dispatch, rigs
 from convoys.services.rigs import upsert_route
 
 from .factories import bead, blocks, command, signed_in
@@ -190,8 +190,8 @@ def test_what_a_page_read_already_gives_the_same_causes(every_kind):
     """A convoy page hands over its rows, ready set and blockers (read by the same rules)."""
     from types import SimpleNamespace
 
-    from convoys.readiness import blocked_by, ready_beads
-    from convoys.rows import tracked_beads
+    from convoys.rules.readiness import blocked_by, ready_beads
+    from convoys.rules.rows import tracked_beads
 
     tracked, rows, _ = tracked_beads(every_kind)
     subset = Bead.objects.filter(pk__in=tracked)

@@ -12,7 +12,7 @@ import sys
 import pytest
 from django.core.management.base import CommandError
 
-from convoys.dispatchers import CommandDispatcher
+from convoys.infra.dispatchers import CommandDispatcher
 from convoys.models import Bead, Rig, Route
 from convoys.services import rigs, sling
 from convoys.services.errors import ServiceError

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convoys import dag, formatting
-from convoys.dag import Node, build_dag, compute_waves, find_cycle
+from convoys.core import dag, formatting
+from convoys.core.dag import Node, build_dag, compute_waves, find_cycle
 
 
 def make(spec, deps=(), **kinds):

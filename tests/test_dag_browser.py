@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from convoys import bulk
+from convoys.infra import bulk
 from convoys.models import Bead, Convoy, Dependency, TrackedBead
 from convoys.services import beads, convoys, jsonl, rigs, staging
 from convoys.services.launch import launch_staged

@@ -14,8 +14,8 @@ from collections import Counter
 import pytest
 from django.contrib.auth.models import User
 
-from convoys import causes
 from convoys.models import Bead, Convoy, Dispatch
+from convoys.rules import causes
 from convoys.services import beads, convoys, staging, tokens
 
 from .conftest import child_env, free_port, spawn, wait_port

@@ -11,10 +11,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from convoys import causes
-from convoys.dispatchers import Outcome
+from convoys.infra.dispatchers import Outcome
 from convoys.models import Bead, Convoy, Dispatch, Event, Worker
-from convoys.services import beads, breaker, dispatch, feeding, staging
+from convoys.rules import breaker, causes
+from convoys.services import beads, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
 from .factories import bead, blocks, command, signed_in

@@ -282,7 +282,7 @@ def test_done_empty_and_staged_convoys_are_not_escalated(routes, people):
 
 
 def test_the_notification_names_each_beads_cause(stuck, people):
-    """The causes come from convoys/causes.py, one per unfinished bead, in its order."""
+    """The causes come from convoys/rules/causes.py, one per unfinished bead, in its order."""
     bead("gt-x", "Outside work")
     bead("gt-b", "Needs outside work")
     blocks("gt-x", "gt-b")

@@ -28,7 +28,7 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
 
-from convoys.events import last_seq
+from convoys.log.events import last_seq
 from convoys.services import beads
 
 from .conftest import child_env, free_port, log_file, spawn, wait_port

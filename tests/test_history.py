@@ -1,4 +1,4 @@
-"""The convoy's story over time (issue 14 item 5): the pure replay (convoys/history.py), its
+"""The convoy's story over time (issue 14 item 5): the pure replay (convoys/core/history.py), its
 property (replaying every event gives today's statuses and page states), the timeline, the
 slider's step and "since your last visit" over HTTP."""
 
@@ -11,10 +11,11 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
-from convoys import history, snapshots, timeline
-from convoys.dispatchers import Outcome
+from convoys.core import history
+from convoys.infra.dispatchers import Outcome
 from convoys.models import Bead, Convoy, ConvoyVisit, Event
-from convoys.readiness import ready_beads
+from convoys.read import snapshots, timeline
+from convoys.rules.readiness import ready_beads
 from convoys.services import beads, dispatch, staging
 from convoys.services.launch import launch_staged
 

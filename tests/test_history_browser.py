@@ -7,7 +7,7 @@ import time
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from convoys.events import last_seq
+from convoys.log.events import last_seq
 from convoys.models import Bead, Convoy, ConvoyVisit
 from convoys.services import beads, staging
 from convoys.services.launch import launch_staged

@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 
-from convoys import ids
-from convoys.dispatchers import CommandDispatcher
+from convoys.core import ids
+from convoys.infra.dispatchers import CommandDispatcher
 from convoys.models import Bead, Convoy, Dependency, Rig, TrackedBead
 from convoys.services import beads, convoys, jsonl, rigs, sling
 from convoys.services.errors import ServiceError

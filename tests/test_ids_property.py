@@ -1,4 +1,4 @@
-"""Property: anything the entries accept (convoys/ids.py) passes every exit.
+"""Property: anything the entries accept (convoys/core/ids.py) passes every exit.
 
 Ids, titles and assignees are generated from the whole accepted alphabet (Unicode letters,
 marks and digits, the punctuation the rule allows, up to the maximum lengths), rig names and
@@ -26,7 +26,7 @@ from django.urls import reverse
 from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
 
-from convoys import ids
+from convoys.core import ids
 from convoys.models import Bead, Convoy
 from convoys.services import beads, convoys, sling
 from convoys.services.tokens import create_token

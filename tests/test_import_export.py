@@ -24,7 +24,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from convoys import beadfile, readahead
+from convoys.core import beadfile
+from convoys.infra import readahead
 from convoys.models import Bead, Convoy, Dependency, Event, Memory, Route, TrackedBead
 from convoys.services import jsonl
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from django.db import transaction
 
-from convoys import events, kinds
+from convoys.log import events, kinds
 from convoys.models import Event
 
 PACKAGE = Path(__file__).resolve().parent.parent / "convoys"

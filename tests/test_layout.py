@@ -6,8 +6,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convoys import dag as dagmod
-from convoys import layout
+from convoys.core import dag as dagmod
+from convoys.core import layout
 
 W, H = layout.NODE_W, layout.NODE_H
 

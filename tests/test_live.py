@@ -8,9 +8,9 @@ from django.contrib.auth.models import Permission, User
 from django.db import transaction
 from django.test import Client
 
-from convoys import events
-from convoys.events import last_seq
-from convoys.ids import group_name
+from convoys.core.ids import group_name
+from convoys.log import events
+from convoys.log.events import last_seq
 from convoys.models import Event
 from convoys.services import beads, convoys
 

@@ -8,8 +8,8 @@ import time
 import pytest
 from django.db import transaction
 
-from convoys.dispatchers import Outcome
-from convoys.events import last_seq, record_many
+from convoys.infra.dispatchers import Outcome
+from convoys.log.events import last_seq, record_many
 from convoys.models import Bead, Convoy, Event, Rig
 from convoys.services import beads, dispatch, notify, rigs, staging
 from convoys.services.launch import launch_staged

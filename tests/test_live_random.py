@@ -8,11 +8,12 @@ import re
 import pytest
 from django.db import transaction
 
-from convoys import selectors, views
-from convoys.dispatchers import Outcome
-from convoys.events import last_seq
+from convoys.infra.dispatchers import Outcome
+from convoys.log.events import last_seq
 from convoys.models import Bead, Rig
+from convoys.read import selectors
 from convoys.services import beads, controls, convoys, dispatch, rigs
+from convoys.web import views
 
 from .factories import bead, blocks
 from .test_web import as_of, assert_parts_of, live, logged_in

@@ -13,9 +13,9 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from convoys import causes
-from convoys.events import last_seq
+from convoys.log.events import last_seq
 from convoys.models import Convoy, Cursor, Event, Lease
+from convoys.rules import causes
 from convoys.services import leases, ticker
 
 from .factories import signed_in
@@ -257,7 +257,7 @@ def test_readyz_503_when_the_relay_lags(settings, routes):
 
 
 def test_readyz_names_a_channel_layer_that_fails(settings, monkeypatch):
-    from convoys import health
+    from convoys.web import health
 
     tick(settings)
 
@@ -433,7 +433,7 @@ def test_grafana_dashboard_and_docs_name_only_exported_metrics(settings):
 def test_metrics_count_this_process_open_websockets(settings, routes):
     from asgiref.sync import async_to_sync, sync_to_async
 
-    from convoys import metrics
+    from convoys.web import metrics
 
     from .test_live import communicator, has, make_user, receive_until, session_cookie
 

@@ -8,8 +8,9 @@ import re
 import pytest
 from django.utils import timezone
 
-from convoys import bulk, overview, projection, selectors, snapshots
+from convoys.infra import bulk
 from convoys.models import Bead, Convoy, Dependency, TrackedBead
+from convoys.read import overview, projection, selectors, snapshots
 from convoys.services import beads
 
 from .factories import bead

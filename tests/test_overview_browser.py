@@ -4,7 +4,7 @@ draws its beads (fetched as fragments, the URL keeps it for live updates and a r
 
 import pytest
 
-from convoys import selectors
+from convoys.read import selectors
 from convoys.services import beads
 
 from .test_browser import SHOTS, browser, login, make_user, server, wait_js  # noqa: F401

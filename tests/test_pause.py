@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError
 from django.utils import timezone
 
-from convoys import stranding
 from convoys.models import Bead, Convoy, Dispatch, Event
+from convoys.rules import stranding
 from convoys.services import beads, controls, convoys, feeding
 from convoys.services.errors import ServiceError
 

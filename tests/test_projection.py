@@ -11,10 +11,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from convoys import projection, selectors
-from convoys.dispatchers import Outcome
-from convoys.events import last_seq
+from convoys.infra.dispatchers import Outcome
+from convoys.log.events import last_seq
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Rig, TrackedBead
+from convoys.read import projection, selectors
 from convoys.services import beads, controls, convoys, dispatch, feeding, rigs, timekeeping
 from convoys.services.errors import ServiceError
 
@@ -296,7 +296,7 @@ def test_an_import_is_settled_in_its_transaction_and_equals_a_rebuild(routes):
 
 
 def test_a_bulk_append_nobody_settled_is_settled_by_the_next_time_pass(routes):
-    from convoys.events import record_many
+    from convoys.log.events import record_many
 
     bead("gt-u1")
     BeadFacts.objects.filter(pk="gt-u1").delete()
@@ -308,7 +308,7 @@ def test_a_bulk_append_nobody_settled_is_settled_by_the_next_time_pass(routes):
 
 
 def test_a_rolled_back_bulk_load_leaves_nothing_to_settle(routes):
-    from convoys.events import record_many
+    from convoys.log.events import record_many
     from convoys.models import Cursor
 
     bead("gt-u2")

@@ -1,11 +1,11 @@
 """The close hook is explicit: the writers of `bead.closed` hand each close to the cluster through
-convoys/queue.py after their commit; recording an event runs nothing else (issue 17)."""
+convoys/log/queue.py after their commit; recording an event runs nothing else (issue 17)."""
 
 import pytest
 from django.core.management import call_command
 from django.db import transaction
 
-from convoys import events, queue
+from convoys.log import events, queue
 from convoys.models import Event
 from convoys.services import beads
 

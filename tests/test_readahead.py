@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from convoys import readahead
+from convoys.infra import readahead
 
 pytestmark = pytest.mark.skipif(not readahead.available(), reason="needs fork (Linux)")
 
@@ -62,7 +62,7 @@ def test_a_parent_killed_with_sigkill_takes_its_child_along(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import itertools, os, sys, time\n"
-        "from convoys import readahead\n"
+        "from convoys.infra import readahead\n"
         "def forever():\n"
         "    for n in itertools.count():\n"
         "        yield b'x' * 65536\n"

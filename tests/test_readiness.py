@@ -7,7 +7,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from convoys.models import Bead, Worker
-from convoys.readiness import is_ready, ready_beads
+from convoys.rules.readiness import is_ready, ready_beads
 from convoys.services import beads, rigs
 
 from .factories import bead, blocks

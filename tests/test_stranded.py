@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from convoys import stranding
 from convoys.models import Bead, Convoy, Dispatch, Event
+from convoys.rules import stranding
 from convoys.services import beads, convoys, feeding, rigs, staging
 from convoys.services.launch import launch_staged
 

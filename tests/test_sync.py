@@ -77,7 +77,7 @@ def test_a_pass_creates_the_beads_and_a_second_unchanged_pass_writes_nothing(rou
     assert Bead.objects.get(pk="gt-s2").dependencies.get().depends_on_id == "gt-s1"
     assert Event.objects.filter(kind="bead.created").count() == 3
     events = Event.objects.count()
-    with patch("convoys.beadfile._check", side_effect=AssertionError("a known line was read")):
+    with patch("convoys.core.beadfile._check", side_effect=AssertionError("a known line was read")):
         [second] = run_sync(town)  # every line known (by its leading id): none parsed
     assert second["changed"] == 0 and second["unchanged"] == 3 and second["events"] == 0
     assert Event.objects.count() == events
@@ -96,7 +96,7 @@ def test_key_order_and_recomputed_counts_are_not_changes(routes, town):
     assert report["changed"] == 0 and report["events"] == 0
     # Lines that do not start with their id are known by their hash from now on.
     reordered = dict(SourcedRecord.objects.values_list("id", "line"))
-    with patch("convoys.beadfile._check", side_effect=AssertionError("a known line was read")):
+    with patch("convoys.core.beadfile._check", side_effect=AssertionError("a known line was read")):
         [again] = run_sync(town)
     assert again["changed"] == 0 and again["unchanged"] == 3
     assert dict(SourcedRecord.objects.values_list("id", "line")) == reordered

@@ -11,7 +11,7 @@ from unittest.mock import patch
 
 import pytest
 
-from convoys import beadfile
+from convoys.core import beadfile
 from convoys.models import Bead, Event, Memory, SourcedRecord, SyncMemo
 from convoys.services import sync
 
@@ -58,7 +58,7 @@ def checked():
         calls.append(record.get("id"))
         return original(record)
 
-    return calls, patch("convoys.beadfile._check", side_effect=check)
+    return calls, patch("convoys.core.beadfile._check", side_effect=check)
 
 
 def looked_up():

@@ -493,7 +493,7 @@ def test_live_requests_refuse_nothing_and_break_nothing(world, admin_user):
 def test_relative_times_read_naturally():
     from datetime import datetime, timedelta
 
-    from convoys.formatting import relative
+    from convoys.core.formatting import relative
 
     now = datetime(2026, 12, 1, 12, 0)
     assert relative(now + timedelta(seconds=20), now) == "in under a minute"  # an ETA
@@ -505,7 +505,7 @@ def test_relative_times_read_naturally():
 def test_a_timeline_draws_what_events_carry_as_text(routes, admin_user):
     """Event data comes from anyone with a token (and from imports): the timeline, drawn by a
     tag, escapes every value it prints, and prints odd types as text."""
-    from convoys.events import record
+    from convoys.log.events import record
 
     bead("gt-tl1")
     convoy = convoys.create("Timeline", ["gt-tl1"])

@@ -17,8 +17,9 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
-from convoys import consumers, events, relay
-from convoys.ids import group_name
+from convoys.core.ids import group_name
+from convoys.live import consumers, relay
+from convoys.log import events
 from convoys.services import convoys
 
 from .factories import bead
@@ -71,7 +72,7 @@ def test_hostile_bead_ids_do_not_stop_live_updates(routes, caplog):
         await other.disconnect()
         await named.disconnect()
 
-    with caplog.at_level(logging.INFO, logger="convoys.relay"):
+    with caplog.at_level(logging.INFO, logger="convoys.live.relay"):
         async_to_sync(go)()
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
@@ -102,7 +103,7 @@ def test_a_message_the_layer_refuses_is_logged_once_and_skipped(routes, caplog, 
         assert [e["seq"] for e in got] == [first, second]
         await comm.disconnect()
 
-    with caplog.at_level(logging.INFO, logger="convoys.relay"):
+    with caplog.at_level(logging.INFO, logger="convoys.live.relay"):
         async_to_sync(go)()
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(errors) == 1 and refused in errors[0], errors
@@ -393,7 +394,7 @@ def test_a_browsers_handshakes_share_one_lookup_and_a_logout_refuses_the_next(ro
     next handshake is refused."""
     from django.contrib.sessions.models import Session
 
-    from convoys import wsgate
+    from convoys.live import wsgate
 
     cookie = session_cookie(make_user("alice"))
     lookups = []

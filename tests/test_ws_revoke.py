@@ -16,7 +16,7 @@ from django.contrib.sessions.models import Session
 from django.db import connection, transaction
 from django.test import Client
 
-from convoys import events
+from convoys.log import events
 from convoys.services import convoys, tokens
 
 from .conftest import child_env, free_port, redis_url, spawn, wait_port

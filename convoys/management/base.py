@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ..services.errors import ServiceError
+from convoys.services.errors import ServiceError
 
 
 class error(CommandError):  # noqa: N801 - printed by Django as "error: <message>"

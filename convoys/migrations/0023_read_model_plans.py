@@ -63,7 +63,7 @@ def build(apps, schema_editor):
     Bead, Convoy = apps.get_model("convoys", "Bead"), apps.get_model("convoys", "Convoy")
     if not Bead.objects.exists() and not Convoy.objects.exists():
         return
-    from convoys import projection
+    from convoys.read import projection
 
     projection.rebuild()
 

@@ -11,10 +11,10 @@ from typing import NamedTuple
 
 from django.db import transaction
 
-from ..models import SLINGABLE_TYPES, Bead, Route
-from ..parsing import whole_number
-from . import beads
-from .errors import ServiceError
+from convoys.core.parsing import whole_number
+from convoys.models import SLINGABLE_TYPES, Bead, Route
+from convoys.services import beads
+from convoys.services.errors import ServiceError
 
 MAX_CHILDREN = 200
 

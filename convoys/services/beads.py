@@ -13,10 +13,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .. import ids, queue
-from ..events import CLOSED, record, record_many
-from ..ids import unwrap_external
-from ..models import (
+from convoys.core import ids
+from convoys.core.ids import unwrap_external
+from convoys.log import queue
+from convoys.log.events import CLOSED, record, record_many
+from convoys.models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
     DONE_STATUSES,
@@ -27,10 +28,10 @@ from ..models import (
     SourcedRecord,
     Worker,
 )
-from ..readiness import blocked_by
-from . import discovered, dispatch
-from .errors import NotFound, OpenBlockers, ServiceError
-from .rigs import rig_for
+from convoys.rules.readiness import blocked_by
+from convoys.services import discovered, dispatch
+from convoys.services.errors import NotFound, OpenBlockers, ServiceError
+from convoys.services.rigs import rig_for
 
 BASE36 = string.digits + string.ascii_lowercase
 UPDATABLE = (

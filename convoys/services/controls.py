@@ -1,6 +1,6 @@
 """Operator controls that prove they took effect: pause and resume a convoy, `retry` a bead
-parked by the dispatch circuit breaker (services/breaker.py), and the town's cap set at run
-time (services/capacity.py).
+parked by the dispatch circuit breaker (rules/breaker.py), and the town's cap set at run
+time (rules/capacity.py).
 
 The claim in `dispatch` enforces all three, so no path feeds a paused convoy, retries a parked
 bead or passes the cap. The proof of a pause is read from the dispatch records, not from the
@@ -14,14 +14,23 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..events import record
-from ..formatting import person
-from ..models import CONVOY_CLOSED, CONVOY_OPEN, Bead, Convoy, Dispatch, TrackedBead
-from . import capacity
-from .convoys import get_convoy
-from .dispatch import DispatchResult
-from .errors import NotFound, ServiceError
-from .feeding import feed_convoy, feed_town
+from convoys.core.formatting import person
+from convoys.core.parsing import whole_number
+from convoys.log.events import record
+from convoys.models import (
+    CONVOY_CLOSED,
+    CONVOY_OPEN,
+    Bead,
+    Convoy,
+    Dispatch,
+    TownSetting,
+    TrackedBead,
+)
+from convoys.rules import capacity
+from convoys.services.convoys import get_convoy
+from convoys.services.dispatch import DispatchResult
+from convoys.services.errors import NotFound, ServiceError
+from convoys.services.feeding import feed_convoy, feed_town
 
 REASON_LIMIT = 500
 
@@ -156,11 +165,36 @@ def retry(bead_id: str, *, actor: str) -> Retried:
     return Retried(bead, True)
 
 
+def parse_cap(text: object) -> int:
+    """A cap typed by an operator: a whole number from 0 (unlimited) to capacity.CAP_LIMIT."""
+    text = str(text).strip()
+    cap = whole_number(text, most=capacity.CAP_LIMIT)
+    if cap is None:
+        raise ServiceError(
+            f"cap: a whole number from 0 (unlimited) to {capacity.CAP_LIMIT:,} ({text[:40]!r} given)"
+        )
+    return cap
+
+
 def set_cap(value: object, *, actor: str) -> CapSet:
-    """Override the town's cap at run time (None: back to CONVOY_MAX_IN_FLIGHT); a value that
-    is no cap is refused (`capacity.parse_cap`). When it leaves more room the town is fed at
-    once. Returns (old cap, new cap, dispatch results)."""
-    old, new, waiting = capacity.override(value, actor=actor)
+    """Override the town's cap at run time (None: back to CONVOY_MAX_IN_FLIGHT), recorded as a
+    `capacity.changed` event; a value that is no cap is refused (`parse_cap`). When it leaves
+    more room the town is fed at once. Returns (old cap, new cap, dispatch results)."""
+    wanted = None if value is None else parse_cap(value)
+    with transaction.atomic():
+        capacity.lock_town()  # claims in flight finish counting under the old cap first
+        old = capacity.cap()
+        waiting = sorted({q.convoy_id for q in capacity.queue()}) if old else []
+        if wanted is None:
+            TownSetting.objects.filter(pk=capacity.SETTING).delete()
+        else:
+            TownSetting.objects.update_or_create(
+                pk=capacity.SETTING,
+                defaults={"value": wanted, "set_by": actor, "set_at": timezone.now()},
+            )
+        new = capacity.cap()
+        if new != old:
+            record("capacity.changed", actor=actor, data={"old": old, "new": new})
     results: list[DispatchResult] = []
     if old and (not new or new > old):  # more room: the queue moves now
         if new:

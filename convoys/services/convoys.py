@@ -16,9 +16,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, Max, OuterRef
 from django.utils import timezone
 
-from ..events import record
-from ..ids import name_problem, target_problem, unwrap_external
-from ..models import (
+from convoys.core.ids import name_problem, target_problem, unwrap_external
+from convoys.log.events import record
+from convoys.models import (
     COMPLETED_REASON,
     CONVOY_CLOSED,
     CONVOY_OPEN,
@@ -32,8 +32,8 @@ from ..models import (
     Subscription,
     TrackedBead,
 )
-from . import notify as notify_service  # `close` has a `notify` argument
-from .errors import NeedsForce, NotFound, ServiceError
+from convoys.services import notify as notify_service  # `close` has a `notify` argument
+from convoys.services.errors import NeedsForce, NotFound, ServiceError
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django.db import transaction
 
-from ..models import (
+from convoys.models import (
     CONVOY_OPEN,
     Bead,
     BeadFacts,
@@ -22,7 +22,7 @@ from ..models import (
     Route,
     Worker,
 )
-from . import beads, launch, rigs, staging
+from convoys.services import beads, launch, rigs, staging
 
 ACTOR = "demo"
 KEEP_OPEN = 4  # open convoys the top-up keeps, the gated one included

@@ -13,9 +13,9 @@ from collections.abc import Collection
 
 from django.conf import settings
 
-from .. import bulk
-from ..models import CONVOY_OPEN, DONE_STATUSES, Bead, Convoy, TrackedBead
-from . import convoys
+from convoys.infra import bulk
+from convoys.models import CONVOY_OPEN, DONE_STATUSES, Bead, Convoy, TrackedBead
+from convoys.services import convoys
 
 DISCOVERED_FROM = "discovered-from"
 

@@ -6,9 +6,9 @@ releases the claim, and the bead cools down before it is tried again.
 
 Two operator controls are enforced here, so every path (launch, close, catch-up, scan, sling)
 obeys them: a bead tracked by a paused convoy is not claimed, and a bead whose dispatch
-failed CONVOY_MAX_DISPATCH_FAILURES times in a row is parked (services/breaker.py) until
+failed CONVOY_MAX_DISPATCH_FAILURES times in a row is parked (rules/breaker.py) until
 retried.
-The town's cap on beads in flight (services/capacity.py) is enforced here too: with a cap set,
+The town's cap on beads in flight (rules/capacity.py) is enforced here too: with a cap set,
 a claim takes the town lock first, then counts the beads in flight in its own transaction.
 """
 
@@ -24,12 +24,13 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .. import queue
-from ..dispatchers import Dispatcher, Outcome, get_dispatcher
-from ..events import record, record_many
-from ..logids import bound
-from ..models import (
+from convoys.core.logids import bound
+from convoys.infra.dispatchers import Dispatcher, Outcome, get_dispatcher
+from convoys.log import queue
+from convoys.log.events import record, record_many
+from convoys.models import (
     ACTIVE_WORK_STATUSES,
+    CONVOY_CLOSED,
     CONVOY_OPEN,
     Bead,
     Convoy,
@@ -37,8 +38,9 @@ from ..models import (
     TrackedBead,
     Worker,
 )
-from ..readiness import worker_dead
-from . import breaker, capacity
+from convoys.rules import breaker, capacity
+from convoys.rules.readiness import worker_dead
+from convoys.services.notify import notify_action_needed
 
 log = logging.getLogger("convoys.dispatch")
 
@@ -325,7 +327,31 @@ def _check_breaker(claim_: Claim, outcome: Outcome) -> None:
     failures = Bead.objects.filter(pk=claim_.bead_id).values_list("dispatch_failures", flat=True)
     if failures.first() != breaker.max_failures():
         return
-    breaker.tripped(claim_.bead_id, claim_.title, claim_.convoy_id, outcome.error)
+    _park(claim_.bead_id, claim_.title, claim_.convoy_id, outcome.error)
+
+
+def _park(bead_id: str, title: str, convoy_id: str, error: str) -> None:
+    """Record that the breaker parked a bead and tell the people of each open convoy tracking
+    it that someone must act. Runs in the failing dispatch's transaction."""
+    failures = Bead.objects.filter(pk=bead_id).values_list("dispatch_failures", flat=True)[0]
+    record(
+        "bead.parked",
+        bead_id=bead_id,
+        convoy_id=convoy_id,
+        data={"title": title, "failures": failures, "error": error},
+    )
+    convoys = Convoy.objects.filter(
+        pk__in=TrackedBead.objects.filter(bead_id=bead_id).values("convoy_id")
+    ).exclude(status=CONVOY_CLOSED)
+    for convoy in convoys:
+        notify_action_needed(
+            convoy,
+            f"⚠ Dispatch failing: {bead_id} parked",
+            f"Dispatching {bead_id} ({' '.join(title.split())}) failed {failures} times in a "
+            f"row; it is parked and convoy {convoy.pk} cannot land until it moves.\n\n"
+            f"Last error: {error}\n\nFix the cause, then retry it: `beads retry {bead_id}` "
+            "or the Retry button on the bead page.",
+        )
 
 
 def _check_spin(claim_: Claim) -> None:

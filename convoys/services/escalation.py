@@ -11,7 +11,7 @@ complete ones are left to the stranded scan, which closes or lands them.
 
 A stuck convoy raises one action-needed notification (kind `escalation`) to its owner, its
 notify addresses and its subscribers (those who may view convoys), naming the cause of each
-unfinished bead (convoys/causes.py: blocked, gated, paused, circuit-broken, working, ...). Unacknowledged, it is raised again every CONVOY_REESCALATE_AFTER seconds,
+unfinished bead (convoys/rules/causes.py: blocked, gated, paused, circuit-broken, working, ...). Unacknowledged, it is raised again every CONVOY_REESCALATE_AFTER seconds,
 at most MAX_REESCALATIONS times. Acknowledging it (the convoy page, the inbox, `convoy ack`,
 `POST /api/convoys/{id}/ack`) stops it; progress after it starts a fresh cycle.
 
@@ -30,21 +30,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, Max, OuterRef, Subquery
 from django.utils import timezone
 
-from .. import causes as why
-from ..events import record
-from ..formatting import duration
-from ..ids import text_problem
-from ..models import (
-    CONVOY_OPEN,
-    Convoy,
-    Escalation,
-    Event,
-    Notification,
-    TrackedBead,
-)
-from . import notify
-from .convoys import get_convoy
-from .errors import NotFound, ServiceError
+from convoys.core.formatting import duration
+from convoys.core.ids import text_problem
+from convoys.log.events import record
+from convoys.models import CONVOY_OPEN, Convoy, Escalation, Event, Notification, TrackedBead
+from convoys.rules import causes as why
+from convoys.services import notify
+from convoys.services.convoys import get_convoy
+from convoys.services.errors import NotFound, ServiceError
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -58,7 +51,7 @@ MAX_NOTIFICATIONS = 1 + MAX_REESCALATIONS
 BATCH = 500  # convoys a progress query covers
 CAUSE_LINES = 12  # at most this many cause lines in a notification (then "and N more")
 
-# A bead's cause as convoys/causes.py decides it: {"kind": ..., "text": ..., ...}.
+# A bead's cause as convoys/rules/causes.py decides it: {"kind": ..., "text": ..., ...}.
 Cause = Mapping[str, Any]
 
 
@@ -240,7 +233,7 @@ def escalate_stuck(now: datetime | None = None) -> list[Escalated]:
 
 def _causes(convoy_ids: Sequence[str], now: datetime) -> dict[str, dict[str, Cause]]:
     """{convoy id: {bead id: cause}} of the unfinished beads of these convoys, loaded at once
-    (convoys/causes.py reads a fixed number of queries whatever the number of beads)."""
+    (convoys/rules/causes.py reads a fixed number of queries whatever the number of beads)."""
     tracking = TrackedBead.objects.filter(convoy_id__in=convoy_ids)
     rows = list(tracking.values_list("convoy_id", "bead_id"))
     found = why.load(list(dict.fromkeys(b for _, b in rows)), tracking.values("bead_id"), now)
@@ -295,7 +288,7 @@ def _claim(
 
 def cause_lines(found: Mapping[str, Cause]) -> list[str]:
     """Why the convoy's unfinished beads are not moving ({bead id: cause}, from
-    convoys/causes.py): a summary ("1 gated, 2 working"), then one line per bead, in the
+    convoys/rules/causes.py): a summary ("1 gated, 2 working"), then one line per bead, in the
     order kinds are decided, at most CAUSE_LINES of them."""
     order = {kind: n for n, kind in enumerate(why.KINDS)}
     beads = sorted(found.items(), key=lambda item: order.get(item[1]["kind"], len(order)))

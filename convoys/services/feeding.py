@@ -4,7 +4,7 @@ Every path dispatches through `dispatch.claim`, so running any of them twice, in
 clusters, or racing each other never dispatches a bead twice. One drain runs at a time per
 convoy (a lease), and each close event is handled once (a unique marker row).
 
-With a town cap (services/capacity.py) a freed slot belongs to the head of the town's queue,
+With a town cap (rules/capacity.py) a freed slot belongs to the head of the town's queue,
 not to the convoy whose bead closed: every feeder (close, resume, catch-up, scan) then lands
 what is complete and runs `feed_town`, which dispatches queue heads while slots are free.
 """
@@ -22,9 +22,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from .. import stranding
-from ..events import last_seq, record
-from ..models import (
+from convoys.log.events import last_seq, record
+from convoys.models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_CLOSED,
     CONVOY_OPEN,
@@ -37,13 +36,14 @@ from ..models import (
     Lease,
     TrackedBead,
 )
-from ..readiness import ready_beads
-from . import breaker, capacity, dispatch, leases, staging
-from .convoys import EMPTY_REASON, check, close_if_complete, get_convoy, set_status
-from .dispatch import DispatchResult
+from convoys.rules import breaker, capacity, stranding
+from convoys.rules.readiness import ready_beads
+from convoys.services import dispatch, leases, staging
+from convoys.services.convoys import EMPTY_REASON, check, close_if_complete, get_convoy, set_status
+from convoys.services.dispatch import DispatchResult
 
 if TYPE_CHECKING:
-    from .escalation import Escalated
+    from convoys.services.escalation import Escalated
 
 log = logging.getLogger("convoys.feeding")
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"

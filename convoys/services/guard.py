@@ -4,7 +4,7 @@ could not be re-imported) and no lone surrogate (not UTF-8).
 
 Checked for every row of this app before it is saved (`save`, `create`, `update_or_create`:
 what services, admin and API writes use), so no service can forget a field; bulk writes (the
-import) are checked by convoys/beadfile.py as the lines are read.
+import) are checked by convoys/core/beadfile.py as the lines are read.
 """
 
 from typing import Any
@@ -12,8 +12,8 @@ from typing import Any
 from django.db.models import Model
 from django.db.models.signals import pre_save
 
-from ..ids import text_problem
-from .errors import ServiceError
+from convoys.core.ids import text_problem
+from convoys.services.errors import ServiceError
 
 
 def _problem(value: object) -> str | None:

@@ -1,7 +1,7 @@
 """bd JSONL import and export.
 
 Import streams the file in one transaction: any bad line rolls everything back, and the error
-names the file, the line and the problem (convoys/beadfile.py reads and checks the lines).
+names the file, the line and the problem (convoys/core/beadfile.py reads and checks the lines).
 Memory holds one batch of records. Unknown keys are kept in `extra` and exported unchanged;
 memory lines (`_type: "memory"`) in the Memory table. Tombstones, wisps (ephemeral) and memory
 lines without a key or a value are skipped, as `bd import` does. Large files are read and
@@ -21,8 +21,8 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from .. import beadfile, bulk, convoy_fields, queue, readahead
-from ..beadfile import (
+from convoys.core import beadfile, convoy_fields
+from convoys.core.beadfile import (
     BadLine,
     MemoryLine,
     Record,
@@ -30,10 +30,12 @@ from ..beadfile import (
     format_timestamp,
     parse_timestamp,
 )
-from ..dag import Node, build_dag, find_cycle
-from ..events import CLOSED, EventItem, record_many, settle
-from ..ids import unwrap_external
-from ..models import (
+from convoys.core.dag import Node, build_dag, find_cycle
+from convoys.core.ids import unwrap_external
+from convoys.infra import bulk, readahead
+from convoys.log import queue
+from convoys.log.events import CLOSED, EventItem, record_many, settle
+from convoys.models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
     Bead,
@@ -42,10 +44,10 @@ from ..models import (
     Memory,
     TrackedBead,
 )
-from ..readiness import blocked_by
-from . import discovered
-from .errors import ServiceError
-from .rigs import rig_for, route_map, upsert_route
+from convoys.rules.readiness import blocked_by
+from convoys.services import discovered
+from convoys.services.errors import ServiceError
+from convoys.services.rigs import rig_for, route_map, upsert_route
 
 BATCH = 1000
 READ_AHEAD_MIN_BYTES = 1_000_000  # below this, a second process is not worth starting
@@ -457,7 +459,7 @@ def import_stream(
     read_ahead: bool = False,
 ) -> ImportReport:
     """Import from an open binary stream; with `read_ahead`, records are parsed and converted
-    in a child process while this one writes (see convoys/readahead.py)."""
+    in a child process while this one writes (see convoys/infra/readahead.py)."""
     importer = _Importer(report, actor)
     args = (stream, name, importer.routes, importer.now, settings.CONVOY_IMPORT_MAX_LINE)
     batches: Generator[Batch, None, None]

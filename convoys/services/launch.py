@@ -1,7 +1,7 @@
 """Launch: every check first, then open the convoy and claim each ready Wave 1 task in one
 transaction, then run the dispatcher for each claim (a failure releases only its own claim).
 With a town cap, Wave 1 beads past the free slots are skipped with the reason and wait in
-the town's queue (services/capacity.py).
+the town's queue (rules/capacity.py).
 An epic or a task list is staged and launched in one step.
 """
 
@@ -12,13 +12,14 @@ from typing import Any, TypedDict
 
 from django.db import transaction
 
-from .. import dag as dagmod
-from ..ids import text_problem
-from ..models import CONVOY_CLOSED, CONVOY_OPEN, CONVOY_STAGED_WARNINGS, Bead, Convoy, Rig
-from ..readiness import blocked_by, ready_beads
-from . import breaker, capacity, dispatch, staging
-from .convoys import get_convoy, set_status
-from .errors import NeedsForce, ServiceError
+from convoys.core import dag as dagmod
+from convoys.core.ids import text_problem
+from convoys.models import CONVOY_CLOSED, CONVOY_OPEN, CONVOY_STAGED_WARNINGS, Bead, Convoy, Rig
+from convoys.rules import breaker, capacity
+from convoys.rules.readiness import blocked_by, ready_beads
+from convoys.services import dispatch, staging
+from convoys.services.convoys import get_convoy, set_status
+from convoys.services.errors import NeedsForce, ServiceError
 
 
 class Skipped(TypedDict):

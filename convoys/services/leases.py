@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..models import Lease
+from convoys.models import Lease
 
 
 def acquire(name: str, holder: str, ttl: float) -> bool:

@@ -17,11 +17,11 @@ from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
-from .. import queue
-from ..events import record_many
-from ..formatting import convoy_title, duration
-from ..ids import name_problem
-from ..models import (
+from convoys.core.formatting import convoy_title, duration
+from convoys.core.ids import name_problem
+from convoys.log import queue
+from convoys.log.events import record_many
+from convoys.models import (
     Bead,
     Convoy,
     DeliveryPreference,
@@ -29,7 +29,7 @@ from ..models import (
     Subscription,
     status_symbol,
 )
-from .errors import ServiceError
+from convoys.services.errors import ServiceError
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

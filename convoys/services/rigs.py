@@ -4,16 +4,16 @@ from collections.abc import Mapping
 
 from django.db import transaction
 
-from ..events import record, record_many
-from ..ids import (
+from convoys.core.ids import (
     rig_name_from_path,
     rig_name_problem,
     route_path_problem,
     route_prefix_problem,
 )
-from ..models import Bead, Rig, Route, bead_prefix
-from .errors import NotFound, ServiceError
-from .staging import recheck_rig
+from convoys.log.events import record, record_many
+from convoys.models import Bead, Rig, Route, bead_prefix
+from convoys.services.errors import NotFound, ServiceError
+from convoys.services.staging import recheck_rig
 
 
 def route_map() -> dict[str, str | None]:

@@ -32,7 +32,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models.signals import post_migrate
 from django.utils.crypto import get_random_string
 
-from .errors import NotFound, ServiceError
+from convoys.services.errors import NotFound, ServiceError
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -12,8 +12,8 @@ from typing import NamedTuple, NotRequired, TypedDict
 from django.db import transaction
 from django.utils import timezone
 
-from ..events import record
-from ..models import (
+from convoys.log.events import record
+from convoys.models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
     Bead,
@@ -22,12 +22,13 @@ from ..models import (
     TrackedBead,
     bead_prefix,
 )
-from ..readiness import blocked_by, ready_beads
-from . import breaker, capacity, dispatch
-from .convoys import get_convoy, new_convoy_id, tracking_open_convoy
-from .errors import ServiceError
-from .launch import Skipped, why_not_ready
-from .rigs import route_map
+from convoys.rules import breaker, capacity
+from convoys.rules.readiness import blocked_by, ready_beads
+from convoys.services import dispatch
+from convoys.services.convoys import get_convoy, new_convoy_id, tracking_open_convoy
+from convoys.services.errors import ServiceError
+from convoys.services.launch import Skipped, why_not_ready
+from convoys.services.rigs import route_map
 
 
 class SlingResult(TypedDict):

@@ -14,11 +14,12 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import bulk, formatting
-from .. import dag as dagmod
-from ..events import record
-from ..ids import text_problem
-from ..models import (
+from convoys.core import dag as dagmod
+from convoys.core import formatting
+from convoys.core.ids import text_problem
+from convoys.infra import bulk
+from convoys.log.events import record
+from convoys.models import (
     CONVOY_OPEN,
     DONE_STATUSES,
     SLINGABLE_TYPES,
@@ -29,8 +30,8 @@ from ..models import (
     Rig,
     TrackedBead,
 )
-from .convoys import get_convoy, new_convoy_id, set_status
-from .errors import ServiceError
+from convoys.services.convoys import get_convoy, new_convoy_id, set_status
+from convoys.services.errors import ServiceError
 
 log = logging.getLogger("convoys.staging")
 

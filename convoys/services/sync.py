@@ -1,7 +1,7 @@
 """Continuous, incremental sync from bd (`manage.py beads sync`, the task cluster's ticker).
 
 A source yields bd JSONL: a file, or the standard output of a command (`cmd:bd export`). A
-pass reads the whole source, checks every line as the import does (convoys/beadfile.py), and
+pass reads the whole source, checks every line as the import does (convoys/core/beadfile.py), and
 writes only the records whose content changed since the last pass (a digest per record,
 computed counts left out: `updated_at` from another clock is not trusted). Changed records go
 through the import service, which compares field by field and writes each change with its
@@ -70,10 +70,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .. import beadfile, bulk
-from ..beadfile import BadLine
-from ..events import EventItem, record_many, settle
-from ..models import (
+from convoys.core import beadfile
+from convoys.core.beadfile import BadLine
+from convoys.infra import bulk
+from convoys.log.events import EventItem, record_many, settle
+from convoys.models import (
     Bead,
     Convoy,
     Cursor,
@@ -85,8 +86,8 @@ from ..models import (
     SyncMemo,
     SyncSource,
 )
-from . import discovered, jsonl, leases
-from .errors import ServiceError
+from convoys.services import discovered, jsonl, leases
+from convoys.services.errors import ServiceError
 
 log = logging.getLogger("convoys.sync")
 

@@ -21,10 +21,10 @@ from django.db import close_old_connections, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from .. import queue
-from ..events import record
-from ..models import Cursor, Event, Lease
-from . import leases
+from convoys.log import queue
+from convoys.log.events import record
+from convoys.models import Cursor, Event, Lease
+from convoys.services import leases
 
 log = logging.getLogger("convoys.ticker")
 

@@ -1,6 +1,6 @@
 """Time as events: what the passing of time changes is recorded when its time comes.
 
-The read model (convoys/projection.py) keeps, per bead, when its worker counts as dead and
+The read model (convoys/read/projection.py) keeps, per bead, when its worker counts as dead and
 when a failed dispatch's cooldown ends. The ticker runs `pass_time` every feed interval: each
 bead whose time came records `worker.timed_out` or `cooldown.ended`, once, and that event
 refreshes its facts in the same transaction like any other."""
@@ -11,9 +11,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..events import EventItem, record_many, settle
-from ..models import BeadFacts
-from ..readiness import dead_among
+from convoys.log.events import EventItem, record_many, settle
+from convoys.models import BeadFacts
+from convoys.rules.readiness import dead_among
 
 LIMIT = 1000  # events per pass; the next pass takes the rest
 

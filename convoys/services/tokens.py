@@ -14,8 +14,8 @@ from django.db.models import Q
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from ..models import ApiToken
-from .errors import NotFound, ServiceError
+from convoys.models import ApiToken
+from convoys.services.errors import NotFound, ServiceError
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from ..models import Convoy, ConvoyVisit
+from convoys.models import Convoy, ConvoyVisit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -6,8 +6,9 @@ from typing import Any
 from django import template
 from django.template import Context
 
-from ..models import Bead, Convoy
-from ..services import breaker, controls
+from convoys.models import Bead, Convoy
+from convoys.rules import breaker
+from convoys.services import controls
 
 register = template.Library()
 

@@ -8,8 +8,8 @@ from django.db.models import Count
 from django.template import Context
 from django.utils.dateparse import parse_datetime
 
-from ..edit_views import DependencyForm
-from ..models import DONE_STATUSES, Bead, Convoy, Rig, TrackedBead
+from convoys.models import DONE_STATUSES, Bead, Convoy, Rig, TrackedBead
+from convoys.web.edit_views import DependencyForm
 
 register = template.Library()
 

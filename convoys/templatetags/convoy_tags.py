@@ -10,11 +10,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from .. import causes, formatting
-from ..ids import quoted_url_segment
-from ..models import Convoy, Event
-from ..selectors import DashboardRow, status_class
-from .bar_tags import bar
+from convoys.core import formatting
+from convoys.core.ids import quoted_url_segment
+from convoys.models import Convoy, Event
+from convoys.read.selectors import DashboardRow, status_class
+from convoys.rules import causes
+from convoys.templatetags.bar_tags import bar
 
 register = template.Library()
 

@@ -6,8 +6,8 @@ from typing import Any
 from django import template
 from django.template import Context
 
-from ..models import Convoy
-from ..services import escalation
+from convoys.models import Convoy
+from convoys.services import escalation
 
 register = template.Library()
 

@@ -2,7 +2,7 @@
 
 from django import template
 
-from ..models import SyncSource
+from convoys.models import SyncSource
 
 register = template.Library()
 

@@ -374,7 +374,7 @@
 
   /* Relative times ("3m ago") drift on a page left open: word them again from the exact time
    * each carries, every 20 s, with the server's clock (data-now: when the page was drawn). The
-   * same words as convoys/formatting.py relative(). */
+   * same words as convoys/core/formatting.py relative(). */
   const skew = (Date.parse(body.dataset.now || "") || Date.now()) - Date.now();
   function duration(seconds) {
     let minutes = Math.floor(seconds / 60);

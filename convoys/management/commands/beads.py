@@ -5,11 +5,12 @@ from typing import Any
 
 import orjson
 
-from ... import causes, selectors
-from ...models import Bead, Dependency, TrackedBead
-from ...services import beads as bead_service
-from ...services import breaker, controls, jsonl, sync
-from ..base import ServiceCommand, error
+from convoys.management.base import ServiceCommand, error
+from convoys.models import Bead, Dependency, TrackedBead
+from convoys.read import selectors
+from convoys.rules import breaker, causes
+from convoys.services import beads as bead_service
+from convoys.services import controls, jsonl, sync
 
 
 class Command(ServiceCommand):

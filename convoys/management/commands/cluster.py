@@ -36,8 +36,8 @@ from django_q import cluster as q_cluster
 from django_q.humanhash import humanize
 from django_q.signing import SignedPackage
 
-from ... import processes
-from ...services import ticker
+from convoys.infra import processes
+from convoys.services import ticker
 
 log = logging.getLogger("convoys.cluster")  # one JSON object a line with LOG_FORMAT=json
 

@@ -8,22 +8,14 @@ from typing import Any
 
 from django.utils import timezone
 
-from ... import causes, projection, selectors, stranding
-from ...formatting import convoy_title, render_launch, status_words
-from ...models import CONVOY_OPEN, LANDED_REASON, STAGED_STATUSES, Convoy, status_symbol
-from ...services import (
-    breaker,
-    capacity,
-    controls,
-    escalation,
-    feeding,
-    launch,
-    staging,
-    timekeeping,
-)
-from ...services import convoys as convoy_service
-from ...services.notify import format_duration
-from ..base import ServiceCommand, error
+from convoys.core.formatting import convoy_title, render_launch, status_words
+from convoys.management.base import ServiceCommand, error
+from convoys.models import CONVOY_OPEN, LANDED_REASON, STAGED_STATUSES, Convoy, status_symbol
+from convoys.read import projection, selectors
+from convoys.rules import breaker, capacity, causes, stranding
+from convoys.services import controls, escalation, feeding, launch, staging, timekeeping
+from convoys.services import convoys as convoy_service
+from convoys.services.notify import format_duration
 
 
 class Command(ServiceCommand):

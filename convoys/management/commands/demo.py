@@ -13,8 +13,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser, Permission
 from django.core.management import call_command
 
-from ...services import demo, notify, roles
-from ..base import ServiceCommand, error
+from convoys.management.base import ServiceCommand, error
+from convoys.services import demo, notify, roles
 
 DEMO_USER, DEMO_PASSWORD = "demo", "convoy-demo"
 

@@ -3,9 +3,9 @@
 from argparse import ArgumentParser
 from typing import Any
 
-from ...models import Bead, Rig, Route
-from ...services import rigs
-from ..base import ServiceCommand
+from convoys.management.base import ServiceCommand
+from convoys.models import Bead, Rig, Route
+from convoys.services import rigs
 
 STATE_FOR = {"park": Rig.PARKED, "dock": Rig.DOCKED, "unpark": Rig.ACTIVE, "undock": Rig.ACTIVE}
 

@@ -26,10 +26,11 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 from django.utils import timezone
 
-from ... import processes, selectors
-from ...events import last_seq
-from ...formatting import several
-from ...services import ticker
+from convoys.core.formatting import several
+from convoys.infra import processes
+from convoys.log.events import last_seq
+from convoys.read import selectors
+from convoys.services import ticker
 
 log = logging.getLogger("convoys.serve")
 

@@ -4,10 +4,10 @@ from argparse import ArgumentParser
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...models import Rig
-from ...services import sling
-from ...services.beads import check_bead_id
-from ..base import ServiceCommand, error
+from convoys.management.base import ServiceCommand, error
+from convoys.models import Rig
+from convoys.services import sling
+from convoys.services.beads import check_bead_id
 
 
 class Command(ServiceCommand):

@@ -29,11 +29,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections, transaction
 
-from ...formatting import several
-from ...models import bead_prefix
-from ...services import beads, demo
-from ...services.errors import ServiceError
-from ...services.tokens import create_token
+from convoys.core.formatting import several
+from convoys.models import bead_prefix
+from convoys.services import beads, demo
+from convoys.services.errors import ServiceError
+from convoys.services.tokens import create_token
 
 log = logging.getLogger("convoys.swarm")
 FOLLOW_UP = "Follow-up: "  # found while doing a bead; follow-ups find nothing more

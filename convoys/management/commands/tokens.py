@@ -8,8 +8,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from ...services import tokens
-from ..base import ServiceCommand, error
+from convoys.management.base import ServiceCommand, error
+from convoys.services import tokens
 
 
 class Command(ServiceCommand):

@@ -5,8 +5,8 @@ import sys
 from argparse import ArgumentParser
 from typing import Any, TextIO
 
-from ...services import roles
-from ..base import ServiceCommand, error
+from convoys.management.base import ServiceCommand, error
+from convoys.services import roles
 
 CHOICES = "|".join(roles.ROLES)
 

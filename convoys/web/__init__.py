@@ -1,0 +1,1 @@
+"""The pages: views per page, fragments for live updates, access rules, health and metrics endpoints."""
