@@ -1,6 +1,6 @@
 """The convoy page in Chromium at 1,000, 5,000 and 20,000 beads: load-event time (navigation
 start to the load event, median of several runs, sizes alternating in each round), the time
-to the first byte (the server's part), DOM elements and the HTML's size. Goal (issue 14 item 4):
+to the first byte (the server's part), DOM elements and the HTML's size. Goal:
 the 20,000-bead page loads in at most 1.5x the time of the 1,000-bead page, with fewer than
 10,000 DOM elements at any size (the overview above `selectors.OVERVIEW_AT` tracked beads).
 

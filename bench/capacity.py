@@ -1,4 +1,4 @@
-"""Town capacity under load (issue 16 item 1): a cap of 4, 8 convoys of 50 one-second beads,
+"""Town capacity under load: a cap of 4, 8 convoys of 50 one-second beads,
 worked by the demo swarm through the JSON API, on PostgreSQL + Redis.
 
 Starts daphne, one task cluster and `manage.py swarm --min-work 1 --max-work 1 --poll 0.25`

@@ -1,4 +1,4 @@
-"""The convoy's story over time (issue 14 item 5), server time at 1,000 and 5,000 beads with a
+"""The convoy's story over time, server time at 1,000 and 5,000 beads with a
 realistic event log (every bead created, the convoy launched, beads dispatched and closed in
 dependency order, some in progress: ~3 events a bead):
 

@@ -114,7 +114,7 @@ def build():
         convoy(f"hq-cv-d{c:04d}", make(f"gt-d{c:03d}x", 100))
     convoy("hq-cv-p1000", make("gt-p1k", 1000))
     convoy("hq-cv-p5000", make("gt-p5k", 5000))
-    # One bead with 140,000 dependencies (issue 13: it was a 13 MB page in 7.6 s).
+    # One bead with 140,000 dependencies (once a 13 MB page drawn in 7.6 s).
     hub = make("gt-hub", 1, chain_back=0)[0]
     bulk.insert(
         Dependency,

@@ -1,4 +1,4 @@
-"""`beads sync` measured (issue 18): pass times, memory, and the lag from a close in bd to the
+"""`beads sync` measured: pass times, memory, and the lag from a close in bd to the
 next dispatch. Each part runs in a process of its own, on a fresh database.
 
 - times: a generated bd JSONL source of --beads beads (as bench/import.py makes them), synced

@@ -71,7 +71,7 @@ else:
     _ModelForm = forms.ModelForm
     _InlineFormSet = BaseInlineFormSet
 
-# bd's built-in issue types and Gas Town's orchestrator ones (reference/beads-model.md §1.4).
+# bd's built-in issue types and Gas Town's orchestrator ones.
 KNOWN_TYPES = (
     "task",
     "bug",

@@ -196,7 +196,7 @@ class Progress(Schema):
     ready: int
     blocked: int
     unknown: int
-    failed: int  # last dispatch failed, not running (seed 003)
+    failed: int  # last dispatch failed, not running
     percent: int  # percent of tracked beads done, 100 only when all are
     stranded: bool
     spin: bool
@@ -548,7 +548,7 @@ class PauseIn(Body):
 
 @api.post("/convoys/{convoy_id}/pause", response=responses(dict, 404, 413), tags=["convoys"])
 def pause_convoy(request: HttpRequest, convoy_id: Text, payload: PauseIn) -> dict[str, Any]:
-    """Stop every path from dispatching the convoy's beads (issue 16); answers the proof."""
+    """Stop every path from dispatching the convoy's beads; answers the proof."""
     need(request, "change_convoy")
     convoy, changed = controls.pause(convoy_id, actor=f"api:{request.user}", reason=payload.reason)
     return {"id": convoy.pk, "changed": changed, "paused": controls.pause_json(convoy)}

@@ -155,7 +155,7 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'convoy
 _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + IMMEDIATE transactions: the only combination with zero "database is locked"
-    # under concurrent writers (reference/reliability.md §0.7).
+    # under concurrent writers.
     _db["OPTIONS"] = {
         # Other modes exist only for bench/soak.py's negative control.
         "transaction_mode": env_choice(
@@ -275,7 +275,7 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                # redis-py 8 caps the async pool at 100 and raises beyond it (reliability §0.4).
+                # redis-py 8 caps the async pool at 100 and raises beyond it.
                 "hosts": [{"address": REDIS_URL, "max_connections": 2000}],
                 "capacity": 200,
                 # Members of a crashed web process expire instead of slowing every send.
@@ -298,7 +298,7 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# A task must finish before `retry`, or the ORM broker hands it out again (reliability §1.1).
+# A task must finish before `retry`, or the ORM broker hands it out again.
 CONVOY_TASK_TIMEOUT = env_int("CONVOY_TASK_TIMEOUT", 60)
 Q_CLUSTER = {
     "name": "convoyweb",

@@ -1,4 +1,4 @@
-"""Hostile request bodies through the JSON API (issue 13, items 7-9): a body of the wrong
+"""Hostile request bodies through the JSON API: a body of the wrong
 shape or type, a NUL byte, a lone surrogate or a 10 MB body is refused with a 4xx JSON answer
 naming what is wrong, and nothing is written."""
 

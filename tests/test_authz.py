@@ -1,4 +1,4 @@
-"""Authorization matrix (issue 13): every URL pattern Django resolves and every API operation,
+"""Authorization matrix: every URL pattern Django resolves and every API operation,
 for each role and each method it accepts, against the statuses written in the tables below.
 
 The tables are the spec. A URL pattern or API operation without a row fails the test, so a new
@@ -618,7 +618,7 @@ def test_api_methods_an_operation_does_not_declare_are_405(world):
     assert wrong == []
 
 
-# --- subscriptions and the inbox (issue 13, items 3 and 7) ---------------------------------------
+# --- subscriptions and the inbox ---------------------------------------
 def signed_in(user):
     client = Client()
     client.force_login(user)

@@ -1,4 +1,4 @@
-"""The dispatch circuit breaker (issue 16 item 3): after CONVOY_MAX_DISPATCH_FAILURES failed
+"""The dispatch circuit breaker: after CONVOY_MAX_DISPATCH_FAILURES failed
 dispatches in a row a bead is parked: no path retries it, the convoy cannot land, its people
 are told to act; `beads retry` (or the bead page's button) clears it."""
 

@@ -1,4 +1,4 @@
-"""Town-wide capacity (issue 16 item 1): in flight derived from rows, the queue's order
+"""Town-wide capacity: in flight derived from rows, the queue's order
 (priority, then round-robin across convoys, then id) and its positions."""
 
 import io

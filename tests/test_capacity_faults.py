@@ -1,4 +1,4 @@
-"""Town capacity under faults (issue 16 item 1), with real task clusters on one database:
+"""Town capacity under faults, with real task clusters on one database:
 two clusters, launches and container slings racing never put more beads in flight than the
 cap, and kill -9 of a cluster mid-dispatch leaks no slot."""
 

@@ -1,4 +1,4 @@
-"""Why is this bead not moving? (issue 16 item 4): one cause per tracked bead that is not done,
+"""Why is this bead not moving? One cause per tracked bead that is not done,
 decided in a fixed order by `convoys.rules.causes`; the convoy page, the bead page, the API and
 `convoy status` all show it and agree."""
 
@@ -14,7 +14,7 @@ from django.utils import timezone
 from convoys.infra.dispatchers import Outcome
 from convoys.models import Bead, Rig, Worker
 from convoys.rules import capacity, causes, stranding
-from convoys.rules.causes import Facts, Pause, Row
+from convoys.rules.causes import BeadRow, CauseFacts, Pause
 from convoys.services import controls, convoys, dispatch, rigs
 from convoys.services.rigs import upsert_route
 
@@ -37,11 +37,11 @@ def row(**changes):
         "rig": "gastown",
         "rig_state": "active",
     }
-    return Row(**(values | changes))
+    return BeadRow(**(values | changes))
 
 
 def kind(**facts):
-    return causes.decide(Facts("gt-a", facts.pop("row", row()), **facts))["kind"]
+    return causes.decide(CauseFacts("gt-a", facts.pop("row", row()), **facts))["kind"]
 
 
 def test_the_first_kind_that_holds_is_the_cause():
@@ -78,7 +78,7 @@ def test_the_first_kind_that_holds_is_the_cause():
         assert kind(**everything) == want
         everything[name] = cleared[name]
     assert kind(**everything) == "ready"
-    assert causes.decide(Facts("gt-a", None))["kind"] == "unknown"
+    assert causes.decide(CauseFacts("gt-a", None))["kind"] == "unknown"
     assert kind(row=row(issue_type="epic"), paused=everything["paused"]) == "not-slingable"
     assert kind(row=row(status="deferred")) == "not-slingable"
     assert kind(row=row(status="hooked")) == "not-slingable"  # hooked, nobody assigned

@@ -1,4 +1,4 @@
-"""Values that reach the dispatch command are safe (issue 24, item 4).
+"""Values that reach the dispatch command are safe.
 
 Rig names and route prefixes keep to ASCII letters, digits and '-._' at every entry; a
 template that runs a shell is refused unless the operator opts in, and then every value is

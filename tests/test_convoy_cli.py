@@ -1,4 +1,4 @@
-"""The convoy command line through call_command: staging, launch, lifecycle, sling (ref §7.1)."""
+"""The convoy command line through call_command: staging, launch, lifecycle, sling."""
 
 import io
 import json

@@ -1,4 +1,4 @@
-"""Pure DAG logic: reference §7.1 U-* cases and property tests PT-01…PT-06 (no database)."""
+"""Pure DAG logic: the original's unit cases and property tests (no database)."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Escalation that stops when acknowledged (issue 16 item 5): a convoy with no progress for
+"""Escalation that stops when acknowledged: a convoy with no progress for
 CONVOY_STUCK_AFTER raises one action-needed notification naming its causes, again after
 CONVOY_REESCALATE_AFTER at most twice, never to someone who may not view it; the convoy page's
 and the inbox's button, `convoy ack` and the API stop it; progress starts afresh. Time is

@@ -1,4 +1,4 @@
-"""How each user hears about each kind (issue 16 item 5): action needed and receipts, each
+"""How each user hears about each kind: action needed and receipts, each
 immediate (toast, browser notification, e-mail), in the app only, or for receipts a daily
 digest e-mail; chosen on the Subscriptions page; users without an address get in-app only."""
 

@@ -1,4 +1,4 @@
-"""Live delivery under faults (reliability.md §7 items 7–12), through a real daphne process
+"""Live delivery under faults, through a real daphne process
 and real websocket clients: a burst of 300 events to 100 subscribers, a stalled reader beside
 prompt ones, and the Redis channel layer's server stopped for 10 s and started again.
 

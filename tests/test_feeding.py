@@ -1,4 +1,4 @@
-"""Feeder, catch-up, stranded scan and landing (reference §7.2), with django-q2 in sync mode."""
+"""Feeder, catch-up, stranded scan and landing, with django-q2 in sync mode."""
 
 import sys
 from datetime import timedelta

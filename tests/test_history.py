@@ -1,4 +1,4 @@
-"""The convoy's story over time (issue 14 item 5): the pure replay (convoys/core/history.py), its
+"""The convoy's story over time: the pure replay (convoys/core/history.py), its
 property (replaying every event gives today's statuses and page states), the timeline, the
 slider's step and "since your last visit" over HTTP."""
 

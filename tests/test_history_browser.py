@@ -1,4 +1,4 @@
-"""The convoy's story over time in Chromium (issue 14 item 5): the timeline by wave follows
+"""The convoy's story over time in Chromium: the timeline by wave follows
 the log live, the time slider shows the page as after a past event and comes back to now,
 and beads changed since the user's last visit are marked. Screenshots: timeline, slider."""
 

@@ -1,5 +1,4 @@
-"""Ids, rig names and assignees: one rule at every entry, every exit safe (issue 13, items 1,
-2, 9, 10). Each original attack is reproduced here through the interface it came from."""
+"""Ids, rig names and assignees: one rule at every entry, every exit safe. Each original attack is reproduced here through the interface it came from."""
 
 import io
 import json

@@ -1,4 +1,4 @@
-"""`max_in_flight` holds on every path at once (issue 15 item 5): launch, close feeding,
+"""`max_in_flight` holds on every path at once: launch, close feeding,
 catch-up, the stranded scan and `sling <convoy>` race in real processes on one database, and
 the event log (gap-free, in commit order) never shows a convoy with a limit of 2 holding 3."""
 

@@ -1,4 +1,4 @@
-"""Front end (issue 17): the dashboard, a convoy page and a bead page carry no inline style= or
+"""Front end: the dashboard, a convoy page and a bead page carry no inline style= or
 on*= attribute (progress bars are SVG rects with geometry attributes), and each page loads only
 the scripts it uses: the DAG's pan and zoom (dag.js) and the time slider (history.js) on the
 convoy page only; live.js, on every page, holds none of them."""

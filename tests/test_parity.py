@@ -1,5 +1,5 @@
-"""Parity with the original, through the command line (issue 15): discovered work joins its
-convoys (seed 003), `convoy close --notify`, `convoy land --dry-run`, `convoy watch/unwatch`,
+"""Parity with the original, through the command line: discovered work joins its
+convoys, `convoy close --notify`, `convoy land --dry-run`, `convoy watch/unwatch`,
 and RFC 3339 times in every --json output."""
 
 import io

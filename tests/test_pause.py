@@ -1,4 +1,4 @@
-"""Pause and resume (issue 16 item 2): a paused convoy is fed by no path (close event,
+"""Pause and resume: a paused convoy is fed by no path (close event,
 catch-up, stranded scan, sling into it, launch), the proof is read from the dispatch records,
 and resume feeds at once. CLI, web page, API and services."""
 

@@ -1,4 +1,4 @@
-"""Pause racing the feeders (issue 16 fault test): a close-and-feed loop, catch-up with the
+"""Pause racing the feeders: a close-and-feed loop, catch-up with the
 stranded scan, and container slings run in real processes on one database while the convoy
 is paused; the event log (gap-free, in commit order) shows no dispatch of its beads after
 `convoy.paused`. Resume feeds again."""

@@ -1,4 +1,4 @@
-"""Progress carries seed 003's `failed` and `percent` everywhere (issue 15 item 7): CLI
+"""Progress carries the original's `failed` and `percent` everywhere: CLI
 `convoy status` and `list --json`, the API list and detail, the dashboard row, the convoy
 page's counts and its SVG bar, all from the one summary."""
 

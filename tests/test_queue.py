@@ -1,5 +1,5 @@
 """The close hook is explicit: the writers of `bead.closed` hand each close to the cluster through
-convoys/log/queue.py after their commit; recording an event runs nothing else (issue 17)."""
+convoys/log/queue.py after their commit; recording an event runs nothing else."""
 
 import pytest
 from django.core.management import call_command

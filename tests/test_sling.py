@@ -1,5 +1,5 @@
-"""`sling` through call_command: container expansion (seed 004), refusals of what must never be
-dispatched (reference §1.3, §9 B18), --force recorded on the dispatch."""
+"""`sling` through call_command: container expansion, refusals of what must never be
+dispatched, --force recorded on the dispatch."""
 
 import io
 import json

@@ -271,9 +271,9 @@ def test_landed_convoy_page_has_no_eta(one, client):
 
 
 def test_imported_hooked_work_of_silent_workers_is_listed_and_rescued(routes, client, settings):
-    """Issue 15 item 4: bd's hooked work whose assignee never reports here is ready once the
+    """bd's hooked work whose assignee never reports here is ready once the
     bead is CONVOY_WORKER_TIMEOUT old; `convoy stranded` lists it and `convoy feed` rescues it,
-    one bead per convoy per scan (reference §7.2)."""
+    one bead per convoy per scan."""
     settings.CONVOY_WORKER_TIMEOUT = 600
     cli("beads", "import", str(FIXTURES / "hooked.jsonl"))
     cli("beads", "heartbeat", "gastown/polecats/alive")
@@ -301,8 +301,8 @@ def test_imported_hooked_work_of_silent_workers_is_listed_and_rescued(routes, cl
 
 
 def test_convoy_stuck_behind_work_in_progress_is_listed_with_its_cause(gated, client):
-    """Issue 15 item 6: the original lists every open convoy; one with no ready work while
-    beads are in progress is its "stuck", here with what holds the rest (reference §4.4)."""
+    """The original lists every open convoy; one with no ready work while
+    beads are in progress is its "stuck", here with what holds the rest."""
     convoy = gated
     assert verdict(convoy).kind == stranding.MOVING
     assert cli("convoy", "stranded").splitlines() == [

@@ -1,4 +1,4 @@
-"""`manage.py beads sync` (issue 18): a bd JSONL file or `cmd:` source mirrored pass by pass,
+"""`manage.py beads sync`: a bd JSONL file or `cmd:` source mirrored pass by pass,
 only what changed written, through the import service, each change with its event."""
 
 import io

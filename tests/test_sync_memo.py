@@ -1,4 +1,4 @@
-"""A sync pass skips what the last good pass read the same (issue 18, measured part): chunks
+"""A sync pass skips what the last good pass read the same: chunks
 of the source found byte for byte, and a file whose identity has not changed, while no pass
 has written since; what is not the same is read line by line as before."""
 

@@ -1,4 +1,4 @@
-"""Ownership of synced beads (issue 18 item 3) and records missing from their source (item 2),
+"""Ownership of synced beads and records missing from their source,
 through the admin, the pages, the API and the CLI: a bead its source still has is changed in
 bd, read-only here and saying which source; one the source dropped is kept, marked missing
 and editable again; beads created here stay editable."""

@@ -1,4 +1,4 @@
-"""The whole loop with real processes (issue 18 item 4): `manage.py serve` (daphne and the task
+"""The whole loop with real processes: `manage.py serve` (daphne and the task
 cluster) syncs a test town's bd JSONL every second; the town's dispatcher command answers at
 once and a detached worker rewrites the bead closed in that file a moment later, as gt and a
 polecat would. An epic staged and launched through the API lands with no manual step; the

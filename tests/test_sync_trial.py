@@ -1,4 +1,4 @@
-"""`beads sync` after a trial user's findings (issue 18): a dispatch claim of ours stands
+"""`beads sync` after a trial user's findings: a dispatch claim of ours stands
 through a source change that does not touch the fields it writes; a source no longer
 configured can be forgotten (its records become local); a record moving from one source to
 another says so (event, report, dashboard)."""

@@ -28,7 +28,7 @@ def viewer(db):
 
 
 @pytest.fixture
-def admin_user(db):
+def editor(db):
     return user_with(
         "view_convoy", "view_bead", "change_convoy", "add_convoy", "change_bead", username="boss"
     )
@@ -90,23 +90,23 @@ def test_missing_permission_gets_a_clear_403(world, db):
     assert response.status_code == 403 and b"you may not do that" in response.content
 
 
-def test_actions_need_change_permission_and_csrf(world, viewer, admin_user):
+def test_actions_need_change_permission_and_csrf(world, viewer, editor):
     response = logged_in(viewer).post(f"/convoys/{world}/launch/", {"force": "1"})
     assert response.status_code == 403
     assert Convoy.objects.get(pk=world).status == "staged_warnings"
-    csrf_client = logged_in(admin_user, csrf=True)
+    csrf_client = logged_in(editor, csrf=True)
     assert csrf_client.post(f"/convoys/{world}/launch/", {"force": "1"}).status_code == 403
-    response = logged_in(admin_user).post(f"/convoys/{world}/launch/", {"force": "1"})
+    response = logged_in(editor).post(f"/convoys/{world}/launch/", {"force": "1"})
     assert response.status_code == 302
     assert Convoy.objects.get(pk=world).status == "open"
     assert Bead.objects.get(pk="gt-a").status == "hooked"
 
 
-def test_convoy_actions(world, admin_user):
-    client = logged_in(admin_user)
+def test_convoy_actions(world, editor):
+    client = logged_in(editor)
     client.post(f"/convoys/{world}/launch/", {"force": "1"})
     client.post(f"/convoys/{world}/subscribe/", {"email": "1"})
-    assert Subscription.objects.get(user=admin_user).email
+    assert Subscription.objects.get(user=editor).email
     client.post(f"/convoys/{world}/close/", {"force": "1", "reason": "stop"})
     convoy = Convoy.objects.get(pk=world)
     assert convoy.status == "closed" and convoy.close_reason == "stop"
@@ -115,10 +115,10 @@ def test_convoy_actions(world, admin_user):
     assert Convoy.objects.get(pk=world).status == "open"
 
 
-def test_after_a_post_the_way_back_stays_on_this_site(world, admin_user):
+def test_after_a_post_the_way_back_stays_on_this_site(world, editor):
     """`next` may name a page of this site; another host (a protocol-relative //host too)
     falls back to the page the button was on."""
-    client = logged_in(admin_user)
+    client = logged_in(editor)
     page = f"/convoys/{world}/"
     for target in ("//evil.example/", "https://evil.example/", "///evil.example", ""):
         got = client.post(f"/convoys/{world}/subscribe/", {"next": target})
@@ -129,8 +129,8 @@ def test_after_a_post_the_way_back_stays_on_this_site(world, admin_user):
     assert got["Location"] == "/subscriptions/"
 
 
-def test_bead_close_and_reopen_from_the_bead_page(world, admin_user):
-    client = logged_in(admin_user)
+def test_bead_close_and_reopen_from_the_bead_page(world, editor):
+    client = logged_in(editor)
     client.post("/beads/gt-c/close/", {"reason": "done"})
     assert Bead.objects.get(pk="gt-c").status == "closed"
     client.post("/beads/gt-c/reopen/")
@@ -138,11 +138,11 @@ def test_bead_close_and_reopen_from_the_bead_page(world, admin_user):
     assert Event.objects.filter(bead_id="gt-c", kind="bead.reopened").exists()
 
 
-def test_stage_page_previews_without_writing_then_stages(routes, admin_user):
+def test_stage_page_previews_without_writing_then_stages(routes, editor):
     bead("gt-root", type="epic")
     bead("gt-a")
     child("gt-root", "gt-a")
-    client = logged_in(admin_user)
+    client = logged_in(editor)
     page = client.get("/stage/?epic=gt-root").content.decode()
     assert "gt-root [epic]" in page and "staged_warnings" in page and "[orphan]" in page
     assert Convoy.objects.count() == 0
@@ -150,23 +150,23 @@ def test_stage_page_previews_without_writing_then_stages(routes, admin_user):
     assert response.status_code == 302 and Convoy.objects.count() == 1
 
 
-def test_stage_page_shows_errors(routes, admin_user):
+def test_stage_page_shows_errors(routes, editor):
     bead("zz-a")
-    page = logged_in(admin_user).get("/stage/?ids=zz-a").content.decode()
+    page = logged_in(editor).get("/stage/?ids=zz-a").content.decode()
     assert "no valid rig" in page and Convoy.objects.count() == 0
 
 
-def test_inbox_marks_read(world, admin_user):
-    Subscription.objects.create(user=admin_user)
+def test_inbox_marks_read(world, editor):
+    Subscription.objects.create(user=editor)
     beads.close_bead("gt-a")
     beads.close_bead("gt-b")
     beads.close_bead("gt-c")
     convoy = Convoy.objects.get(pk=world)
     convoys.set_status(convoy, "open")
     convoys.close_if_complete(convoy)
-    note = Notification.objects.get(user=admin_user)
+    note = Notification.objects.get(user=editor)
     assert note.subject == "🚚 Convoy landed: Root"
-    client = logged_in(admin_user)
+    client = logged_in(editor)
     inbox = client.get("/inbox/").content.decode()
     assert "Convoy landed: Root" in inbox and "Convoy: Root" not in inbox
     client.post("/inbox/")
@@ -217,8 +217,8 @@ def api(client, method, url, body=None, token=None):
     return response.status_code, response.json()
 
 
-def test_api_token_auth_and_errors(world, admin_user):
-    token = create_token(admin_user, "tool")
+def test_api_token_auth_and_errors(world, editor):
+    token = create_token(editor, "tool")
     client = Client()
     assert api(client, "get", "/api/convoys")[0] == 401
     assert api(client, "get", "/api/convoys", token="cvw_wrong")[0] == 401
@@ -240,8 +240,8 @@ def test_api_token_auth_and_errors(world, admin_user):
     assert status == 400 and "nothing to update" in data["detail"]
 
 
-def test_api_close_heartbeat_launch(world, admin_user):
-    token = create_token(admin_user, "worker")
+def test_api_close_heartbeat_launch(world, editor):
+    token = create_token(editor, "worker")
     client = Client()
     status, data = api(client, "post", "/api/launch", {"ids": [world], "force": True}, token=token)
     assert status == 200 and [d["id"] for d in data["dispatched"]] == ["gt-a", "gt-c"]
@@ -355,8 +355,8 @@ def assert_parts_of(page, fragments):
         assert same_markup(html) in same_markup(page), fragment_id
 
 
-def test_every_page_is_its_fragments_and_says_when_it_was_drawn(world, admin_user):
-    client = logged_in(admin_user)
+def test_every_page_is_its_fragments_and_says_when_it_was_drawn(world, editor):
+    client = logged_in(editor)
     client.post(f"/convoys/{world}/launch/", {"force": "1"})
     client.post("/subscriptions/", {"do": "add"})
     for url in [
@@ -378,10 +378,10 @@ def test_every_page_is_its_fragments_and_says_when_it_was_drawn(world, admin_use
     assert set(named["fragments"]) == {"convoy-head", "timeline"}
 
 
-def test_dashboard_answers_only_the_rows_that_changed(world, admin_user):
+def test_dashboard_answers_only_the_rows_that_changed(world, editor):
     bead("gt-other")
     other = convoys.create("Other", ["gt-other"])
-    client = logged_in(admin_user)
+    client = logged_in(editor)
     client.post(f"/convoys/{world}/launch/", {"force": "1"})
     seq = as_of(client.get("/").content.decode())
     # The feeding banner turns on and off with time, not events: every answer carries it.
@@ -402,8 +402,8 @@ def test_dashboard_answers_only_the_rows_that_changed(world, admin_user):
     assert "convoy-table" in live(client, "/", since=data["seq"])["fragments"]
 
 
-def test_convoy_page_answers_changed_nodes_rows_and_state(world, admin_user):
-    client = logged_in(admin_user)
+def test_convoy_page_answers_changed_nodes_rows_and_state(world, editor):
+    client = logged_in(editor)
     client.post(f"/convoys/{world}/launch/", {"force": "1"})
     page = client.get(f"/convoys/{world}/").content.decode()
     layout_key = re.search(r'data-layout="([0-9a-f]+)"', page).group(1)
@@ -424,8 +424,8 @@ def test_convoy_page_answers_changed_nodes_rows_and_state(world, admin_user):
     assert "dag-card" in other["fragments"]
 
 
-def test_closed_convoy_and_bead_pages_drop_their_actions(world, admin_user):
-    client = logged_in(admin_user)
+def test_closed_convoy_and_bead_pages_drop_their_actions(world, editor):
+    client = logged_in(editor)
     client.post(f"/convoys/{world}/launch/", {"force": "1"})
     for bead_id in ("gt-a", "gt-c", "gt-b"):
         beads.close_bead(bead_id)
@@ -442,10 +442,10 @@ def test_closed_convoy_and_bead_pages_drop_their_actions(world, admin_user):
     assert "Reopen" in bead_parts["bead-actions"] and "close-bead" not in bead_parts["bead-actions"]
 
 
-def test_words_and_times_for_people(world, admin_user):
+def test_words_and_times_for_people(world, editor):
     convoy = Convoy.objects.get(pk=world)
     Convoy.objects.filter(pk=world).update(owner="api:boss")
-    client = logged_in(admin_user)
+    client = logged_in(editor)
     page = client.get("/").content.decode()
     assert '<span class="status staged_warnings">staged with warnings</span>' in page
     assert ">boss<" in page and "api:boss" not in page
@@ -461,10 +461,10 @@ def test_words_and_times_for_people(world, admin_user):
     assert "bead closed" in bead_page and "bead.closed" not in bead_page
 
 
-def test_a_big_convoy_page_drops_a_closed_bead_from_its_list(routes, admin_user):
+def test_a_big_convoy_page_drops_a_closed_bead_from_its_list(routes, editor):
     ids = [bead(f"gt-big{i:03d}").id for i in range(160)]  # more than the page lists in full
     convoy = convoys.create("Big", ids)
-    client = logged_in(admin_user)
+    client = logged_in(editor)
     page = client.get(f"/convoys/{convoy.pk}/").content.decode()
     layout_key = re.search(r'data-layout="([0-9a-f]+)"', page).group(1)
     beads.close_bead(ids[0])
@@ -478,8 +478,8 @@ def test_a_big_convoy_page_drops_a_closed_bead_from_its_list(routes, admin_user)
     assert_parts_of(client.get(f"/convoys/{convoy.pk}/").content.decode(), fragments)
 
 
-def test_live_requests_refuse_nothing_and_break_nothing(world, admin_user):
-    client = logged_in(admin_user)
+def test_live_requests_refuse_nothing_and_break_nothing(world, editor):
+    client = logged_in(editor)
     url = f"/convoys/{world}/"
     for since in ("abc", "-5", "9" * 30, "", "1e3", "²"):
         assert "convoy-head" in live(client, url, x_live_since=since)["fragments"], since
@@ -502,7 +502,7 @@ def test_relative_times_read_naturally():
     assert relative(now - timedelta(hours=2, minutes=5), now) == "2h 5m ago"
 
 
-def test_a_timeline_draws_what_events_carry_as_text(routes, admin_user):
+def test_a_timeline_draws_what_events_carry_as_text(routes, editor):
     """Event data comes from anyone with a token (and from imports): the timeline, drawn by a
     tag, escapes every value it prints, and prints odd types as text."""
     from convoys.log.events import record
@@ -517,7 +517,7 @@ def test_a_timeline_draws_what_events_carry_as_text(routes, admin_user):
     )
     record("rig.state", convoy_id=convoy.pk, data={"rig": "<r>", "state": ["parked"]})
     for url in (f"/convoys/{convoy.pk}/", "/beads/gt-tl1/"):
-        page = logged_in(admin_user).get(url).content.decode()
+        page = logged_in(editor).get(url).content.decode()
         timeline = page[page.index('id="timeline"') :]
         timeline = timeline[: timeline.index("</ol>")]
         assert "<script>" not in timeline and "<i>" not in timeline and "<b>" not in timeline
@@ -526,7 +526,7 @@ def test_a_timeline_draws_what_events_carry_as_text(routes, admin_user):
         assert "✗ 42" in timeline
     assert (
         "&lt;r&gt;: [&#x27;parked&#x27;]"
-        in logged_in(admin_user).get(f"/convoys/{convoy.pk}/").content.decode()
+        in logged_in(editor).get(f"/convoys/{convoy.pk}/").content.decode()
     )
 
 

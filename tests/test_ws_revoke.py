@@ -25,7 +25,7 @@ from .test_live import communicator, events_of, has, make_user, receive_until, s
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-WITHIN = 5  # seconds a revocation may take to reach an open socket (issue 24)
+WITHIN = 5  # seconds a revocation may take to reach an open socket
 TOPICS = "dashboard,inbox"
 
 

@@ -1,4 +1,4 @@
-"""bd JSONL records (reference/beads-model.md): reading and checking lines, and the column
+"""bd JSONL records (one issue per line, as `bd export` writes them): reading and checking lines, and the column
 values a record carries. No Django here: the import service (services/jsonl.py) writes them.
 
 A bad line raises BadLine with a one-line message naming the file, the line and the field.

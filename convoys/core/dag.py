@@ -3,7 +3,7 @@
 Build the DAG of a set of beads (execution edges vs parent-child hierarchy vs ignored types),
 find one cycle the way Gas Town reports it, compute dispatch waves with Kahn's algorithm,
 list gated tasks, detect errors and warnings, choose the staged status, and find the
-critical path. Behaviour and messages follow reference/gastown-convoy.md §2.
+critical path. Behaviour and messages follow Gas Town's `gt convoy stage` (docs/graph.md).
 """
 
 from collections.abc import Collection, Iterable, Mapping

@@ -1,4 +1,5 @@
-"""Text and JSON shapes shared by the CLI and the web pages (reference §2.5–§2.8, §3.1)."""
+"""Text and JSON shapes shared by the CLI and the web pages (the original's stage and launch
+reports, adapted)."""
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -204,7 +205,7 @@ def waves_json(dag: DAG, waves: Iterable[Iterable[str]]) -> list[dict[str, Any]]
 
 
 def render_launch(result: Mapping[str, Any]) -> str:
-    """The launch report (reference §3.1), adapted to this product's commands."""
+    """The launch report (as `gt convoy launch` prints it), adapted to this product's commands."""
     cid = result["convoy_id"]
     waves = result.get("waves", [])
     lines = [

@@ -3,7 +3,7 @@ by every entry (import, command line, API, admin), so that every exit (URLs, HTM
 JSON, e-mail, channel groups, dispatcher argv, export) can take anything accepted. No Django.
 
 bd itself only asks an explicit id to contain a '-' (the text before it is the prefix) and
-stores at most 255 characters (reference/beads-model.md §1.2); every id in the real exports is
+stores at most 255 characters (its column's limit); every id in the real exports is
 lowercase ASCII letters, digits, '-' and '.'. The rule here keeps all of them and refuses what
 breaks an exit or fools a reader:
 

@@ -1,5 +1,5 @@
 """The relay: tails the event log inside each web process and pushes new events to the groups
-that show them (SPEC §10). It starts on the first websocket connection (daphne has no ASGI
+that show them. It starts on the first websocket connection (daphne has no ASGI
 lifespan).
 
 Embedded default (in-memory layer): every web process relays to its own sockets.

@@ -1,7 +1,8 @@
 """The event log: append with a gap-free sequence number, read after a sequence number.
 
 Sequence numbers come from one counter row updated in the writer's own transaction, so they
-are gap-free in commit order on SQLite and PostgreSQL alike (SPEC §10): a second writer waits
+are gap-free in commit order on SQLite and PostgreSQL alike (a reader that has seen seq N
+has seen everything before it): a second writer waits
 on the row lock until the first commits.
 """
 

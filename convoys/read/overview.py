@@ -93,7 +93,7 @@ def page(
             drawn[number].append(bead_id)
     drawn = {n: ids for n, ids in drawn.items() if n == 0 or n in shown or ids}
     snapshot = snapshots.load_window(convoy, window, now)
-    why = causemod.load(window, window, now, known=snapshot)
+    cause_of = causemod.load(window, window, now, known=snapshot)
     graph = _graph(convoy, snapshot)
     gated_ids = {i for i, n in wave_of.items() if n == 0}
     href = selectors.bead_url_maker()
@@ -107,8 +107,8 @@ def page(
             return "ready"
         return "blocked" if bead.status == "open" else bead.status
 
-    bead_facts = selectors.BeadFacts(
-        why, snapshot.beads, graph, [], wave_of, gated_ids, ready_ids, state, href
+    bead_facts = selectors.ConvoyPageFacts(
+        cause_of, snapshot.beads, graph, [], wave_of, gated_ids, ready_ids, state, href
     )
     rows = [bead_facts.row(i) for i in listed_ids]
     # the waves by size only: an overview lays out and weighs a wave by its length
@@ -148,7 +148,7 @@ def page(
         hidden_rows=summary["done"],
         waves=wave_rows,
         frontier=frontier,
-        gated=[dagmod.Gated(i, _gates_of(why.get(i))) for i in drawn[0]],
+        gated=[dagmod.Gated(i, _gates_of(cause_of.get(i))) for i in drawn[0]],
         critical=[(i, href(i)) for i in critical[:CRITICAL_LISTED]],
         critical_length=len(critical),
         can_show_all=summary["total"] <= settings.CONVOY_SHOW_ALL_MAX,
@@ -179,8 +179,8 @@ def page(
         plan_moved=(convoy.extra or {}).get("plan", {}),
         causes=by_cause,
         waiting=waiting,
-        watch_beads=causemod.outside_blockers(why, window),
-        watch_kinds=causemod.watch_kinds(why),
+        watch_beads=causemod.outside_blockers(cause_of, window),
+        watch_kinds=causemod.watch_kinds(cause_of),
     )
     return overview, snapshot
 

@@ -165,7 +165,7 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
     timeout = timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
     # Each unfinished bead's cause, the capacity queues aside (they move with every dispatch).
     # What was read here by the readiness rules, `causes.load` takes rather than reads again.
-    why = (
+    cause_of = (
         causemod.load(
             unfinished,
             unfinished if ids is not None else beads.values("pk"),
@@ -190,7 +190,7 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
             "worker_dead": dead_at is not None and dead_at < now,
             "dead_at": dead_at,
             "cooldown_until": cooling_until.get(bead_id),
-            "cause": why[bead_id]["kind"] if bead_id in why else "",
+            "cause": cause_of[bead_id]["kind"] if bead_id in cause_of else "",
         }
     return result
 

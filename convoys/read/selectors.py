@@ -309,7 +309,7 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
     order) are listed, the counts cover them all."""
     every = list(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", flat=True))
     tracked = every if window is None else every[window]
-    why = causemod.for_convoy(convoy)
+    cause_of = causemod.for_convoy(convoy)
     beads = Bead.objects.in_bulk(tracked)
     workers = dict(
         Worker.objects.filter(
@@ -330,7 +330,7 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
                 "assignee": bead.assignee if bead else "",
                 "rig": (bead.rig_id or "") if bead else "",
                 "worker_seen": workers.get(bead.assignee) if bead and bead.assignee else None,
-                "cause": causemod.jsonable(why.get(bead_id)),
+                "cause": causemod.jsonable(cause_of.get(bead_id)),
                 "source": origin.source if origin else None,
                 "missing_from_source": bool(origin and origin.missing_since),
             }
@@ -353,7 +353,7 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
         "completed": completed,
         "total": len(every),
         "progress": progress_json(convoy_summaries([convoy])[convoy.pk]),
-        "causes": dict(causemod.counts(why)),
+        "causes": dict(causemod.counts(cause_of)),
     }
 
 
@@ -855,7 +855,7 @@ def convoy_page(
     summary, ready_ids = convoy_summary(convoy, tracked, beads, now, snapshot)
     wave_number = dagmod.wave_of(waves)
     gated_ids = {g.id for g in gated}
-    why = causemod.for_convoy(convoy, now, known=snapshot)  # each unfinished bead's cause
+    cause_of = causemod.for_convoy(convoy, now, known=snapshot)  # each unfinished bead's cause
 
     def state(bead_id: str) -> str:
         bead = beads.get(bead_id)
@@ -873,7 +873,9 @@ def convoy_page(
     chips = 0 if overview else None
     href = bead_url_maker()
     # Per bead: its row, its node's state, the wave table.
-    facts = BeadFacts(why, beads, graph, waves, wave_number, gated_ids, ready_ids, state, href)
+    facts = ConvoyPageFacts(
+        cause_of, beads, graph, waves, wave_number, gated_ids, ready_ids, state, href
+    )
     parts = _parts(facts, tracked, big, chips)
     rows = list(parts.rows.values())
     hidden_rows, capped = 0, False
@@ -966,10 +968,10 @@ def convoy_page(
         user=user,
         sourced=convoy.sourced,
         plan_moved=(convoy.extra or {}).get("plan", {}),
-        causes=causemod.counts(why),
-        waiting=any(c["kind"] == "waiting-for-capacity" for c in why.values()),
-        watch_beads=causemod.outside_blockers(why, tracked),
-        watch_kinds=causemod.watch_kinds(why),
+        causes=causemod.counts(cause_of),
+        waiting=any(c["kind"] == "waiting-for-capacity" for c in cause_of.values()),
+        watch_beads=causemod.outside_blockers(cause_of, tracked),
+        watch_kinds=causemod.watch_kinds(cause_of),
     )
 
 
@@ -1020,14 +1022,14 @@ def _wave_rows(
     state: Callable[[str], str],
     href: Callable[[str], str],
     big: bool,
-    why: Mapping[str, dict[str, Any]],
+    cause_of: Mapping[str, dict[str, Any]],
     chips: int | None = None,
 ) -> tuple[list[dict[str, Any]], int | None]:
     """The wave table's rows and the frontier (the first wave not done)."""
     counts = [_wave_counts(wave, beads, ready_ids) for wave in waves]
     plan = _chip_plan(waves, counts, big, chips)
     rows = [
-        _wave_row(number, wave, n, shown, graph, state, href, why)
+        _wave_row(number, wave, n, shown, graph, state, href, cause_of)
         for number, (wave, n, shown) in enumerate(zip(waves, counts, plan, strict=True), start=1)
     ]
     return rows, _frontier(rows)
@@ -1069,14 +1071,14 @@ def _wave_row(
     graph: dagmod.DAG,
     state: Callable[[str], str],
     href: Callable[[str], str],
-    why: Mapping[str, dict[str, Any]],
+    cause_of: Mapping[str, dict[str, Any]],
 ) -> dict[str, Any]:
     return {
         "number": number,
         "counts": counts,
         "total": len(wave),
         "hidden": len(wave) - shown,
-        "causes": causemod.summary([why.get(i) for i in wave]),
+        "causes": causemod.summary([cause_of.get(i) for i in wave]),
         "beads": [
             {
                 "id": i,
@@ -1084,7 +1086,7 @@ def _wave_row(
                 "title": graph.nodes[i].title,
                 "state": state(i),
                 "blocked_by": graph.nodes[i].blocked_by,
-                "cause": why.get(i),
+                "cause": cause_of.get(i),
             }
             for i in wave[:shown]
         ],
@@ -1109,10 +1111,10 @@ class BeadParts:
     done: frozenset[str]
 
 
-class BeadFacts(NamedTuple):
+class ConvoyPageFacts(NamedTuple):
     """What the convoy page derives each bead's parts from."""
 
-    why: causemod.Causes
+    cause_of: causemod.Causes
     beads: dict[str, TrackedRow]
     graph: dagmod.DAG
     waves: list[list[str]]
@@ -1130,7 +1132,7 @@ class BeadFacts(NamedTuple):
             "state": self.state(bead_id),
             "wave": self.wave_number.get(bead_id),
             "gated": bead_id in self.gated,
-            "cause": self.why.get(bead_id),
+            "cause": self.cause_of.get(bead_id),
             "href": self.href(bead_id),
         }
 
@@ -1140,10 +1142,10 @@ class BeadFacts(NamedTuple):
         return (nodes[bead_id].title if bead_id in nodes else "", self.state(bead_id))
 
 
-def _parts(facts: BeadFacts, tracked: list[str], big: bool, chips: int | None) -> BeadParts:
+def _parts(facts: ConvoyPageFacts, tracked: list[str], big: bool, chips: int | None) -> BeadParts:
     f = facts
     wave_rows, frontier = _wave_rows(
-        f.waves, f.beads, f.ready_ids, f.graph, f.state, f.href, big, f.why, chips
+        f.waves, f.beads, f.ready_ids, f.graph, f.state, f.href, big, f.cause_of, chips
     )
     return BeadParts(
         rows={i: f.row(i) for i in tracked},

@@ -330,7 +330,7 @@ def _past_wave_rows(
     chips: int | None = None,
 ) -> tuple[list[dict[str, Any]], int | None]:
     """The page's wave rows, without causes: why a bead waited then is not replayed."""
-    return _wave_rows(waves, beads, ready_ids, graph, state, href, big, why={}, chips=chips)
+    return _wave_rows(waves, beads, ready_ids, graph, state, href, big, cause_of={}, chips=chips)
 
 
 # --- since your last visit -------------------------------------------------------------------

@@ -134,7 +134,7 @@ class Queued:
 
 
 @dataclass
-class Snapshot:
+class CapState:
     cap: int
     in_flight: int
     queue: list[Queued]  # every queued bead, in dispatch order
@@ -231,14 +231,14 @@ def queue(now: datetime | None = None) -> list[Queued]:
     return result
 
 
-def snapshot(now: datetime | None = None, *, heads: bool = False) -> Snapshot:
+def snapshot(now: datetime | None = None, *, heads: bool = False) -> CapState:
     """In flight, cap and the queue, with each waiting bead's position. `heads`: only what a
     feeder needs, so no queue is read while the town is full."""
     now = now or timezone.now()
     limit = cap()
     busy = in_flight(now)
     wanted = limit and not (heads and busy >= limit)
-    snap = Snapshot(limit, busy, queue(now) if wanted else [])
+    snap = CapState(limit, busy, queue(now) if wanted else [])
     for position, queued in enumerate(snap.waiting, start=1):
         queued.position = position
     return snap
@@ -264,7 +264,7 @@ class Panel:
     """The dashboard's capacity panel: the snapshot, where the cap comes from, and the first
     PANEL_ROWS waiting beads (`convoy capacity` lists them all)."""
 
-    snap: Snapshot
+    snap: CapState
     origin: CapOrigin
     rows: list[Queued]
     more: int
@@ -274,7 +274,7 @@ def panel(now: datetime | None = None) -> Panel:
     """Without a cap only the count of beads in flight is read (one query)."""
     limit, origin = cap_source()
     if not limit:
-        return Panel(Snapshot(0, in_flight(now), []), origin, [], 0)
+        return Panel(CapState(0, in_flight(now), []), origin, [], 0)
     snap = snapshot(now)
     waiting = snap.waiting
     return Panel(snap, origin, waiting[:PANEL_ROWS], max(len(waiting) - PANEL_ROWS, 0))

@@ -1,6 +1,6 @@
 """Why is this bead not moving? Exactly one cause for every tracked bead that is not done.
 
-`decide` is a pure function over what `load` read about one bead (`Facts`): the first kind that
+`decide` is a pure function over what `load` read about one bead (`CauseFacts`): the first kind that
 holds, in this order, is the cause:
 
   unknown               not in the store
@@ -107,7 +107,7 @@ LISTED = 20  # blocker ids named in a cause; `count` says how many there are
 BY_ID = 64  # at most this many beads: their dead workers asked by id, not by a subquery
 
 
-class Row(NamedTuple):
+class BeadRow(NamedTuple):
     """The bead's own columns."""
 
     status: str
@@ -125,11 +125,11 @@ class Pause(NamedTuple):
 
 
 @dataclass(slots=True)
-class Facts:
+class CauseFacts:
     """What the rules say about one bead; `load` fills it, tests may build it by hand."""
 
     bead_id: str
-    row: Row | None  # None: not in the store
+    row: BeadRow | None  # None: not in the store
     ready: bool = False  # the readiness rule
     blockers: list[str] = field(default_factory=list)  # unfinished blockers that are work
     gates: list[str] = field(default_factory=list)  # unfinished blockers that are not work
@@ -152,7 +152,7 @@ def _ids(ids: Sequence[str]) -> str:
     return shown + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
 
 
-def decide(facts: Facts) -> Cause:
+def decide(facts: CauseFacts) -> Cause:
     """The cause of one bead that is not done: {"kind": …, "text": …, …details}."""
     row = facts.row
     if row is None:
@@ -306,8 +306,8 @@ def _said(pairs: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{n} {word(kind)}" for kind, n in pairs)
 
 
-def _read_rows(beads: QuerySet[Bead]) -> tuple[dict[str, tuple[Row, datetime]], set[str]]:
-    """({id: (Row, updated_at)} of the unfinished beads, the ids of the done ones)."""
+def _read_rows(beads: QuerySet[Bead]) -> tuple[dict[str, tuple[BeadRow, datetime]], set[str]]:
+    """({id: (BeadRow, updated_at)} of the unfinished beads, the ids of the done ones)."""
     rows, done = {}, set()
     for r in beads.values_list(
         "id", "status", "issue_type", "assignee", "rig_id", "rig__state", "updated_at"
@@ -315,13 +315,13 @@ def _read_rows(beads: QuerySet[Bead]) -> tuple[dict[str, tuple[Row, datetime]], 
         if r[1] in DONE_STATUSES:
             done.add(r[0])
         else:
-            rows[r[0]] = (Row(r[1], r[2], r[3], r[4] or "", r[5] or ""), r[6])
+            rows[r[0]] = (BeadRow(r[1], r[2], r[3], r[4] or "", r[5] or ""), r[6])
     return rows, done
 
 
 def _known_rows(
     beads: Mapping[str, TrackedRow], states: Mapping[str, str]
-) -> tuple[dict[str, tuple[Row, datetime]], set[str]]:
+) -> tuple[dict[str, tuple[BeadRow, datetime]], set[str]]:
     """The same from rows and rig states read already."""
     rows, done = {}, set()
     for bead_id, b in beads.items():
@@ -329,7 +329,9 @@ def _known_rows(
             done.add(bead_id)
         else:
             rig = b.rig_id or ""
-            row = Row(b.status, b.issue_type, b.assignee, rig, states.get(rig, "") if rig else "")
+            row = BeadRow(
+                b.status, b.issue_type, b.assignee, rig, states.get(rig, "") if rig else ""
+            )
             rows[bead_id] = (row, b.updated_at)
     return rows, done
 
@@ -481,14 +483,14 @@ def load(
     facts = {}
     for bead_id in wanted:
         if bead_id not in rows:
-            facts[bead_id] = Facts(bead_id, None)
+            facts[bead_id] = CauseFacts(bead_id, None)
             continue
         row, updated_at = rows[bead_id]
         blockers = blocking.get(bead_id, [])
         failed_at, error = last_failure.get(bead_id, (None, ""))
         worker_seen = seen.get(row.assignee) if row.assignee else None
         is_dead = bead_id in dead
-        facts[bead_id] = Facts(
+        facts[bead_id] = CauseFacts(
             bead_id,
             row,
             ready=bead_id in ready,
@@ -544,7 +546,7 @@ def _held_back(bead_ids: Collection[str], now: datetime) -> set[str]:
 HELD_LOOKUP = 500
 
 
-def _fresh(item: Facts) -> bool:
+def _fresh(item: CauseFacts) -> bool:
     """A candidate for a new dispatch: ready, open, nobody on it, nothing holding it back."""
     row = item.row
     return (
@@ -558,7 +560,9 @@ def _fresh(item: Facts) -> bool:
     )
 
 
-def _convoy_capacity(facts: dict[str, Facts], capped: Any, done: set[str], now: datetime) -> None:
+def _convoy_capacity(
+    facts: dict[str, CauseFacts], capped: Any, done: set[str], now: datetime
+) -> None:
     """Ready beads of a convoy at its max in flight wait: the claim refuses a new dispatch
     while the convoy's beads in flight reach the limit, and the feeder takes ready beads by
     (priority, id), so a bead's place in that order past the free slots is its position.
@@ -619,7 +623,7 @@ def _convoy_capacity(facts: dict[str, Facts], capped: Any, done: set[str], now: 
             }
 
 
-def _town_capacity(facts: dict[str, Facts], now: datetime, cap: int | None = None) -> bool:
+def _town_capacity(facts: dict[str, CauseFacts], now: datetime, cap: int | None = None) -> bool:
     """Ready beads past the town's free slots (CONVOY_MAX_IN_FLIGHT) wait in the town queue
     (rules.capacity: priority, then round-robin across convoys, then id). Nothing to read
     without a cap; with one, the capacity module's queries, whatever the number of beads.

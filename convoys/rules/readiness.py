@@ -1,4 +1,4 @@
-"""The one readiness rule (SPEC §3), as a queryset and as a predicate.
+"""The one readiness rule, as a queryset and as a predicate.
 
 A bead is ready when: it is open and unassigned, or its worker is dead (then open, hooked or
 in_progress count too; a worker is dead when its last heartbeat, or with no heartbeat ever the

@@ -72,7 +72,7 @@ def failed_among(bead_ids: Sequence[str]) -> set[str]:
 
 def failed_beads(beads: QuerySet[Bead]) -> set[str]:
     """Ids among `beads` whose last dispatch failed and that are neither running nor done
-    (seed 003's `failed`): one query."""
+    (the convoy's `failed` count): one query."""
     return set(_failed(beads).values_list("pk", flat=True))
 
 

@@ -11,7 +11,7 @@ Every open convoy is exactly one of:
 - empty: it tracks nothing.
 Feedable, stuck and empty convoys are stranded: they need attention and wear a badge.
 `convoy stranded`, /stranded/ and /api/stranded list every open convoy, as the original's
-`gt convoy stranded` does (reference §4.4: its "stuck" is any convoy with tracked work and none
+`gt convoy stranded` does (its "stuck" is any convoy with tracked work and none
 ready, so it covers our moving convoys too), each with its cause (`Verdict.detail`). The
 dashboard badge, the convoy page, the API, the stranded page, `convoy stranded` and the
 stranded scan all read `classify`; the convoy page's ETA asks `estimate_blocker`.
@@ -78,7 +78,9 @@ NO_ESTIMATE_CAUSES = ("parked_rig", "gated", "blocked", "no_rig", "not_dispatcha
 Loaded = tuple[list[tuple[str, str]], dict[str, tuple[Any, ...]], AbstractSet[str]]
 # A convoy page's snapshot of its beads: ({bead id: row with status, assignee, issue_type,
 # rig_id}, {bead id: unfinished blocker ids}, {blocker id: issue type}).
-Facts = tuple[Mapping[str, Any], Mapping[str, list[str]], Mapping[str, str], Mapping[str, str]]
+StrandingFacts = tuple[
+    Mapping[str, Any], Mapping[str, list[str]], Mapping[str, str], Mapping[str, str]
+]
 
 
 @dataclass
@@ -140,7 +142,7 @@ def classify(
     now: datetime | None = None,
     explain: bool = False,
     loaded: Loaded | None = None,
-    facts: Facts | None = None,
+    facts: StrandingFacts | None = None,
     cap: int | None = None,
     cooling: AbstractSet[str] | None = None,
 ) -> dict[str, Verdict]:
@@ -312,7 +314,7 @@ def _explain(
     verdicts: dict[str, Verdict],
     ready: AbstractSet[str],
     cooling: AbstractSet[str],
-    facts: Facts | None = None,
+    facts: StrandingFacts | None = None,
 ) -> None:
     """Find the root causes of the unfinished beads that are neither ready nor in progress."""
     if facts is not None:

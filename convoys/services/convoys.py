@@ -1,7 +1,7 @@
 """Convoy lifecycle: ids, the status transition rule, create, add, check, close, land (its
 notification claimed once per completion), and watching a convoy from the CLI.
 
-Completion (SPEC §6): at least one tracked bead and every tracked bead done; a tracked bead
+Completion: at least one tracked bead and every tracked bead done; a tracked bead
 that is not in the database is "unknown" and never done.
 """
 
@@ -94,7 +94,7 @@ def normalize_status(raw: str | None) -> str:
 
 
 def check_transition(current: str, target: str) -> str:
-    """The one transition rule (SPEC §2). Raises ServiceError when the move is illegal."""
+    """The one transition rule. Raises ServiceError when the move is illegal."""
     cur, tgt = normalize_status(current), normalize_status(target)
     if tgt not in TRANSITIONS[cur]:
         raise ServiceError(f'illegal convoy status transition "{current}" -> "{target}"')

@@ -1,5 +1,5 @@
-"""Discovered work joins its convoys (seed 003, "Discovered Work Pattern": work found while
-doing a task "inherits the parent's convoy").
+"""Discovered work joins its convoys: work found while doing a task (a `discovered-from`
+dependency) inherits the parent's convoy, as in Gas Town.
 
 A bead that gains a `discovered-from` dependency on a bead tracked by open convoys is added to
 those convoys through `convoys.add`, with its event, so progress counts, the feeder and the

@@ -1,7 +1,8 @@
 """Dispatch: claim a bead with one conditional update, then call the dispatcher.
 
 Only the caller whose UPDATE matched the row it read wins; a second feeder, cluster or scan
-racing it updates zero rows and walks away (SPEC §5, reliability §4). A failed dispatch
+racing it updates zero rows and walks away (no lock held across the dispatcher's call, and
+no double dispatch however many feeders race). A failed dispatch
 releases the claim, and the bead cools down before it is tried again.
 
 Two operator controls are enforced here, so every path (launch, close, catch-up, scan, sling)
@@ -187,7 +188,7 @@ def claim(
         dispatch_failures__lt=breaker.max_failures(),
     )
     if bead.status != "open" or bead.assignee:
-        # Only work whose worker is dead may be taken over (SPEC §2); a live worker keeps it.
+        # Only work whose worker is dead may be taken over; a live worker keeps it.
         if bead.status not in ("open", *ACTIVE_WORK_STATUSES) or not bead.assignee:
             return None
         target = target.filter(worker_dead(now))

@@ -1,4 +1,4 @@
-"""Escalation of stuck convoys, which stops when someone acknowledges it (issue 16 item 5).
+"""Escalation of stuck convoys, which stops when someone acknowledges it.
 
 Progress, read from the event log: a `bead.closed` event of a bead the convoy tracks, or
 its `bead.dispatched` event when no `dispatch.failed` of the bead follows it (a dispatch
@@ -34,7 +34,7 @@ from convoys.core.formatting import duration
 from convoys.core.ids import text_problem
 from convoys.log.events import record
 from convoys.models import CONVOY_OPEN, Convoy, Escalation, Event, Notification, TrackedBead
-from convoys.rules import causes as why
+from convoys.rules import causes as causemod
 from convoys.services import notify
 from convoys.services.convoys import get_convoy
 from convoys.services.errors import NotFound, ServiceError
@@ -236,7 +236,7 @@ def _causes(convoy_ids: Sequence[str], now: datetime) -> dict[str, dict[str, Cau
     (convoys/rules/causes.py reads a fixed number of queries whatever the number of beads)."""
     tracking = TrackedBead.objects.filter(convoy_id__in=convoy_ids)
     rows = list(tracking.values_list("convoy_id", "bead_id"))
-    found = why.load(list(dict.fromkeys(b for _, b in rows)), tracking.values("bead_id"), now)
+    found = causemod.load(list(dict.fromkeys(b for _, b in rows)), tracking.values("bead_id"), now)
     result: dict[str, dict[str, Cause]] = {convoy_id: {} for convoy_id in convoy_ids}
     for convoy_id, bead_id in rows:
         if bead_id in found:
@@ -290,11 +290,11 @@ def cause_lines(found: Mapping[str, Cause]) -> list[str]:
     """Why the convoy's unfinished beads are not moving ({bead id: cause}, from
     convoys/rules/causes.py): a summary ("1 gated, 2 working"), then one line per bead, in the
     order kinds are decided, at most CAUSE_LINES of them."""
-    order = {kind: n for n, kind in enumerate(why.KINDS)}
+    order = {kind: n for n, kind in enumerate(causemod.KINDS)}
     beads = sorted(found.items(), key=lambda item: order.get(item[1]["kind"], len(order)))
-    lines = [why.summary(found)]
+    lines = [causemod.summary(found)]
     lines += [
-        f"{bead_id} ({why.word(cause['kind'])}): {cause.get('text', '')}".rstrip(": ")
+        f"{bead_id} ({causemod.word(cause['kind'])}): {cause.get('text', '')}".rstrip(": ")
         for bead_id, cause in beads[:CAUSE_LINES]
     ]
     if len(beads) > CAUSE_LINES:

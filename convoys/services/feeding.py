@@ -1,4 +1,4 @@
-"""Feeding: the event-driven feeder, the catch-up pass and the stranded scan (SPEC §5).
+"""Feeding: the event-driven feeder, the catch-up pass and the stranded scan.
 
 Every path dispatches through `dispatch.claim`, so running any of them twice, in two
 clusters, or racing each other never dispatches a bead twice. One drain runs at a time per
@@ -354,8 +354,8 @@ def recover_dispatches(now: datetime | None = None) -> list[str]:
 
 
 def stranded(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Every open convoy, as the original's `gt convoy stranded` lists them (reference §4.4
-    JSON shape, plus kind, cause and reason): feedable, moving (its "stuck" behind work in
+    """Every open convoy, as the original's `gt convoy stranded` lists them (its JSON
+    shape, plus kind, cause and reason): feedable, moving (its "stuck" behind work in
     progress), stuck and empty, classified by the one rule in `stranding`."""
     result = []
     for convoy, verdict in stranding.open_verdicts(now, explain=True):

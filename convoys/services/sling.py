@@ -3,7 +3,7 @@ convoy `Batch: N beads to <rig>` (refused when a bead is already tracked by an o
 A convoy id expands to its tracked beads: each ready one is dispatched, the rest are listed
 with the reason; the convoy is the container, so no new convoy is made (Gas City's container
 expansion). Epics and other non-slingable types are refused, and so is a bead whose blockers
-are open unless --force (the original dispatches them: reference §9 B18).
+are open unless --force (the original dispatches them, a known bug of its sling).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
