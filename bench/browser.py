@@ -2,7 +2,7 @@
 start to the load event, median of several runs, sizes alternating in each round), the time
 to the first byte (the server's part), DOM elements and the HTML's size. Goal:
 the 20,000-bead page loads in at most 1.5x the time of the 1,000-bead page, with fewer than
-10,000 DOM elements at any size (the overview above `selectors.OVERVIEW_AT` tracked beads).
+10,000 DOM elements at any size (the overview above `sizes.OVERVIEW_AT` tracked beads).
 
 The epics are shaped like bench/pages.py's (each bead blocked by those 7, 14 and 21 before it,
 each with probability 1/2; statuses drawn at random). One daphne process serves a throw-away

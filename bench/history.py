@@ -117,7 +117,7 @@ def main():
 
     from convoys.log.events import last_seq
     from convoys.models import Convoy, EventCounter, Worker
-    from convoys.read import selectors, snapshots, timeline
+    from convoys.read import convoy_page, snapshots, timeline
     from convoys.services import beads, rigs
 
     rigs.upsert_route("gt-", "gastown")
@@ -158,7 +158,7 @@ def main():
         client.get(url)  # the layout, computed once per graph and cached
         now = timezone.now()
         snapshot = snapshots.load(convoy, now)
-        page = selectors.convoy_page(convoy, {}, user, now, snapshot)
+        page = convoy_page.convoy_page(convoy, {}, user, now, snapshot)
         steps = len(timeline.seqs(timeline.stream(convoy)))
         row = {}
         row["timeline alone"] = measure(

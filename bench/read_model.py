@@ -1,7 +1,7 @@
 """The read model kept with the event log, against deriving the same facts on every read.
 
 Read side: the dashboard's summaries of 200 convoys / 20,000 beads read from the kept rows
-(`selectors.convoy_summaries`) against the same facts derived from the rows alone (what a
+(`summaries.convoy_summaries`) against the same facts derived from the rows alone (what a
 page did before: the readiness rule, failed marks, cooldowns and blockers over every tracked
 bead), and the dashboard page over HTTP.
 Write side: what keeping it costs a close and the dispatches it feeds, in convoys of 1,000
@@ -51,7 +51,7 @@ def main():
 
     from convoys.log import events
     from convoys.models import Bead, Convoy, TrackedBead
-    from convoys.read import projection, selectors
+    from convoys.read import projection, summaries
     from convoys.rules.readiness import blocked_by
     from convoys.services import beads, feeding
 
@@ -69,7 +69,7 @@ def main():
     kept, fresh, kept_q, fresh_q = [], [], 0, 0
     for _ in range(args.runs):
         with CaptureQueriesContext(connection) as ctx:
-            kept.append(timed(selectors.convoy_summaries, dashboard)[0])
+            kept.append(timed(summaries.convoy_summaries, dashboard)[0])
         kept_q = len(ctx.captured_queries)
         with CaptureQueriesContext(connection) as ctx:
             fresh.append(timed(derived)[0])

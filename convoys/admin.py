@@ -49,7 +49,7 @@ from convoys.models import (
     TrackedBead,
     Worker,
 )
-from convoys.read.selectors import filter_text
+from convoys.read.dashboard import filter_text
 from convoys.services import beads as bead_service
 from convoys.services import convoys as convoy_service
 from convoys.services import launch, notify

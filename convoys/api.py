@@ -37,7 +37,7 @@ from pydantic import (
 from convoys.core.formatting import person
 from convoys.core.parsing import NotJson, json_document
 from convoys.models import Bead, Convoy, SourcedRecord
-from convoys.read import selectors
+from convoys.read import bead_page, dashboard, graph, pages, summaries
 from convoys.rules import causes
 from convoys.services import beads as bead_service
 from convoys.services import controls, escalation, feeding, launch, staging, tokens
@@ -355,7 +355,7 @@ def responses(ok: Any, *errors: int) -> dict[int, Any]:
     }
 
 
-def _convoy_out(convoy: Convoy, summary: selectors.Summary) -> dict[str, Any]:
+def _convoy_out(convoy: Convoy, summary: summaries.Summary) -> dict[str, Any]:
     return {
         "id": convoy.id,
         "title": convoy.title,
@@ -399,7 +399,7 @@ def _bead_out(
         "missing_since": origin.missing_since if origin else None,
     }
     if detail:
-        state = selectors.bead_state(bead)  # as the bead page shows it
+        state = bead_page.bead_state(bead)  # as the bead page shows it
         data |= {
             "ready": state.ready,
             "blocked_by": state.blocked_by,
@@ -415,13 +415,13 @@ def list_convoys(
     limit: int = query(200, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     need(request, "view_convoy")
-    problem = selectors.status_filter_problem(status)
+    problem = dashboard.status_filter_problem(status)
     if problem:  # in the shape of every 422: where, and what is wrong
         raise ValidationError([{"loc": ["query", "status"], "msg": problem, "type": "value_error"}])
-    queryset = selectors.convoys_with_status(status).order_by("-created_at", "id")
+    queryset = dashboard.convoys_with_status(status).order_by("-created_at", "id")
     rows = list(queryset[:limit])
-    summaries = selectors.convoy_summaries(rows)
-    return [_convoy_out(c, summaries[c.pk]) for c in rows]
+    by_convoy = summaries.convoy_summaries(rows)
+    return [_convoy_out(c, by_convoy[c.pk]) for c in rows]
 
 
 @api.get("/convoys/{convoy_id}", response=responses(ConvoyDetailOut, 404), tags=["convoys"])
@@ -438,8 +438,8 @@ def get_convoy(
     convoy = Convoy.objects.filter(pk=convoy_id).first()
     if convoy is None:
         raise NotFound(f"convoy '{convoy_id}' not found")
-    found, summary, waves = selectors.wave_tasks(convoy)
-    status = selectors.convoy_status_json(convoy, slice(offset, offset + limit))
+    found, summary, waves = graph.wave_tasks(convoy)
+    status = summaries.convoy_status_json(convoy, slice(offset, offset + limit))
     shown = {t["id"] for t in status["tracked"]}
     total = status["total"]
     return {
@@ -476,7 +476,7 @@ def list_beads(
     limit: int = query(200, ge=1, le=2000),
 ) -> list[dict[str, Any]]:
     need(request, "view_bead")
-    rows = selectors.find_beads(
+    rows = pages.find_beads(
         status=status, rig=rig, assignee=assignee, q=q, ready=ready, limit=limit
     )
     origins = SourcedRecord.of(b.pk for b in rows)

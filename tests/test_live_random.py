@@ -11,7 +11,7 @@ from django.db import transaction
 from convoys.infra.dispatchers import Outcome
 from convoys.log.events import last_seq
 from convoys.models import Bead, Rig
-from convoys.read import selectors
+from convoys.read import sizes
 from convoys.services import beads, controls, convoys, dispatch, rigs
 from convoys.web import views
 
@@ -42,7 +42,7 @@ def chain(routes):
 def big_chain(routes):
     """The same shape past COLLAPSE_AT beads: a big convoy's page (done waves list no links,
     the bead table is capped)."""
-    ids = [bead(f"gt-b{i:03d}").id for i in range(selectors.COLLAPSE_AT + 30)]
+    ids = [bead(f"gt-b{i:03d}").id for i in range(sizes.COLLAPSE_AT + 30)]
     for i in range(3, len(ids)):
         blocks(ids[i - 3], ids[i])
     bead("gt-gate", "Decide", type="decision")

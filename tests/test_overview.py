@@ -1,4 +1,4 @@
-"""A convoy above selectors.OVERVIEW_AT tracked beads is an overview whose size does not grow
+"""A convoy above sizes.OVERVIEW_AT tracked beads is an overview whose size does not grow
 with the convoy: the graph draws the frontier wave and the next beads of the critical path,
 other waves on demand (?open=N), the focused bead's wave; the wave table is a window of bands
 (?wpage=N), the bead table pages (?bpage=N); a live update still equals a reload."""
@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from convoys.infra import bulk
 from convoys.models import Bead, Convoy, Dependency, TrackedBead
-from convoys.read import overview, projection, selectors, snapshots
+from convoys.read import convoy_page, overview, projection, sizes, snapshots
 from convoys.services import beads
 
 from .factories import bead
@@ -72,20 +72,20 @@ def test_a_big_convoy_page_is_an_overview_of_bounded_size(routes, admin_user):
     convoy_id, ids = big_convoy()
     client = logged_in(admin_user)
     html = client.get(f"/convoys/{convoy_id}/").content.decode()
-    page = selectors.convoy_page(Convoy.objects.get(pk=convoy_id), {}, admin_user, timezone.now())
-    assert page.overview and len(page.waves) > selectors.BAND_PAGE
+    page = convoy_page.convoy_page(Convoy.objects.get(pk=convoy_id), {}, admin_user, timezone.now())
+    assert page.overview and len(page.waves) > sizes.BAND_PAGE
     drawn = drawn_ids(html)
     frontier = page.waves[page.frontier - 1]
     assert {b["id"] for b in frontier["beads"]} == set()  # no chips in an overview
-    assert 0 < len(drawn) <= selectors.WAVE_DRAWN + selectors.CRITICAL_DRAWN
-    assert {c for c, _ in page.critical[: selectors.CRITICAL_DRAWN]} <= drawn
+    assert 0 < len(drawn) <= sizes.WAVE_DRAWN + sizes.CRITICAL_DRAWN
+    assert {c for c, _ in page.critical[: sizes.CRITICAL_DRAWN]} <= drawn
     assert "Overview of" in html and 'data-open-wave="' in html
     # the wave table: a window of bands around the frontier, with a pager
     rows = re.findall(r'<tr data-wave="(\d+)"', html)
-    assert len(rows) == selectors.BAND_PAGE and str(page.frontier) in rows
+    assert len(rows) == sizes.BAND_PAGE and str(page.frontier) in rows
     assert 'id="wave-pager"' in html
     # the bead table: one page of unfinished beads, the rest a click away
-    assert html.count('id="bead-row-') == selectors.ROWS_PAGE
+    assert html.count('id="bead-row-') == sizes.ROWS_PAGE
     assert "page 1 of" in html and "140 done beads not listed" in html
     second = client.get(f"/convoys/{convoy_id}/?bpage=2").content.decode()
     assert "page 2 of" in second and 'id="bead-row-' + ids[140] + '"' not in second
@@ -103,7 +103,7 @@ def test_a_big_convoy_page_is_an_overview_of_bounded_size(routes, admin_user):
 def test_a_wave_opens_on_demand_and_as_a_fragment(routes, admin_user):
     convoy_id, ids = big_convoy()
     client = logged_in(admin_user)
-    page = selectors.convoy_page(Convoy.objects.get(pk=convoy_id), {}, admin_user, timezone.now())
+    page = convoy_page.convoy_page(Convoy.objects.get(pk=convoy_id), {}, admin_user, timezone.now())
     last = page.waves[-1]
     assert last["number"] != page.frontier
     wave_ids = set(page.graph.nodes) & {i for i in ids if page.wave_of.get(i) == last["number"]}
@@ -157,7 +157,7 @@ def test_a_slider_step_of_an_overview_lists_the_same_window_of_waves(routes, adm
     response = client.get(f"/convoys/{convoy_id}/history/?step=1")
     assert response.status_code == 200, response.content
     html = response.json()["fragments"]["wave-card"]
-    assert len(re.findall(r'<tr data-wave="', html)) == selectors.BAND_PAGE
+    assert len(re.findall(r'<tr data-wave="', html)) == sizes.BAND_PAGE
     assert 'class="chip' not in html and 'id="wave-pager"' in html
 
 
@@ -178,7 +178,7 @@ def test_an_overview_reads_its_window_never_the_whole_convoy(routes, admin_user,
     large, _ = big_convoy(size=2100, done=420, convoy_id="hq-cv-ov2", prefix="gt-ow")
     monkeypatch.setattr(snapshots, "load", lambda *a: pytest.fail("a whole convoy was loaded"))
     client = logged_in(admin_user)
-    counts, sizes = [], []
+    counts, windows = [], []
     for convoy_id in (small, large):
         client.get(f"/convoys/{convoy_id}/")  # the layout, once
         for headers in ({"Cache-Control": "no-cache"}, {"X-Live": "1", "X-Live-Since": "1"}):
@@ -190,9 +190,9 @@ def test_an_overview_reads_its_window_never_the_whole_convoy(routes, admin_user,
         facts = overview.applies(convoy, {})
         assert facts is not None
         _, window = overview.page(convoy, facts, {}, None, timezone.now())
-        sizes.append(len(window.beads))
+        windows.append(len(window.beads))
     assert counts[:2] == counts[2:], counts
-    assert sizes[1] <= sizes[0] + selectors.CRITICAL_DRAWN, sizes
+    assert windows[1] <= windows[0] + sizes.CRITICAL_DRAWN, windows
 
 
 def test_the_kept_overview_equals_the_convoy_read_in_full(routes, admin_user):
@@ -203,7 +203,7 @@ def test_the_kept_overview_equals_the_convoy_read_in_full(routes, admin_user):
     beads.close_bead(ids[142], actor="test", force=True)
     beads.update_bead(ids[300], status="deferred", actor="test")
     kept = page_of(convoy_id)
-    full = selectors.convoy_page(
+    full = convoy_page.convoy_page(
         Convoy.objects.get(pk=convoy_id), {"all": "1"}, admin_user, timezone.now()
     )
     assert not full.overview and kept.overview

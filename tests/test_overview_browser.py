@@ -4,7 +4,7 @@ draws its beads (fetched as fragments, the URL keeps it for live updates and a r
 
 import pytest
 
-from convoys.read import selectors
+from convoys.read import sizes
 from convoys.services import beads
 
 from .test_browser import SHOTS, browser, login, make_user, server, wait_js  # noqa: F401
@@ -24,7 +24,7 @@ def test_a_big_convoy_overview_stays_small_and_opens_waves(browser, server, rout
     assert page.locator("#overview-note").is_visible()
     assert page.evaluate("document.getElementsByTagName('*').length") < DOM_BUDGET
     drawn = page.locator("#dag g.node[data-id]").count()
-    assert 0 < drawn <= selectors.WAVE_DRAWN + selectors.CRITICAL_DRAWN
+    assert 0 < drawn <= sizes.WAVE_DRAWN + sizes.CRITICAL_DRAWN
     # (by script: the server's stranded scan feeds this convoy, so a live update may
     # replace the card while a locator waits for it to be stable)
     page.evaluate("document.getElementById('dag-card').closest('section').scrollIntoView()")

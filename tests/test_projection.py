@@ -14,7 +14,7 @@ from django.utils import timezone
 from convoys.infra.dispatchers import Outcome
 from convoys.log.events import last_seq
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Rig, TrackedBead
-from convoys.read import projection, selectors
+from convoys.read import projection, summaries
 from convoys.services import beads, controls, convoys, dispatch, feeding, rigs, timekeeping
 from convoys.services.errors import ServiceError
 
@@ -247,7 +247,7 @@ def test_a_silent_worker_times_out_as_an_event(routes, monkeypatch, settings):
     beads.heartbeat(Bead.objects.get(pk="gt-w").assignee)
     assert Event.objects.filter(kind="worker.back", bead_id="gt-w").count() == 1
     assert BeadFacts.objects.get(pk="gt-w").segment == "active"
-    summary = selectors.convoy_summaries([Convoy.objects.get(pk=convoy.pk)])[convoy.pk]
+    summary = summaries.convoy_summaries([Convoy.objects.get(pk=convoy.pk)])[convoy.pk]
     assert (summary["active"], summary["ready"]) == (1, 0)
 
 

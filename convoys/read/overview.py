@@ -1,6 +1,6 @@
 """A big convoy's page, read from the read model kept with the event log and a window of beads.
 
-A convoy tracking more than `selectors.OVERVIEW_AT` beads is shown as an overview: its counts,
+A convoy tracking more than `sizes.OVERVIEW_AT` beads is shown as an overview: its counts,
 its waves' counts and causes, its critical path and its counts by cause are what the
 projection keeps on its `ConvoyFacts` row (and each bead's wave on its tracking row); the
 beads it lists and draws (a page of unfinished beads, the frontier wave and the waves opened,
@@ -23,8 +23,10 @@ from convoys.core import ids
 from convoys.core.formatting import several
 from convoys.core.parsing import whole_number
 from convoys.models import DONE_STATUSES, Bead, BeadFacts, Convoy, ConvoyFacts, Event, TrackedBead
-from convoys.read import projection, selectors, snapshots, timeline
-from convoys.read.selectors import (
+from convoys.read import convoy_page, eta, projection, snapshots, summaries, timeline
+from convoys.read.convoy_page import ConvoyPage
+from convoys.read.graph import Dag, bead_url_maker, drawn_geometry, outside_convoy, with_ghosts
+from convoys.read.sizes import (
     CRITICAL_DRAWN,
     CRITICAL_LISTED,
     OPEN_MAX,
@@ -32,10 +34,8 @@ from convoys.read.selectors import (
     ROWS_PAGE,
     TIMELINE,
     WAVE_DRAWN,
-    ConvoyPage,
-    Dag,
-    Params,
 )
+from convoys.read.summaries import Params
 from convoys.rules import capacity, stranding
 from convoys.rules import causes as causemod
 from convoys.rules.rows import read_rows
@@ -59,9 +59,9 @@ def page(
 ) -> tuple[ConvoyPage, snapshots.Snapshot]:
     """The overview page of `convoy` from its kept `facts`, and the window of its beads it
     read (what the page's timeline reads instead of a snapshot)."""
-    summary = selectors.convoy_summaries([convoy], now)[convoy.pk]
+    summary = summaries.convoy_summaries([convoy], now)[convoy.pk]
     wave_rows = [_wave_row(n, row) for n, row in enumerate(facts.waves or [], start=1)]
-    frontier = selectors._frontier(wave_rows)
+    frontier = convoy_page._frontier(wave_rows)
     critical: list[str] = list(facts.critical or [])
     focus = params.get("focus", "")
     if ids.id_problem(focus):
@@ -75,7 +75,7 @@ def page(
     drawn[0] = _members(convoy, 0, WAVE_DRAWN)
     unfinished = max(summary["total"] - summary["done"], 0)
     bead_pages = max(1, -(-unfinished // ROWS_PAGE))
-    bpage = selectors._page_number(params.get("bpage"), bead_pages, 1)
+    bpage = convoy_page._page_number(params.get("bpage"), bead_pages, 1)
     listed_ids = _unfinished(convoy, (bpage - 1) * ROWS_PAGE, ROWS_PAGE)
     twave = whole_number(params.get("twave"))
     timeline_wave = twave if twave and 1 <= twave <= len(wave_rows) else frontier or len(wave_rows)
@@ -96,7 +96,7 @@ def page(
     cause_of = causemod.load(window, window, now, known=snapshot)
     graph = _graph(convoy, snapshot)
     gated_ids = {i for i, n in wave_of.items() if n == 0}
-    href = selectors.bead_url_maker()
+    href = bead_url_maker()
     ready_ids = snapshot.ready
 
     def state(bead_id: str) -> str:
@@ -107,7 +107,7 @@ def page(
             return "ready"
         return "blocked" if bead.status == "open" else bead.status
 
-    bead_facts = selectors.ConvoyPageFacts(
+    bead_facts = convoy_page.ConvoyPageFacts(
         cause_of, snapshot.beads, graph, [], wave_of, gated_ids, ready_ids, state, href
     )
     rows = [bead_facts.row(i) for i in listed_ids]
@@ -116,7 +116,7 @@ def page(
     dag = None
     focus_found = False
     if wave_rows or gated_ids:
-        geometry, key = selectors._geometry(
+        geometry, key = drawn_geometry(
             convoy, graph, sizes, [dagmod.Gated(i, []) for i in drawn[0]], frozenset(), drawn
         )
         focus_found = bool(focus) and focus in geometry["nodes"]
@@ -125,12 +125,12 @@ def page(
             geometry=geometry,
             fingerprint=key,
             states={i: bead_facts.node(i) for i in drawn_ids},
-            marks=selectors._marks(drawn_ids, snapshot.beads, gated_ids, snapshot.rigs, ()),
+            marks=convoy_page._marks(drawn_ids, snapshot.beads, gated_ids, snapshot.rigs, ()),
             critical=critical,
             href=href,
-            outside=selectors._outside(graph, geometry),
+            outside=outside_convoy(graph, geometry),
         )
-    bands, wave_pages, wpage = selectors.band_window(wave_rows, frontier, params.get("wpage"))
+    bands, wave_pages, wpage = convoy_page.band_window(wave_rows, frontier, params.get("wpage"))
     size, at = dagmod.max_parallelism(sizes)
     no_estimate = stranding.estimate_blocker(convoy, summary["state"])
     by_cause, waiting = _causes(convoy, facts, now)
@@ -152,7 +152,7 @@ def page(
         critical=[(i, href(i)) for i in critical[:CRITICAL_LISTED]],
         critical_length=len(critical),
         can_show_all=summary["total"] <= settings.CONVOY_SHOW_ALL_MAX,
-        eta=selectors.estimate(_samples(convoy, snapshot), len(critical), now)
+        eta=eta.estimate(_samples(convoy, snapshot), len(critical), now)
         if critical and no_estimate == ""
         else None,
         no_estimate=no_estimate,
@@ -257,7 +257,7 @@ def _graph(convoy: Convoy, window: snapshots.Snapshot) -> dagmod.DAG:
             )
         )
         graph.ghost_edges = [(t, i) for t, i in graph.ghost_edges if t not in tracked]
-    return selectors.with_ghosts(graph)
+    return with_ghosts(graph)
 
 
 def _gates_of(cause: Mapping[str, Any] | None) -> list[str]:
@@ -288,7 +288,7 @@ def _causes(
     return ordered, any(kind == "waiting-for-capacity" for kind, _ in ordered)
 
 
-def _samples(convoy: Convoy, window: snapshots.Snapshot) -> selectors.Samples:
+def _samples(convoy: Convoy, window: snapshots.Snapshot) -> eta.Samples:
     """The ETA's samples: the convoy's latest SAMPLES closes (and the window's rigs)."""
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     closed = read_rows(
@@ -296,7 +296,7 @@ def _samples(convoy: Convoy, window: snapshots.Snapshot) -> selectors.Samples:
         .exclude(closed_at=None)
         .order_by("-closed_at")[:SAMPLES]
     )
-    return selectors.samples([*closed.values(), *_open_rows(window.beads.values())])
+    return eta.samples([*closed.values(), *_open_rows(window.beads.values())])
 
 
 def _open_rows(rows: Iterable[Any]) -> list[Any]:

@@ -1,7 +1,7 @@
 """What a convoy page reads per bead, read afresh for every request in whichever process
 answers.
 
-The convoy page (`selectors.convoy_page`) is derived from a `Snapshot` by the same code for a
+The convoy page (`convoy_page.convoy_page`) is derived from a `Snapshot` by the same code for a
 full render and for a live update; a big convoy's overview (`overview.page`) reads one for the
 window of beads it draws (`load_window`). Nothing is kept between requests: what a convoy's
 page shows as counts, waves, causes and verdicts is the read model the writers keep

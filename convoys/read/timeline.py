@@ -15,15 +15,11 @@ from convoys.core import history
 from convoys.core.formatting import percent_done
 from convoys.core.parsing import whole_number
 from convoys.models import Convoy, ConvoyVisit, Event, TrackedBead
-from convoys.read.selectors import (
-    COLLAPSE_AT,
-    OVERVIEW_AT,
-    SEGMENTS,
-    ConvoyPage,
-    _wave_rows,
-    bead_url_maker,
-)
+from convoys.read.convoy_page import ConvoyPage, _wave_rows
+from convoys.read.graph import bead_url_maker
+from convoys.read.sizes import COLLAPSE_AT, OVERVIEW_AT
 from convoys.read.snapshots import Snapshot
+from convoys.read.summaries import SEGMENTS
 from convoys.rules.rows import TrackedRow
 
 GANTT_ROWS = 150  # beads of one wave drawn in the timeline; the rest are counted

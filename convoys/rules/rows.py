@@ -1,7 +1,7 @@
 """The rows the read models and their snapshots are made of: a tracked bead's light row, the
 beads whose last dispatch failed, and what the events after a sequence number touched.
 
-Below both `selectors` (the page read models) and `snapshots` (what a live page carries
+Below both the page read models (`convoys.read`) and `snapshots` (what a live page carries
 forward), so that neither imports the other's internals."""
 
 from collections.abc import Sequence

@@ -4,7 +4,7 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
-from convoys.read.selectors import SEGMENTS
+from convoys.read.summaries import SEGMENTS
 
 register = template.Library()
 

@@ -13,7 +13,8 @@ from django.utils.safestring import SafeString, mark_safe
 from convoys.core import formatting
 from convoys.core.ids import quoted_url_segment
 from convoys.models import Convoy, Event
-from convoys.read.selectors import DashboardRow, status_class
+from convoys.read.dashboard import DashboardRow
+from convoys.read.summaries import status_class
 from convoys.rules import causes
 from convoys.templatetags.bar_tags import bar
 

@@ -13,7 +13,7 @@ from convoys.core import formatting
 from convoys.core.parsing import whole_number
 from convoys.log.events import last_seq
 from convoys.models import Convoy
-from convoys.read import selectors, snapshots, timeline
+from convoys.read import convoy_page, graph, sizes, snapshots, timeline
 from convoys.services import visits
 from convoys.web.access import AuthenticatedHttpRequest, viewer
 
@@ -44,14 +44,14 @@ def step(request: HttpRequest, convoy_id: str) -> JsonResponse:
     now = timezone.now()
     # The beads, edges and waves of the convoy as they are now.
     snapshot = snapshots.load(convoy, now)
-    _, _, graph, waves, gated = selectors.convoy_graph(convoy, snapshot)
-    result = timeline.step(convoy, snapshot, graph, waves, number)
+    _, _, dag, waves, gated = graph.convoy_graph(convoy, snapshot)
+    result = timeline.step(convoy, snapshot, dag, waves, number)
     if result is None:
         return JsonResponse({"detail": "this convoy has no events yet"}, status=404)
     # A big convoy's page lists a window of its waves (an overview): so does its past.
-    overview = len(snapshot.tracked) > selectors.OVERVIEW_AT
+    overview = len(snapshot.tracked) > sizes.OVERVIEW_AT
     bands, wave_pages, wpage = (
-        selectors.band_window(result.waves, result.frontier, request.GET.get("wpage"))
+        convoy_page.band_window(result.waves, result.frontier, request.GET.get("wpage"))
         if overview
         else (result.waves, 1, 1)
     )

@@ -1,4 +1,4 @@
-"""Pages. Views read through selectors and write through services; they stay thin.
+"""Pages. Views read through the read models (`convoys.read`) and write through services; they stay thin.
 
 Every page is made of named fragments (`convoys.web.fragments`): the same templates render the
 full page and answer its live requests."""
@@ -26,8 +26,17 @@ from convoys.core.parsing import whole_number
 from convoys.log.events import last_seq
 from convoys.log.kinds import FEEDING_KINDS, NOTE_KINDS
 from convoys.models import Convoy, DeliveryPreference, Notification, Subscription
-from convoys.read import overview, selectors, snapshots, timeline
+from convoys.read import bead_page, convoy_page, overview, pages, snapshots, timeline
+from convoys.read.dashboard import (
+    DASHBOARD_LIVE_SORTS,
+    DashboardRow,
+    dashboard_page,
+    dashboard_rows,
+    filter_text,
+    status_filter_problem,
+)
 from convoys.rules import capacity
+from convoys.rules.rows import Changes, changes_since
 from convoys.services import beads as bead_service
 from convoys.services import convoys as convoy_service
 from convoys.services import escalation, feeding, launch, notify, staging, ticker
@@ -79,25 +88,25 @@ def _base(request: HttpRequest) -> dict[str, Any]:
 def dashboard(request: HttpRequest) -> HttpResponse:
     context = _base(request) | {"feeding": _feeding()}
     params = request.GET
-    status = selectors.filter_text(params.get("status") or "") or "active"
-    problem = selectors.status_filter_problem(status)
+    status = filter_text(params.get("status") or "") or "active"
+    problem = status_filter_problem(status)
     if problem:
         return render(request, "convoys/bad_filter.html", {"problem": problem}, status=422)
     seq = since(request)
-    changes = selectors.changes_since(seq, context["as_of"]) if seq is not None else None
+    changes = changes_since(seq, context["as_of"]) if seq is not None else None
     if (
         changes is not None
         and not changes.touches_listing()
-        and params.get("sort") not in selectors.DASHBOARD_LIVE_SORTS
+        and params.get("sort") not in DASHBOARD_LIVE_SORTS
     ):
         # Only rows of convoys whose beads changed; the list and its order stay as they are.
-        rows = selectors.dashboard_rows(params, only=changes.convoys) if changes.convoys else []
+        rows = dashboard_rows(params, only=changes.convoys) if changes.convoys else []
         fragments = [_row_fragment(row) for row in rows] + [unread(), FEEDING]
         if changes.kinds - NOTE_KINDS:  # the town's capacity may have moved
             context["capacity"] = capacity.panel()
             fragments.append(CAPACITY)
         return respond(request, "convoys/dashboard.html", context, fragments)
-    page = selectors.dashboard_page(params)
+    page = dashboard_page(params)
     context |= {
         "page": page,
         "params": params,
@@ -135,7 +144,7 @@ def _feeding() -> dict[str, Any]:
 PROCESS_WORDS = {"web": "the web server", "tasks": "the task cluster", "swarm": "the demo swarm"}
 
 
-def _row_fragment(row: selectors.DashboardRow) -> Fragment:
+def _row_fragment(row: DashboardRow) -> Fragment:
     return Fragment("convoy-" + row.convoy.pk, "convoys/_convoy_row.html", {"row": row})
 
 
@@ -149,13 +158,13 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
     user = request.user
     # A live request redraws the fragments the events after its seq may have changed.
     seq = since(request)
-    changes = selectors.changes_since(seq, context["as_of"], dependents=False) if seq else None
+    changes = changes_since(seq, context["as_of"], dependents=False) if seq else None
     kept = overview.applies(convoy, request.GET)
     if kept is not None:  # a big convoy: its kept facts and a window of its beads
         page, snapshot = overview.page(convoy, kept, request.GET, user, context["now"])
     else:
         snapshot = snapshots.load(convoy, context["now"])
-        page = selectors.convoy_page(convoy, request.GET, user, context["now"], snapshot)
+        page = convoy_page.convoy_page(convoy, request.GET, user, context["now"], snapshot)
     context |= {
         "page": page,
         "convoy": convoy,
@@ -184,7 +193,7 @@ PANELS = [
 
 
 def _convoy_fragments(
-    request: HttpRequest, page: selectors.ConvoyPage, changes: selectors.Changes | None
+    request: HttpRequest, page: convoy_page.ConvoyPage, changes: Changes | None
 ) -> list[Fragment]:
     fragments = [
         Fragment("convoy-head", "convoys/_convoy_head.html"),
@@ -228,7 +237,7 @@ def _convoy_fragments(
     return fragments
 
 
-def _wave_fragments(page: selectors.ConvoyPage, affected: Iterable[str]) -> list[Fragment]:
+def _wave_fragments(page: convoy_page.ConvoyPage, affected: Iterable[str]) -> list[Fragment]:
     numbers = {page.wave_of[i] for i in affected if i in page.wave_of}
     rows = [w for w in page.waves if w["number"] in numbers]
     if any(w["counts"]["done"] == w["total"] for w in rows):
@@ -238,7 +247,7 @@ def _wave_fragments(page: selectors.ConvoyPage, affected: Iterable[str]) -> list
 
 
 def _bead_row_fragments(
-    page: selectors.ConvoyPage, affected: Iterable[str], changes: selectors.Changes
+    page: convoy_page.ConvoyPage, affected: Iterable[str], changes: Changes
 ) -> list[Fragment]:
     if page.capped and changes.done_changed & set(page.graph.nodes):
         # A bead closing leaves the capped list of unfinished beads and lets another in.
@@ -356,7 +365,7 @@ def stage(request: HttpRequest) -> HttpResponse:
     more = 0
     if plan is not None and plan.dag is not None:
         text, more = _first_lines(formatting.render_tree(plan.dag, plan.input_kind, plan.root))
-    epics = selectors.epics_to_stage()
+    epics = pages.epics_to_stage()
     context |= {
         "plan": plan,
         "error": error,
@@ -417,7 +426,7 @@ def _deps_page(request: HttpRequest) -> int:
 @viewer
 def bead_detail(request: HttpRequest, bead_id: str) -> HttpResponse:
     context = _base(request)
-    page = selectors.bead_page(bead_id, _deps_page(request), context["now"])
+    page = bead_page.bead_page(bead_id, _deps_page(request), context["now"])
     if page is None:
         raise Http404(f"bead '{bead_id}' not found")
     context |= _fields(page) | {"can_change": request.user.has_perm("convoys.change_bead")}
@@ -500,7 +509,7 @@ def subscriptions(request: AuthenticatedHttpRequest) -> HttpResponse:
             notify.subscribe(request.user, convoy, email=request.POST.get("email") == "1")
         return redirect("subscriptions")
     context = _base(request)
-    context |= _fields(selectors.subscriptions_page(request.user))
+    context |= _fields(pages.subscriptions_page(request.user))
     context["delivery_choices"] = DeliveryPreference
     fragments = [
         Fragment("delivery", "convoys/_delivery.html"),

@@ -7,7 +7,7 @@ import orjson
 
 from convoys.management.base import ServiceCommand, error
 from convoys.models import Bead, Dependency, TrackedBead
-from convoys.read import selectors
+from convoys.read import bead_page, pages
 from convoys.rules import breaker, causes
 from convoys.services import beads as bead_service
 from convoys.services import controls, jsonl, sync
@@ -219,7 +219,7 @@ class Command(ServiceCommand):
         convoys = list(
             TrackedBead.objects.filter(bead_id=bead.id).values_list("convoy_id", flat=True)
         )
-        state = selectors.bead_state(bead)  # as the bead page and the API say
+        state = bead_page.bead_state(bead)  # as the bead page and the API say
         blockers, ready = state.blocked_by, state.ready
         origin = bead.sourced
         if json:
@@ -364,13 +364,11 @@ class Command(ServiceCommand):
     ) -> None:
         if limit < 1:
             raise error("--limit must be at least 1")
-        found = selectors.find_beads(
-            status=status, rig=rig, assignee=assignee, q=query, limit=limit
-        )
+        found = pages.find_beads(status=status, rig=rig, assignee=assignee, q=query, limit=limit)
         self._beads(found, json, "No beads match.", with_status=True)
 
     def do_ready(self, rig: str | None, limit: int, json: bool, **_: Any) -> None:
-        self._beads(selectors.find_beads(rig=rig, ready=True, limit=limit), json, "No ready beads.")
+        self._beads(pages.find_beads(rig=rig, ready=True, limit=limit), json, "No ready beads.")
 
     def _beads(self, beads: list[Bead], json: bool, none: str, with_status: bool = False) -> None:
         if json:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from convoys.core.formatting import convoy_title, render_launch, status_words
 from convoys.management.base import ServiceCommand, error
 from convoys.models import CONVOY_OPEN, LANDED_REASON, STAGED_STATUSES, Convoy, status_symbol
-from convoys.read import projection, selectors
+from convoys.read import projection, summaries
 from convoys.rules import breaker, capacity, causes, stranding
 from convoys.services import controls, escalation, feeding, launch, staging, timekeeping
 from convoys.services import convoys as convoy_service
@@ -240,7 +240,7 @@ class Command(ServiceCommand):
             max_in_flight=max_in_flight,
         )
         if json:
-            self.write_json(selectors.convoy_status_json(convoy))
+            self.write_json(summaries.convoy_status_json(convoy))
             return
         tracked = convoy.tracked.count()
         self.stdout.write(f"✓ Created convoy 🚚 {convoy.id}: {convoy.title}")
@@ -356,20 +356,20 @@ class Command(ServiceCommand):
         if not convoy:
             rows = list(Convoy.objects.filter(status=CONVOY_OPEN).order_by("id"))
             if json:
-                self.write_json([selectors.convoy_status_json(c) for c in rows])
+                self.write_json([summaries.convoy_status_json(c) for c in rows])
                 return
             if not rows:
                 self.stdout.write("No open convoys.")
-            summaries = selectors.convoy_summaries(rows)
+            by_convoy = summaries.convoy_summaries(rows)
             for row in rows:
-                s = summaries[row.id]
+                s = by_convoy[row.id]
                 self.stdout.write(
                     f"🚚 {row.id}: {convoy_title(row.title)}  {s['done']}/{s['total']}"
                 )
             return
         row = convoy_service.get_convoy(convoy)
         data = {
-            **selectors.convoy_status_json(row),
+            **summaries.convoy_status_json(row),
             "paused": controls.pause_json(row),
             "escalation": escalation.state_json(row),
         }
@@ -499,7 +499,7 @@ class Command(ServiceCommand):
             queryset = queryset.filter(status__in=(CONVOY_OPEN, *STAGED_STATUSES))
         rows = list(queryset)
         if json:
-            summaries = selectors.convoy_summaries(rows)
+            by_convoy = summaries.convoy_summaries(rows)
             self.write_json(
                 [
                     {
@@ -507,9 +507,9 @@ class Command(ServiceCommand):
                         "title": c.title,
                         "status": c.status,
                         "created_at": c.created_at,
-                        "completed": summaries[c.id]["done"],
-                        "total": summaries[c.id]["total"],
-                        "progress": selectors.progress_json(summaries[c.id]),
+                        "completed": by_convoy[c.id]["done"],
+                        "total": by_convoy[c.id]["total"],
+                        "progress": summaries.progress_json(by_convoy[c.id]),
                     }
                     for c in rows
                 ]
@@ -518,10 +518,10 @@ class Command(ServiceCommand):
         if not rows:
             self.stdout.write("No convoys.")
             return
-        summaries = selectors.convoy_summaries(rows)
+        by_convoy = summaries.convoy_summaries(rows)
         details = convoy_service.tracked_details(rows) if tree else {}
         for row in rows:
-            s = summaries[row.id]
+            s = by_convoy[row.id]
             self.stdout.write(
                 f"🚚 {row.id}  {status_words(row.state):<24} {s['done']}/{s['total']}  "
                 f"{convoy_title(row.title)}"

@@ -29,7 +29,7 @@ from django.utils import timezone
 from convoys.core.formatting import several
 from convoys.infra import processes
 from convoys.log.events import last_seq
-from convoys.read import selectors
+from convoys.read import pages
 from convoys.services import ticker
 
 log = logging.getLogger("convoys.serve")
@@ -215,7 +215,7 @@ class Command(BaseCommand):
 
 class Status:
     """serve's line every CONVOY_STATUS_EVERY seconds: what the town did since the last one
-    (`selectors.town_minute`) and how many children were started again."""
+    (`pages.town_minute`) and how many children were started again."""
 
     def __init__(self, command: Command) -> None:
         self.command = command
@@ -246,7 +246,7 @@ class Status:
             return
         moment = timezone.now()
         try:
-            minute = selectors.town_minute(self.seq, self.since)
+            minute = pages.town_minute(self.seq, self.since)
         except Exception as exc:  # the database is away: say so, try again next time
             self.command._tell(f"status: cannot read the database ({type(exc).__name__})")
             return
