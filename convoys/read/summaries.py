@@ -186,13 +186,26 @@ def convoy_summaries(convoys: Sequence[Convoy], now: datetime | None = None) -> 
 
 def _summary_of(convoy: Convoy, facts: Mapping[str, Any], spin: bool, now: datetime) -> Summary:
     n = {segment: int(facts.get(segment) or 0) for segment in SEGMENTS}
-    total = int(facts.get("total") or 0)
-    share = total or 1
     verdict = (
         stranding.Verdict(facts["verdict"], facts["reason"], facts["code"])
         if facts.get("verdict")
         else stranding.NOT_OPEN
     )
+    last = facts.get("last_activity") or convoy.updated_at
+    stranded = stranding.shown_stranded(verdict, facts.get("feedable_since"), now)
+    return _summary(n, int(facts.get("total") or 0), last, spin, verdict, stranded)
+
+
+def _summary(
+    n: Mapping[str, int],
+    total: int,
+    last_activity: datetime,
+    spin: bool,
+    verdict: stranding.Verdict,
+    stranded: bool,
+) -> Summary:
+    """A summary from the beads per segment `n`: the percents follow from the counts."""
+    share = total or 1
     return Summary(
         done=n["done"],
         active=n["active"],
@@ -201,12 +214,12 @@ def _summary_of(convoy: Convoy, facts: Mapping[str, Any], spin: bool, now: datet
         blocked=n["blocked"],
         unknown=n["unknown"],
         total=total,
-        last_activity=facts.get("last_activity") or convoy.updated_at,
+        last_activity=last_activity,
         spin=spin,
         percent={k: round(100 * n[k] / share, 2) for k in SEGMENTS},
         percent_complete=percent_done(n["done"], total),
         state=verdict,
-        stranded=stranding.shown_stranded(verdict, facts.get("feedable_since"), now),
+        stranded=stranded,
     )
 
 
@@ -246,24 +259,10 @@ def summarise(
             last[convoy_id] = updated[0]
     result: dict[str, Summary] = {}
     for convoy_id, n in counts.items():
+        verdict = verdicts[convoy_id]  # the one stranded rule: kind, reason and badge words
         total = sum(n.values())
-        share = total or 1
-        result[convoy_id] = Summary(
-            done=n["done"],
-            active=n["active"],
-            failed=n["failed"],
-            ready=n["ready"],
-            blocked=n["blocked"],
-            unknown=n["unknown"],
-            total=total,
-            last_activity=last[convoy_id],
-            spin=convoy_id in spin,
-            percent={k: round(100 * n[k] / share, 2) for k in SEGMENTS},
-            percent_complete=percent_done(n["done"], total),
-            # The one stranded rule (stranding.py): kind, reason and badge words.
-            state=verdicts[convoy_id],
-            stranded=verdicts[convoy_id].stranded,
-        )
+        spun = convoy_id in spin
+        result[convoy_id] = _summary(n, total, last[convoy_id], spun, verdict, verdict.stranded)
     return result
 
 
