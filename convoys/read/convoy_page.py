@@ -149,72 +149,35 @@ def convoy_page(
     now: datetime,
     snapshot: snapshots.Snapshot | None = None,
 ) -> ConvoyPage:
-    """The convoy page's read model, from a `snapshots.Snapshot` (loaded when not given)."""
+    """The convoy page's read model, from a `snapshots.Snapshot` (loaded when not given): the
+    beads and their causes, which rows are listed, which waves are drawn, the drawing, the
+    timeline and the estimate."""
     snapshot = snapshot or snapshots.load(convoy, now)
     tracked, beads, graph, waves, gated = convoy_graph(convoy, snapshot)
     summary, ready_ids = convoy_summary(convoy, tracked, beads, now, snapshot)
     wave_number = dagmod.wave_of(waves)
     gated_ids = {g.id for g in gated}
     cause_of = causemod.for_convoy(convoy, now, known=snapshot)  # each unfinished bead's cause
-
-    def state(bead_id: str) -> str:
-        bead = beads.get(bead_id)
-        if bead is None:
-            return "unknown"
-        if bead.pk in ready_ids:
-            return "ready"
-        # Open and not ready: waiting on something (its cause says what), as the bar counts it.
-        return "blocked" if bead.status == "open" else bead.status
-
     # ?all=1 draws and lists everything, up to CONVOY_SHOW_ALL_MAX beads (a bounded page).
     show_all = params.get("all") == "1" and len(tracked) <= settings.CONVOY_SHOW_ALL_MAX
     big = len(tracked) > COLLAPSE_AT and not show_all
     overview = len(tracked) > OVERVIEW_AT and not show_all
-    chips = 0 if overview else None
     href = bead_url_maker()
     # Per bead: its row, its node's state, the wave table.
+    state = _state_rule(beads, ready_ids)
     facts = ConvoyPageFacts(
         cause_of, beads, graph, waves, wave_number, gated_ids, ready_ids, state, href
     )
-    parts = _parts(facts, tracked, big, chips)
-    rows = list(parts.rows.values())
-    hidden_rows, capped = 0, False
-    bead_pages, bpage = 1, 1
-    if overview:
-        # Unfinished beads, ROWS_PAGE a page (?bpage=N); the done ones are counted.
-        unfinished = [r for r in rows if r["state"] not in DONE_STATUSES]
-        bead_pages = max(1, -(-len(unfinished) // ROWS_PAGE))
-        bpage = _page_number(params.get("bpage"), bead_pages, 1)
-        hidden_rows = len(rows) - len(unfinished)
-        capped = bead_pages > 1
-        rows = unfinished[(bpage - 1) * ROWS_PAGE : bpage * ROWS_PAGE]
-    elif big:
-        # Large convoys list unfinished beads first and keep the page light; ?all=1 shows all.
-        unfinished = [r for r in rows if r["state"] not in DONE_STATUSES]
-        hidden_rows = len(rows) - min(len(unfinished), MAX_ROWS)
-        capped = len(unfinished) > MAX_ROWS
-        rows = unfinished[:MAX_ROWS]
-    tracked_q = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    wave_rows, frontier, done = parts.waves, parts.frontier, parts.done
-    critical = dagmod.critical_path(graph, set(done))
-    collapsed = set()
+    parts = _parts(facts, tracked, big, 0 if overview else None)
+    listing = _listing(list(parts.rows.values()), params, big, overview)
+    critical = dagmod.critical_path(graph, set(parts.done))
     focus = params.get("focus", "")
-    drawn: dict[int, list[str]] | None = None
-    opened: list[int] = []
-    bands, wave_pages, wpage = wave_rows, 1, 1
-    if overview:
-        drawn, opened = overview_drawn(
-            waves, gated, frontier, critical, wave_number, focus, params, done
-        )
-        bands, wave_pages, wpage = band_window(wave_rows, frontier, params.get("wpage"))
-    elif len(graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
-        collapsed = {r["number"] for r in wave_rows if r["counts"]["done"] == r["total"]}
-        collapsed.discard(wave_number.get(focus))  # the focused bead is drawn
+    shown = _shown_waves(facts, gated, parts, critical, params, overview)
     dag = None
-    focus_found = False
     if waves or gated:
-        geometry, key = drawn_geometry(convoy, graph, waves, gated, frozenset(collapsed), drawn)
-        focus_found = bool(focus) and focus in geometry["nodes"]
+        geometry, key = drawn_geometry(
+            convoy, graph, waves, gated, frozenset(shown.collapsed), shown.drawn
+        )
         dag = Dag(
             geometry=geometry,
             fingerprint=key,
@@ -226,19 +189,14 @@ def convoy_page(
         )
     size, at = dagmod.max_parallelism(waves)
     no_estimate = stranding.estimate_blocker(convoy, summary["state"])
-    timeline = list(
-        Event.objects.filter(Q(convoy_id=convoy.pk) | Q(bead_id__in=tracked_q)).order_by("-seq")[
-            :TIMELINE
-        ]
-    )
     return ConvoyPage(
         convoy=convoy,
         summary=summary,
-        listed=rows,
+        listed=listing.rows,
         blockers=snapshot.blockers,
-        hidden_rows=hidden_rows,
-        waves=wave_rows,
-        frontier=frontier,
+        hidden_rows=listing.hidden,
+        waves=parts.waves,
+        frontier=parts.frontier,
         gated=gated,
         critical=[(i, href(i)) for i in (critical[:CRITICAL_LISTED] if overview else critical)],
         critical_length=len(critical),
@@ -247,22 +205,22 @@ def convoy_page(
         if critical and no_estimate == ""
         else None,
         no_estimate=no_estimate,
-        timeline=timeline,
-        collapsed=sorted(collapsed),
+        timeline=_timeline(convoy),
+        collapsed=sorted(shown.collapsed),
         focus=focus,
-        focus_found=focus_found,
+        focus_found=dag is not None and bool(focus) and focus in dag.geometry["nodes"],
         summary_line=f"{several(sum(len(w) for w in waves), 'bead')} across "
         f"{several(len(waves), 'wave')} (max parallelism: {size} in wave {at})",
         dag=dag,
         big=big,
-        capped=capped,
+        capped=listing.capped,
         overview=overview,
-        opened=opened,
-        bands=bands,
-        wave_pages=wave_pages,
-        wpage=wpage,
-        bead_pages=bead_pages,
-        bpage=bpage,
+        opened=shown.opened,
+        bands=shown.bands,
+        wave_pages=shown.wave_pages,
+        wpage=shown.wpage,
+        bead_pages=listing.pages,
+        bpage=listing.page,
         wave_of=wave_number,
         graph=graph,
         user=user,
@@ -454,3 +412,92 @@ def _parts(facts: ConvoyPageFacts, tracked: list[str], big: bool, chips: int | N
         frontier=frontier,
         done=frozenset(i for i in tracked if i in f.beads and f.beads[i].status in DONE_STATUSES),
     )
+
+
+def _state_rule(beads: Mapping[str, TrackedRow], ready_ids: Set[str]) -> Callable[[str], str]:
+    """A bead's state as the page's nodes and rows show it."""
+
+    def state(bead_id: str) -> str:
+        bead = beads.get(bead_id)
+        if bead is None:
+            return "unknown"
+        if bead.pk in ready_ids:
+            return "ready"
+        # Open and not ready: waiting on something (its cause says what), as the bar counts it.
+        return "blocked" if bead.status == "open" else bead.status
+
+    return state
+
+
+class Listing(NamedTuple):
+    """The bead table's rows on this page, how many are left out, and its pages."""
+
+    rows: list[dict[str, Any]]
+    hidden: int = 0
+    capped: bool = False
+    pages: int = 1
+    page: int = 1
+
+
+def _listing(rows: list[dict[str, Any]], params: Params, big: bool, overview: bool) -> Listing:
+    """Every row of a small convoy; a big one's unfinished rows first, MAX_ROWS of them; an
+    overview's unfinished rows, ROWS_PAGE a page (?bpage=N). The done ones are counted."""
+    if not big and not overview:
+        return Listing(rows)
+    unfinished = [r for r in rows if r["state"] not in DONE_STATUSES]
+    if overview:
+        pages = max(1, -(-len(unfinished) // ROWS_PAGE))
+        page = _page_number(params.get("bpage"), pages, 1)
+        listed = unfinished[(page - 1) * ROWS_PAGE : page * ROWS_PAGE]
+        return Listing(listed, len(rows) - len(unfinished), pages > 1, pages, page)
+    hidden = len(rows) - min(len(unfinished), MAX_ROWS)
+    return Listing(unfinished[:MAX_ROWS], hidden, len(unfinished) > MAX_ROWS)
+
+
+class ShownWaves(NamedTuple):
+    """Which waves the drawing shows: collapsed (all done), drawn (an overview's part of each),
+    opened (?open=N,M); and the wave table's window of bands."""
+
+    collapsed: set[int]
+    drawn: dict[int, list[str]] | None
+    opened: list[int]
+    bands: list[dict[str, Any]]
+    wave_pages: int
+    wpage: int
+
+
+def _shown_waves(
+    facts: ConvoyPageFacts,
+    gated: list[dagmod.Gated],
+    parts: BeadParts,
+    critical: list[str],
+    params: Params,
+    overview: bool,
+) -> ShownWaves:
+    focus = params.get("focus", "")
+    if overview:
+        drawn, opened = overview_drawn(
+            facts.waves,
+            gated,
+            parts.frontier,
+            critical,
+            facts.wave_number,
+            focus,
+            params,
+            parts.done,
+        )
+        bands, wave_pages, wpage = band_window(parts.waves, parts.frontier, params.get("wpage"))
+        return ShownWaves(set(), drawn, opened, bands, wave_pages, wpage)
+    collapsed: set[int] = set()
+    if len(facts.graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
+        collapsed = {r["number"] for r in parts.waves if r["counts"]["done"] == r["total"]}
+        if focus in facts.wave_number:  # the focused bead is drawn
+            collapsed.discard(facts.wave_number[focus])
+    return ShownWaves(collapsed, None, [], parts.waves, 1, 1)
+
+
+def _timeline(convoy: Convoy) -> list[Event]:
+    """The convoy's last TIMELINE events: its own and its tracked beads'."""
+    tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
+    events = Event.objects.filter(Q(convoy_id=convoy.pk) | Q(bead_id__in=tracked))
+    return list(events.order_by("-seq")[:TIMELINE])

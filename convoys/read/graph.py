@@ -2,7 +2,7 @@
 of blockers outside the convoy, and the geometry (whole, or an overview's drawn part)."""
 
 import copy
-from collections.abc import Callable, Collection, Iterable, Set
+from collections.abc import Callable, Collection, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -128,7 +128,7 @@ def overview_drawn(
     gated: list[dagmod.Gated],
     frontier: int | None,
     critical: list[str],
-    wave_number: dict[str, int],
+    wave_number: Mapping[str, int],
     focus: str,
     params: Params,
     done: Set[str],
