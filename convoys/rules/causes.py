@@ -422,60 +422,13 @@ def load(
     if not wanted:
         return result
     unfinished = beads.exclude(status__in=DONE_STATUSES)
-    ready: AbstractSet[str]
-    if known is None:
-        ready = set(ready_beads(unfinished, now).values_list("pk", flat=True))
-        blocking = blocked_by(unfinished.values_list("pk", flat=True))
-        # Blockers that are not work (a decision, a gate) gate rather than block.
-        targets = Dependency.objects.filter(
-            issue_id__in=unfinished.values("pk"), type__in=BLOCKING_DEP_TYPES
-        ).values("depends_on_id")
-        not_work = set(
-            Bead.objects.filter(pk__in=targets)
-            .exclude(issue_type__in=SLINGABLE_TYPES)
-            .values_list("pk", flat=True)
-        )
-    else:
-        ready, blocking = known.ready, known.blockers
-        not_work = {t for t, kind in known.target_types.items() if kind not in SLINGABLE_TYPES}
-    if len(wanted) <= BY_ID:  # a few beads (a writer's): their workers asked by id
-        held = [i for i in wanted if i in rows and rows[i][0].assignee]
-        dead = dead_among(held, now)
-        names = sorted({rows[i][0].assignee for i in held})
-        seen = dict(Worker.objects.filter(name__in=names).values_list("name", "last_seen"))
-        selected: Any = [i for i in wanted if i in rows]
-    else:
-        assigned = unfinished.exclude(assignee="")
-        dead = set(assigned.filter(worker_dead(now)).values_list("pk", flat=True))
-        workers = Worker.objects.filter(name__in=assigned.values("assignee"))
-        seen = dict(workers.values_list("name", "last_seen"))
-        selected = unfinished.values("pk")
-    links = TrackedBead.objects.filter(bead_id__in=selected).values_list(
-        "bead_id",
-        "convoy_id",
-        "convoy__status",
-        "convoy__paused_at",
-        "convoy__paused_by",
-        "convoy__pause_reason",
-        "convoy__max_in_flight",
-    )
+    ready, blocking, not_work = _readiness(unfinished, now, known)
+    dead, seen, selected = _workers(wanted, rows, unfinished, now)
     # Cooling down or parked (the feeders skip them): only open beads nobody holds can be.
     recent = _held_back([i for i, (r, _) in rows.items() if r.status == "open"], now)
     parked = parked_among(sorted(recent)) if recent else {}
-    last_failure: dict[str, tuple[datetime | None, str]] = {}
-    if recent:
-        failed = Dispatch.objects.filter(bead_id__in=sorted(recent), ok=False)
-        for bead_id, at, error in failed.order_by("bead_id", "-created_at").values_list(
-            "bead_id", "created_at", "error"
-        ):
-            last_failure.setdefault(bead_id, (at, error))
-    # Claims with no outcome yet (few: what is in flight now, the dispatch table's partial index).
-    unanswered = {
-        (bead_id, worker): at
-        for bead_id, worker, at in Dispatch.objects.filter(
-            ok__isnull=True, resolution=""
-        ).values_list("bead_id", "worker", "created_at")
-    }
+    last_failure = _last_failures(recent)
+    unanswered = _unanswered()
     cooldown = timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
     timeout = timedelta(seconds=settings.CONVOY_WORKER_TIMEOUT)
     rescue_by = now + timedelta(seconds=settings.CONVOY_STRANDED_INTERVAL)
@@ -506,6 +459,90 @@ def load(
             rescue_by=rescue_by if is_dead else None,
             unanswered=unanswered.get((bead_id, row.assignee)) if row.assignee else None,
         )
+    capped = _with_convoys(facts, selected)
+    town_capped = False
+    if capped and queues:
+        _convoy_capacity(facts, capped, done, now)
+    if queues:
+        town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
+    result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
+    result.blockers = frozenset(b for ids in blocking.values() for b in ids)
+    result.limited = bool(capped) or town_capped
+    return result
+
+
+def _readiness(
+    unfinished: QuerySet[Bead], now: datetime, known: Known | None
+) -> tuple[AbstractSet[str], Mapping[str, list[str]], set[str]]:
+    """(the ready ids, {id: its unfinished blockers}, the blockers that are not work): read by
+    the readiness rules, or taken from `known`. A blocker that is not work (a decision, a
+    gate) gates rather than blocks."""
+    if known is not None:
+        not_work = {t for t, kind in known.target_types.items() if kind not in SLINGABLE_TYPES}
+        return known.ready, known.blockers, not_work
+    ready = set(ready_beads(unfinished, now).values_list("pk", flat=True))
+    blocking = blocked_by(unfinished.values_list("pk", flat=True))
+    targets = Dependency.objects.filter(
+        issue_id__in=unfinished.values("pk"), type__in=BLOCKING_DEP_TYPES
+    ).values("depends_on_id")
+    not_work = set(
+        Bead.objects.filter(pk__in=targets)
+        .exclude(issue_type__in=SLINGABLE_TYPES)
+        .values_list("pk", flat=True)
+    )
+    return ready, blocking, not_work
+
+
+def _workers(
+    wanted: list[str], rows: Mapping[str, Any], unfinished: QuerySet[Bead], now: datetime
+) -> tuple[set[str], dict[str, datetime], Any]:
+    """(the beads whose worker counts as dead, {worker: last seen}, what selects the beads
+    asked about in further queries): a few beads (a writer's) by id, many by a subquery."""
+    if len(wanted) <= BY_ID:
+        held = [i for i in wanted if i in rows and rows[i][0].assignee]
+        names = sorted({rows[i][0].assignee for i in held})
+        seen = dict(Worker.objects.filter(name__in=names).values_list("name", "last_seen"))
+        return dead_among(held, now), seen, [i for i in wanted if i in rows]
+    assigned = unfinished.exclude(assignee="")
+    dead = set(assigned.filter(worker_dead(now)).values_list("pk", flat=True))
+    workers = Worker.objects.filter(name__in=assigned.values("assignee"))
+    return dead, dict(workers.values_list("name", "last_seen")), unfinished.values("pk")
+
+
+def _last_failures(recent: AbstractSet[str]) -> dict[str, tuple[datetime | None, str]]:
+    """{bead id: (when, error)} of the last failed dispatch of each of `recent`."""
+    last_failure: dict[str, tuple[datetime | None, str]] = {}
+    if recent:
+        failed = Dispatch.objects.filter(bead_id__in=sorted(recent), ok=False)
+        for bead_id, at, error in failed.order_by("bead_id", "-created_at").values_list(
+            "bead_id", "created_at", "error"
+        ):
+            last_failure.setdefault(bead_id, (at, error))
+    return last_failure
+
+
+def _unanswered() -> dict[tuple[str, str], datetime]:
+    """{(bead id, worker): when} of the claims with no outcome yet (few: what is in flight
+    now, read through the dispatch table's partial index)."""
+    claims = Dispatch.objects.filter(ok__isnull=True, resolution="")
+    return {
+        (bead_id, worker): at
+        for bead_id, worker, at in claims.values_list("bead_id", "worker", "created_at")
+    }
+
+
+def _with_convoys(facts: Mapping[str, CauseFacts], selected: Any) -> dict[str, int]:
+    """Adds to each bead's facts the convoys that track it (paused, feeding it, staged);
+    returns {convoy id: max in flight} of the open convoys with a cap."""
+    links = TrackedBead.objects.filter(bead_id__in=selected).values_list(
+        "bead_id",
+        "convoy_id",
+        "convoy__status",
+        "convoy__paused_at",
+        "convoy__paused_by",
+        "convoy__pause_reason",
+        "convoy__max_in_flight",
+    )
     capped = {}
     for bead_id, convoy_id, status, paused_at, by, reason, limit in links:
         item = facts.get(bead_id)
@@ -523,15 +560,7 @@ def load(
         for listed in (item.paused, item.feeders, item.staged):
             if len(listed) > 1:
                 listed.sort()
-    town_capped = False
-    if capped and queues:
-        _convoy_capacity(facts, capped, done, now)
-    if queues:
-        town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
-    result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
-    result.blockers = frozenset(b for ids in blocking.values() for b in ids)
-    result.limited = bool(capped) or town_capped
-    return result
+    return capped
 
 
 def _held_back(bead_ids: Collection[str], now: datetime) -> set[str]:
