@@ -258,6 +258,41 @@ def test_dashboard_capacity_panel_draws_and_updates_live(routes, settings, closi
     assert panel == client.get("/?fragments=capacity-panel").json()["fragments"]["capacity-panel"]
 
 
+def test_a_live_dashboard_redraws_the_capacity_panel_only_when_an_edit_can_move_it(
+    routes, settings
+):
+    from convoys.log.events import last_seq
+    from convoys.services.beads import update_bead
+
+    from .factories import signed_in
+
+    client = signed_in("viewer", "view_convoy")
+    settings.CONVOY_MAX_IN_FLIGHT = 0
+    launched([bead(f"gt-a{i}").id for i in range(3)])  # no cap: all three at work
+    bead("gt-idle")
+
+    def live_after(bead_id, **fields):
+        seq = last_seq()
+        update_bead(bead_id, actor="test", **fields)
+        return client.get("/", headers={"X-Live": "1", "X-Live-Since": str(seq)}).json()
+
+    def reloaded():
+        return client.get("/?fragments=capacity-panel").json()["fragments"]["capacity-panel"]
+
+    # Retitling a bead nobody works on moves neither the count nor (without a cap) a queue.
+    assert "capacity-panel" not in live_after("gt-idle", title="Quiet")["fragments"]
+    # An edit of a bead at work refreshes its clock, by which an unheard worker is judged.
+    assert live_after("gt-a1", title="Busy")["fragments"]["capacity-panel"] == reloaded()
+    assert live_after("gt-idle", assignee="someone")["fragments"]["capacity-panel"] == reloaded()
+    settings.CONVOY_MAX_IN_FLIGHT = 1  # now the queue shows: titles and priorities count
+    bead("gt-waits")
+    convoys.create("W", ["gt-waits"])
+    assert "gt-waits" in reloaded()
+    panel = live_after("gt-waits", title="Renamed in the queue")["fragments"]["capacity-panel"]
+    assert "Renamed in the queue" in panel and panel == reloaded()
+    assert "capacity-panel" not in live_after("gt-waits", description="prose")["fragments"]
+
+
 def test_a_failed_launch_dispatch_frees_its_slot_for_the_queue(
     routes, settings, monkeypatch, django_capture_on_commit_callbacks
 ):

@@ -33,6 +33,7 @@ from django.db import connection
 from django.db.models import Count, Exists, Max, OuterRef, QuerySet
 from django.utils import timezone
 
+from convoys.log.kinds import NOTE_KINDS
 from convoys.models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
@@ -44,12 +45,17 @@ from convoys.models import (
 )
 from convoys.rules.breaker import recent_failures
 from convoys.rules.readiness import ready_beads, worker_dead
+from convoys.rules.rows import Changes
 
 # pg_advisory_xact_lock key: "conv" "cap" as two 32-bit halves, fixed for every process.
 LOCK_KEY = 0x636F6E76_00636170
 NEVER = datetime.min.replace(tzinfo=UTC)
 SETTING = "max-in-flight"
 CAP_LIMIT = 1_000_000
+# The bead fields `panel()` reads: the count in flight reads status and assignee; with a cap,
+# the queue reads readiness (type, rig), its order (priority) and its rows' titles too.
+COUNTED_FIELDS = frozenset({"status", "assignee"})
+QUEUED_FIELDS = COUNTED_FIELDS | {"title", "priority", "issue_type", "rig", "rig_id"}
 
 
 @dataclass(frozen=True)
@@ -278,6 +284,20 @@ def panel(now: datetime | None = None) -> Panel:
     snap = snapshot(now)
     waiting = snap.waiting
     return Panel(snap, origin, waiting[:PANEL_ROWS], max(len(waiting) - PANEL_ROWS, 0))
+
+
+def panel_stands(changes: Changes) -> bool:
+    """Whether `panel()` is as it was drawn before `changes`: they hold only notes and edits of
+    bead fields it does not read, of beads not at work (an edit refreshes `updated_at`, by which
+    a worker that never reported is judged alive)."""
+    if changes.kinds - NOTE_KINDS - {"bead.updated"} or changes.dependencies or changes.unlisted:
+        return False
+    if not changes.fields:
+        return True
+    if changes.fields & (QUEUED_FIELDS if cap() else COUNTED_FIELDS):
+        return False
+    at_work = Bead.objects.filter(pk__in=changes.beads, status__in=ACTIVE_WORK_STATUSES)
+    return not at_work.exclude(assignee="").exists()
 
 
 def queue_positions(now: datetime | None = None) -> dict[str, int]:

@@ -97,6 +97,7 @@ class Changes:
     done_changed: set[str] = field(default_factory=set)  # beads that entered or left "done"
     dependencies: bool = False  # a bead's dependency list changed
     fields: set[str] = field(default_factory=set)  # the bead fields a bead.updated changed
+    unlisted: bool = False  # a bead.updated named no field it changed (a sync's presence mark)
     # (bead id, convoy id, time) of each event, in log order
     events: list[tuple[str, str, datetime]] = field(default_factory=list)
 
@@ -151,16 +152,15 @@ def changes_since(seq: int, upto: int | None = None, dependents: bool = True) ->
         if convoy_id:
             changes.convoys.add(convoy_id)
         changes.convoys.update(data.get("convoys") or ())
-        if (
-            "dependencies" in (data.get("changes") or {})
-            or "dependency_added" in data
-            or "dependency_removed" in data
-        ):
-            changes.dependencies = True
         # The fields changed: {field: [old, new]} (services) or [field, …] (an import).
         changed = data.get("changes")
+        edge = "dependency_added" in data or "dependency_removed" in data
+        if edge or "dependencies" in (changed or ()):
+            changes.dependencies = True
         if isinstance(changed, dict | list):
             changes.fields.update(f for f in changed if isinstance(f, str))
+        elif kind == "bead.updated" and not edge:
+            changes.unlisted = True
     if changes.beads and dependents:
         # A close or reopen changes whether the beads it blocks are ready, and so their convoys.
         blocked = Dependency.objects.filter(depends_on_id__in=changes.beads).values("issue_id")

@@ -24,7 +24,7 @@ from convoys.core.formatting import several
 from convoys.core.ids import text_problem
 from convoys.core.parsing import whole_number
 from convoys.log.events import last_seq
-from convoys.log.kinds import FEEDING_KINDS, NOTE_KINDS
+from convoys.log.kinds import FEEDING_KINDS
 from convoys.models import Convoy, DeliveryPreference, Notification, Subscription
 from convoys.read import bead_page, convoy_page, overview, pages, snapshots, timeline
 from convoys.read.dashboard import (
@@ -102,7 +102,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         # Only rows of convoys whose beads changed; the list and its order stay as they are.
         rows = dashboard_rows(params, only=changes.convoys) if changes.convoys else []
         fragments = [_row_fragment(row) for row in rows] + [unread(), FEEDING]
-        if changes.kinds - NOTE_KINDS:  # the town's capacity may have moved
+        if not capacity.panel_stands(changes):
             context["capacity"] = capacity.panel()
             fragments.append(CAPACITY)
         return respond(request, "convoys/dashboard.html", context, fragments)
