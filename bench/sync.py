@@ -17,7 +17,7 @@ next dispatch. Each part runs in a process of its own, on a fresh database.
   dispatch). --busy N runs N processes that only burn CPU meanwhile (a loaded machine);
   --verbose prints each lag and the cluster's pass times, and keeps its log.
 
-    .venv/bin/python bench/sync.py [--beads 100000] [--changed 100] [--runs 5] [--scale 5]
+    .venv/bin/python bench/bdsync.py [--beads 100000] [--changed 100] [--runs 5] [--scale 5]
         [--closes 60] [--filler 1000] [--busy 0] [--parts times,memory,lag] [--verbose]
 """
 
@@ -92,29 +92,30 @@ def part_times(args: argparse.Namespace, folder: Path) -> None:
     """The pass times (see the module's docstring)."""
     setup()
     quiet()
-    from convoys.services import sync
+    from convoys.services import bdsync
+    from convoys.services.bdsync import memo
 
     path, original = folder / "town.jsonl", folder / "generated.jsonl"
     generator()(original, args.beads)
     restore(original, path)
-    source = sync.FileSource(path)
-    first, report = timed(sync.sync, source)
+    source = bdsync.FileSource(path)
+    first, report = timed(bdsync.sync, source)
     print(f"first pass: {report.created:,} beads created in {first:.1f} s")
     unchanged, changed, elsewhere = [], [], []
     for run in range(args.runs):
-        seconds, report = timed(sync.sync, source)
+        seconds, report = timed(bdsync.sync, source)
         assert report.changed == 0, report
         unchanged.append(seconds)
-        getattr(sync, "_memos", {}).clear()  # as in another process: only what is stored
-        seconds, report = timed(sync.sync, source)
+        memo.MEMOS.clear()  # as in another process: only what is stored
+        seconds, report = timed(bdsync.sync, source)
         assert report.changed == 0, report
         elsewhere.append(seconds)
         rewrite(original, path, args.beads, args.changed, run)
-        seconds, report = timed(sync.sync, source)
+        seconds, report = timed(bdsync.sync, source)
         assert report.updated == args.changed, report
         changed.append(seconds)
         restore(original, path)
-        sync.sync(source)  # back to the generated source for the next unchanged pass
+        bdsync.sync(source)  # back to the generated source for the next unchanged pass
     print(
         f"{args.beads:,} beads ({path.stat().st_size / 1e6:.0f} MB): median unchanged pass "
         f"{median(unchanged):.2f} s (goal < 1 s) | median pass with {args.changed} changed "
@@ -132,18 +133,18 @@ def part_memory_passes(args: argparse.Namespace, folder: Path) -> None:
     """In a process of its own: the passes whose memory is measured."""
     setup(os.environ["BENCH_SYNC_DATABASE"])
     quiet()
-    from convoys.services import sync
+    from convoys.services import bdsync
 
     path, original = folder / "town.jsonl", folder / "generated.jsonl"
-    source = sync.FileSource(path)
+    source = bdsync.FileSource(path)
     before = rss_mb()
     passes = {}
-    passes["unchanged"], _ = timed(sync.sync, source)
-    passes["unchanged again"], _ = timed(sync.sync, source)
+    passes["unchanged"], _ = timed(bdsync.sync, source)
+    passes["unchanged again"], _ = timed(bdsync.sync, source)
     rewrite(original, path, args.beads, args.changed, 0)
-    passes[f"{args.changed} changed"], _ = timed(sync.sync, source)
+    passes[f"{args.changed} changed"], _ = timed(bdsync.sync, source)
     restore(original, path)
-    sync.sync(source)
+    bdsync.sync(source)
     print(json.dumps({"before": before, "peak": rss_mb(), "passes": passes}))
 
 
@@ -180,9 +181,9 @@ def part_memory_create(args: argparse.Namespace, folder: Path) -> None:
     """In a process of its own: the first pass, creating the beads."""
     setup(os.environ["BENCH_SYNC_DATABASE"])
     quiet()
-    from convoys.services import sync
+    from convoys.services import bdsync
 
-    sync.sync(sync.FileSource(folder / "town.jsonl"))
+    bdsync.sync(bdsync.FileSource(folder / "town.jsonl"))
 
 
 def child(argv: list[str], folder: Path, url: str) -> str:
@@ -216,7 +217,7 @@ def part_lag(args: argparse.Namespace, folder: Path) -> None:
     url = setup()
     quiet()
     from convoys.models import Dispatch, Event, SyncSource
-    from convoys.services import rigs, staging, sync
+    from convoys.services import bdsync, rigs, staging
     from convoys.services.launch import launch_staged
 
     rigs.upsert_route("gt-", "gastown")
@@ -236,7 +237,7 @@ def part_lag(args: argparse.Namespace, folder: Path) -> None:
                 "dependencies": deps if index else [],
             }
             out.write(json.dumps(record) + "\n")
-    sync.sync(sync.FileSource(town))
+    bdsync.sync(bdsync.FileSource(town))
     launch_staged(staging.stage(chain).convoy_id, force=True)
     env = {
         **os.environ,

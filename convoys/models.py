@@ -416,7 +416,7 @@ class SourcedRecord(models.Model):
 
 class SyncMemo(models.Model):
     """What the last good pass over a sync source read, for the next pass in any process
-    (convoys/services/sync.py): the chunks of the source, good while the token it names is
+    (convoys/services/bdsync/): the chunks of the source, good while the token it names is
     the one every writing pass sets anew."""
 
     source = models.CharField(max_length=500, primary_key=True)

@@ -401,7 +401,7 @@ def _one_line_for_client_errors(record: logging.LogRecord) -> bool:
 def _sync_ticks_at_debug(record: logging.LogRecord) -> bool:
     """django-q's line for each sync task the ticker runs (one every CONVOY_SYNC_INTERVAL) is
     at DEBUG: a pass that changed something logs its own line (convoys.sync, INFO)."""
-    if record.levelno == logging.INFO and "services.sync.sync_configured" in record.getMessage():
+    if record.levelno == logging.INFO and "services.bdsync.sync_configured" in record.getMessage():
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
     return True

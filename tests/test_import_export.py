@@ -535,7 +535,7 @@ def test_a_failed_write_stops_the_read_ahead_and_changes_nothing(db, tmp_path, m
     path.write_text(
         "".join(json.dumps({"id": f"gt-m{i}", "title": f"bead {i}"}) + "\n" for i in range(5000))
     )
-    write = jsonl._Importer._beads
+    write = jsonl.Importer._beads
     calls = []
 
     def failing(self, batch):
@@ -544,7 +544,7 @@ def test_a_failed_write_stops_the_read_ahead_and_changes_nothing(db, tmp_path, m
             raise RuntimeError("disk full")
         return write(self, batch)
 
-    monkeypatch.setattr(jsonl._Importer, "_beads", failing)
+    monkeypatch.setattr(jsonl.Importer, "_beads", failing)
     before = counts()
     try:
         jsonl.import_file(path)
@@ -612,14 +612,14 @@ def test_a_killed_read_ahead_is_a_one_line_error_and_changes_nothing(db, tmp_pat
     path.write_text(
         "".join(json.dumps({"id": f"gt-k{i}", "title": "t"}) + "\n" for i in range(3000))
     )
-    prepare = jsonl._prepare
+    prepare = jsonl.prepare
 
     def dying(record, routes, now):
         if record["id"] == "gt-k2500":
             os.kill(os.getpid(), 9)  # in the child: as the out-of-memory killer would
         return prepare(record, routes, now)
 
-    monkeypatch.setattr(jsonl, "_prepare", dying)
+    monkeypatch.setattr(jsonl, "prepare", dying)
     before = counts()
     with pytest.raises(jsonl.ImportFailed, match=r"many.jsonl: the read-ahead process ended"):
         jsonl.import_file(path)

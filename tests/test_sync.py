@@ -16,7 +16,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from convoys.models import Bead, Convoy, Dispatch, Event, SourcedRecord, SyncSource
-from convoys.services import leases, staging, sync, ticker
+from convoys.services import bdsync, leases, staging, ticker
+from convoys.services.bdsync import memo, run
 from convoys.services.launch import launch_staged
 
 from .conftest import ROOT, child_env, manage
@@ -182,8 +183,8 @@ def test_a_bad_line_changes_nothing_and_names_the_line(routes, town, caplog):
         stream.write('{"id": "gt-s9", "title": "Bad", "priority": 9}\n')
     events = Event.objects.count()
     for _ in range(2):  # as the cluster runs it: logged (once)
-        with pytest.raises(sync.SyncFailed, match=rf"{town}:4: field 'priority'"):
-            sync.sync(sync.source_for(str(town)))
+        with pytest.raises(bdsync.SyncFailed, match=rf"{town}:4: field 'priority'"):
+            bdsync.sync(bdsync.source_for(str(town)))
     with pytest.raises(CommandError, match=rf"{town}:4: field 'priority': expected 0\.\.4"):
         run_sync(town)  # the command line prints its error, and does not log it too
     assert status("gt-s0") == "open" and not Bead.objects.filter(pk="gt-s9").exists()
@@ -234,7 +235,7 @@ def test_a_command_that_never_answers_is_stopped(db, settings):
 
 
 def test_a_source_another_holder_is_syncing_is_skipped(routes, town):
-    name = sync.lease_name(str(town))
+    name = bdsync.lease_name(str(town))
     assert leases.acquire(name, "other-cluster", ttl=60)
     err = io.StringIO()
     call_command("beads", "sync", str(town), stderr=err)
@@ -251,7 +252,7 @@ def test_a_lease_whose_holder_died_on_this_host_is_taken_over(routes, town):
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    name = sync.lease_name(str(town))
+    name = bdsync.lease_name(str(town))
     host = socket.gethostname()
     assert leases.acquire(name, f"{host}:{gone.pid}:1", ttl=600)  # killed mid-pass
     [report] = run_sync(town)
@@ -277,8 +278,8 @@ def test_the_cluster_ticker_syncs_the_configured_sources(routes, town, settings)
     settings.CONVOY_SYNC_SOURCES = [str(town), "cmd:"]
     assert ticker.SYNC_JOB in ticker.jobs()
     _, func, setting = ticker.SYNC_JOB
-    assert func == "convoys.services.sync.sync_configured" and setting == "CONVOY_SYNC_INTERVAL"
-    sync.sync_configured()  # what the enqueued task runs
+    assert func == "convoys.services.bdsync.sync_configured" and setting == "CONVOY_SYNC_INTERVAL"
+    bdsync.sync_configured()  # what the enqueued task runs
     assert Bead.objects.count() == 3
     assert SyncSource.objects.get(name="cmd:").error == "cmd: source names no command"
 
@@ -324,7 +325,7 @@ def test_an_id_twice_in_a_first_pass_creates_nothing(routes, town):
 def test_a_pass_with_many_unknown_lines_reads_the_source_again_as_it_writes(
     routes, town, monkeypatch
 ):
-    monkeypatch.setattr(sync, "SCAN_KEPT", 1)  # more than this: read again in the transaction
+    monkeypatch.setattr(run, "SCAN_KEPT", 1)  # more than this: read again in the transaction
     [first] = run_sync(town)
     assert first["created"] == 3
     rewrite(town, "gt-s0", status="closed", closed_at="2026-11-30T10:00:00Z")
@@ -346,7 +347,7 @@ def test_a_known_line_is_read_again_when_another_pass_changed_its_bead(routes, t
     # Another pass synced another version of gt-s1 meanwhile (from another line).
     Bead.objects.filter(pk="gt-s1").update(title="Another version")
     SourcedRecord.objects.filter(pk="gt-s1").update(digest="0" * 32, line="f" * 32)
-    sync._new_token(str(town))  # as that pass did: the memos of the town no longer hold
+    memo.new_token(str(town))  # as that pass did: the memos of the town no longer hold
     [report] = run_sync(town)
     assert report["updated"] == 1 and Bead.objects.get(pk="gt-s1").title == "Run the train"
 
@@ -368,7 +369,7 @@ def test_the_dashboard_shows_each_source_its_last_pass_and_its_error(routes, tow
 
 def test_passes_repeat_every_interval_until_stopped(routes, town):
     stop, results = threading.Event(), []
-    for _source, result in sync.passes([sync.FileSource(town)], every=0.01, stop=stop):
+    for _source, result in bdsync.passes([bdsync.FileSource(town)], every=0.01, stop=stop):
         results.append(result)
         if len(results) == 3:
             stop.set()

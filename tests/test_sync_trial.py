@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import subprocess
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from convoys.models import Bead, Event, SourcedRecord, SyncMemo, SyncSource
-from convoys.services import beads, dispatch, leases, sync
+from convoys.services import bdsync, beads, dispatch, leases
 
 from .test_sync import FIXTURE, rewrite, run_sync, synced, town  # noqa: F401 (fixtures)
 
@@ -196,7 +197,7 @@ def test_sync_needs_a_source_or_forget(db):
 
 
 def test_a_source_being_synced_now_is_not_forgotten(synced):
-    assert leases.acquire(sync.lease_name(str(synced)), "elsewhere:1:1", ttl=60)
+    assert leases.acquire(bdsync.lease_name(str(synced)), "elsewhere:1:1", ttl=60)
     with pytest.raises(CommandError, match="another process is syncing it now"):
         forget(synced)
     assert SourcedRecord.objects.filter(source=str(synced)).count() == 3
@@ -224,7 +225,7 @@ def test_a_local_bead_with_a_source_id_is_not_taken(routes, town, client, caplog
     beads.create_bead("Our own track", bead_id="gt-s0", prefix="gt-")
     before = Event.objects.order_by("-pk").values_list("pk", flat=True).first()
     with caplog.at_level(logging.WARNING, logger="convoys.sync"):  # as the cluster runs it
-        report = sync.sync(sync.source_for(str(town))).as_dict()
+        report = bdsync.sync(bdsync.source_for(str(town))).as_dict()
     assert report["conflicts"] == 1 and report["conflict_ids"] == ["gt-s0"]
     assert report["created"] == 2  # the rest of the pass proceeds
     bead = Bead.objects.get(pk="gt-s0")
@@ -316,7 +317,7 @@ def test_every_prints_only_passes_that_changed_something(synced, monkeypatch):
             rewrite(synced, "gt-s0", title="Lay the track, faster")
         return step == "stop"
 
-    monkeypatch.setattr(sync.threading.Event, "wait", stop_after)
+    monkeypatch.setattr(threading.Event, "wait", stop_after)
     out = io.StringIO()
     call_command("beads", "sync", str(synced), "--every", "1", stdout=out)
     lines = [line for line in out.getvalue().splitlines() if line.startswith("Synced")]
@@ -333,14 +334,14 @@ def test_a_failure_is_printed_once_on_the_command_line(db, tmp_path, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="convoys.sync"):
-        with pytest.raises(sync.SyncFailed):
-            sync.sync(sync.source_for(str(nowhere)))
+        with pytest.raises(bdsync.SyncFailed):
+            bdsync.sync(bdsync.source_for(str(nowhere)))
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
 
 
 def test_an_unchanged_pass_logs_at_debug(synced, caplog):
     with caplog.at_level(logging.DEBUG, logger="convoys.sync"):
-        sync.sync(sync.source_for(str(synced)))
+        bdsync.sync(bdsync.source_for(str(synced)))
     assert [r.levelno for r in caplog.records if "sync pass" in r.getMessage()] == [logging.DEBUG]
 
 
@@ -357,6 +358,6 @@ def test_the_cluster_logs_an_unchanged_sync_task_at_debug(caplog):
     from django_q.conf import logger  # what the cluster's monitor logs with
 
     with caplog.at_level(logging.INFO, logger="django-q"):
-        logger.info("Processed 'convoys.services.sync.sync_configured' (sync-tick)")
+        logger.info("Processed 'convoys.services.bdsync.sync_configured' (sync-tick)")
         logger.info("Processed 'convoys.tasks.feed' (feed)")
     assert [r.getMessage() for r in caplog.records] == ["Processed 'convoys.tasks.feed' (feed)"]

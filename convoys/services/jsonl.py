@@ -141,7 +141,7 @@ def _dependency_keys_of(dep_rows: Iterable[Row]) -> list[Row]:
     return [tuple(map(values(row).get, DEPENDENCY_FIELDS)) for row in dep_rows]
 
 
-class _Importer:
+class Importer:
     def __init__(self, report: ImportReport, actor: str) -> None:
         self.report = report
         self.actor = actor
@@ -460,7 +460,7 @@ def import_stream(
 ) -> ImportReport:
     """Import from an open binary stream; with `read_ahead`, records are parsed and converted
     in a child process while this one writes (see convoys/infra/readahead.py)."""
-    importer = _Importer(report, actor)
+    importer = Importer(report, actor)
     args = (stream, name, importer.routes, importer.now, settings.CONVOY_IMPORT_MAX_LINE)
     batches: Generator[Batch, None, None]
     if read_ahead and readahead.available():
@@ -514,7 +514,7 @@ def _batches(
             if beadfile.is_convoy_record(record):
                 batch.append((number, record, None))
             else:
-                batch.append((number, None, _prepare(record, routes, now)))
+                batch.append((number, None, prepare(record, routes, now)))
             if len(batch) >= BATCH:
                 seen.check()
                 yield batch, memories, dict(tally)
@@ -528,7 +528,7 @@ def _batches(
     yield batch, memories, tally
 
 
-def _prepare(record: Record, routes: Mapping[str, str | None], now: datetime) -> PreparedBead:
+def prepare(record: Record, routes: Mapping[str, str | None], now: datetime) -> PreparedBead:
     """A bead record's stored row and its dependencies' stored rows."""
     values = beadfile.bead_values(record, now)
     values["id"] = record["id"]

@@ -1,7 +1,7 @@
 """The clock for the periodic jobs. django-q2's scheduler wakes only every ~30 s and its finest
 schedule is one minute, so a thread in each task-cluster process enqueues the catch-up feeder
 every CONVOY_FEED_INTERVAL seconds and the stranded scan every CONVOY_STRANDED_INTERVAL
-seconds, and with CONVOY_SYNC_SOURCES set a sync pass (convoys/services/sync.py) every
+seconds, and with CONVOY_SYNC_SOURCES set a sync pass (convoys/services/bdsync/) every
 CONVOY_SYNC_INTERVAL seconds. A lease per job keeps several clusters from enqueueing the same
 tick twice (and a lease per sync source keeps two passes over one source apart).
 
@@ -39,7 +39,7 @@ JOBS: tuple[Job, ...] = (
 FEED_TICKS = ("tick:catch-up", "tick:time")  # the leases of the jobs on CONVOY_FEED_INTERVAL
 LEASE_SHARE = 0.8  # a tick's lease runs this share of its interval
 STALL_INTERVALS = 3  # feed intervals without a tick: the cluster has stalled
-SYNC_JOB: Job = ("sync", "convoys.services.sync.sync_configured", "CONVOY_SYNC_INTERVAL")
+SYNC_JOB: Job = ("sync", "convoys.services.bdsync.sync_configured", "CONVOY_SYNC_INTERVAL")
 
 
 def jobs() -> tuple[Job, ...]:

@@ -1,4 +1,4 @@
-"""The dashboard's view of `beads sync` sources (convoys/services/sync.py)."""
+"""The dashboard's view of `beads sync` sources (convoys/services/bdsync/)."""
 
 from django import template
 

@@ -9,8 +9,8 @@ from convoys.management.base import ServiceCommand, error
 from convoys.models import Bead, Dependency, TrackedBead
 from convoys.read import bead_page, pages
 from convoys.rules import breaker, causes
+from convoys.services import bdsync, controls, jsonl
 from convoys.services import beads as bead_service
-from convoys.services import controls, jsonl, sync
 
 
 class Command(ServiceCommand):
@@ -159,9 +159,9 @@ class Command(ServiceCommand):
     ) -> None:
         failing, first = False, True
         # quiet: the errors and conflicts are printed here, once, not logged as well
-        for _, result in sync.passes([sync.source_for(source)], routes, every, quiet=True):
+        for _, result in bdsync.passes([bdsync.source_for(source)], routes, every, quiet=True):
             shown, first = first, False  # the first pass is always shown
-            if isinstance(result, sync.SyncFailed):
+            if isinstance(result, bdsync.SyncFailed):
                 if every is None:
                     raise error(str(result))
                 if not failing:  # once per failure streak
@@ -190,7 +190,7 @@ class Command(ServiceCommand):
                     )
 
     def _forget(self, source: str, json: bool, force: bool) -> None:
-        records, events = sync.forget(
+        records, events = bdsync.forget(
             source, actor="cli", force=force
         )  # a refusal: one line, status 1
         if json:
