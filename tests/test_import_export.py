@@ -1,7 +1,7 @@
 """bd JSONL import and export through `manage.py beads import|export`.
 
 An export after an import gives the file back. The only differences allowed (the same list
-as in convoys/services/jsonl.py, checked below on the real files and on our own fixtures):
+as in convoys/services/jsonl/, checked below on the real files and on our own fixtures):
 - lines `bd import` skips are not imported, so not exported: tombstones, wisps (ephemeral),
   memory lines without a key or a value;
 - a line bd did not write with Go's encoder (steveyegge+beads+issues.jsonl went through
@@ -28,6 +28,7 @@ from convoys.core import beadfile
 from convoys.infra import readahead
 from convoys.models import Bead, Convoy, Dependency, Event, Memory, Route, TrackedBead
 from convoys.services import jsonl
+from convoys.services.jsonl import reading
 
 from .conftest import FIXTURES, shared_file
 
@@ -53,7 +54,7 @@ RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\
 def both_paths(request, monkeypatch):
     """Run the test with records parsed in this process, and in a forked read-ahead child."""
     threshold = 0 if request.param == "read-ahead" else 10**12
-    monkeypatch.setattr(jsonl, "READ_AHEAD_MIN_BYTES", threshold)
+    monkeypatch.setattr(reading, "READ_AHEAD_MIN_BYTES", threshold)
     children = []
     in_child = readahead.in_child
 
@@ -407,7 +408,7 @@ def test_our_bd_files_come_back_byte_for_byte(db, tmp_path, both_paths, name):
     got, expected = target.read_bytes(), (FIXTURES / name).read_bytes()
     if connection.vendor == "postgresql":
         # jsonb keeps objects nested in unknown keys (metadata) in its own key order: the one
-        # documented difference on PostgreSQL (convoys/services/jsonl.py). Lines, top-level
+        # documented difference on PostgreSQL (convoys/services/jsonl/). Lines, top-level
         # keys and their order, and every value are still exactly the file's.
         lines = [json.loads(line) for line in got.splitlines()]
         assert lines == [json.loads(line) for line in expected.splitlines()]
@@ -530,7 +531,7 @@ def test_cygnus_convoys_show_unknown_and_never_land(db):
 def test_a_failed_write_stops_the_read_ahead_and_changes_nothing(db, tmp_path, monkeypatch):
     import multiprocessing
 
-    monkeypatch.setattr(jsonl, "READ_AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(reading, "READ_AHEAD_MIN_BYTES", 0)
     path = tmp_path / "many.jsonl"
     path.write_text(
         "".join(json.dumps({"id": f"gt-m{i}", "title": f"bead {i}"}) + "\n" for i in range(5000))
@@ -607,7 +608,7 @@ def test_duplicate_ids_across_batches_name_their_first_line(
 def test_a_killed_read_ahead_is_a_one_line_error_and_changes_nothing(db, tmp_path, monkeypatch):
     import os
 
-    monkeypatch.setattr(jsonl, "READ_AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(reading, "READ_AHEAD_MIN_BYTES", 0)
     path = tmp_path / "many.jsonl"
     path.write_text(
         "".join(json.dumps({"id": f"gt-k{i}", "title": "t"}) + "\n" for i in range(3000))
@@ -619,7 +620,7 @@ def test_a_killed_read_ahead_is_a_one_line_error_and_changes_nothing(db, tmp_pat
             os.kill(os.getpid(), 9)  # in the child: as the out-of-memory killer would
         return prepare(record, routes, now)
 
-    monkeypatch.setattr(jsonl, "prepare", dying)
+    monkeypatch.setattr(reading, "prepare", dying)
     before = counts()
     with pytest.raises(jsonl.ImportFailed, match=r"many.jsonl: the read-ahead process ended"):
         jsonl.import_file(path)

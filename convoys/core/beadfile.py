@@ -1,5 +1,5 @@
 """bd JSONL records (one issue per line, as `bd export` writes them): reading and checking lines, and the column
-values a record carries. No Django here: the import service (services/jsonl.py) writes them.
+values a record carries. No Django here: the import service (services/jsonl/) writes them.
 
 A bad line raises BadLine with a one-line message naming the file, the line and the field.
 Timestamps are checked here and stay text (RFC 3339, any offset, up to 9 fractional digits);
