@@ -11,7 +11,7 @@ from django import forms
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 
-from convoys.admin import INLINE_ROWS
+from convoys.admin.base import INLINE_ROWS
 from convoys.models import ApiToken, Bead, Convoy, Dependency, Event, Rig, Subscription, TrackedBead
 from convoys.services import beads, jsonl, notify, rigs, staging
 from convoys.services import convoys as convoy_service
