@@ -4,6 +4,10 @@ Built on django-ninja: typed request/response schemas generate the OpenAPI docum
 validate input before a view runs (bad input never reaches a service), with less machinery
 than DRF for an API of this size. Workers and tools use `Authorization: Bearer <token>`
 (`manage.py tokens create`); browsers use their session (with CSRF).
+
+One module, though long: django-ninja builds one schema from one router, and the request and
+response schemas sit beside the endpoint that uses them; each endpoint calls a service or a
+read model and holds no rule of its own.
 """
 
 import json

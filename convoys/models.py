@@ -1,6 +1,9 @@
 """The convoy domain in rows: rigs, routes, beads and their dependencies, convoys, the event log.
 
 Rows are written only by `convoys.services`; models hold single-object rules.
+
+One module, though long: Django finds an app's models here, and the tables refer to one
+another, so they are read together.
 """
 
 from __future__ import annotations

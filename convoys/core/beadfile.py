@@ -6,6 +6,9 @@ Timestamps are checked here and stay text (RFC 3339, any offset, up to 9 fractio
 the store converts them once and keeps the text of those it could not write back the same
 (`keep_texts`), so an export writes what came in (`export_timestamp`). `KEY_ORDER` and
 `to_line` write a record as bd's Go encoder does.
+
+One module, though long: reading a line and writing it back are one format, and each field's
+check sits beside its column and its export so that a round trip stays exact.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ Time is an event too: the ticker records `worker.timed_out` and `cooldown.ended`
 time passes (`services.timekeeping`), so what is kept depends on "now" only through those events.
 `rebuild` derives everything from the rows alone; it is the reference that a property test
 compares the incremental projection with, and what import, sync and `convoy reproject` use.
+
+One module, though long: the incremental path and the rebuild derive the same facts by the same
+rules, and keeping them side by side is what lets a reader check that they agree.
 """
 
 from collections.abc import Collection, Iterable, Mapping, Sequence

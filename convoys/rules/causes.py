@@ -28,6 +28,9 @@ claim reads) and the town capacity queue (`rules.capacity`) decide; this module 
 the first that holds. `load` reads a fixed number of queries whatever the number of beads.
 The convoy page (each row and a summary), the bead page, the API and `convoy status` all ask
 this module.
+
+One module, though long: the order of the causes is the rule, and `load`'s queries, `decide`
+and the wording of each cause change together when a cause is added.
 """
 
 from collections import Counter

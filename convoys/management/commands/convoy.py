@@ -1,5 +1,10 @@
 """`manage.py convoy create|add|check|status|list|close|land|watch|unwatch|stranded|stage|launch|
-pause|resume|ack|capacity|feed|reproject`."""
+pause|resume|ack|capacity|feed|reproject`.
+
+One module, though long: Django names a command by its file, and most of its length is the
+argument parser of its subcommands (`add_arguments`); each `do_<subcommand>` method asks a
+service or a read model and prints the answer.
+"""
 
 import time
 from argparse import ArgumentParser
