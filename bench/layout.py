@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from convoys.core import dag as dagmod  # noqa: E402
 from convoys.core import layout  # noqa: E402
+from convoys.core.layout import checks  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "beads"
 W, H, GAP, PAD = layout.NODE_W, layout.NODE_H, layout.COL_GAP, layout.PAD
@@ -115,10 +116,10 @@ def measure(name, nodes, deps, runs):
     old_boxes = {k: (x, y, W, H) for k, (x, y) in pos.items()}
     new_boxes = {k: (x, y, W, H) for k, (x, y) in geometry["nodes"].items()}
     new_paths = [(a, b, d) for a, b, d, _ in geometry["edges"]]
-    old_cross = layout.crossings(old_paths, channels(x for x, _ in pos.values()))
-    new_cross = layout.crossings(new_paths, channels(x for x, _ in geometry["columns"]))
-    old_hits = len({(a, b) for a, b, _ in layout.through_boxes(old_boxes, old_paths)})
-    new_hits = len({(a, b) for a, b, _ in layout.through_boxes(new_boxes, new_paths)})
+    old_cross = checks.crossings(old_paths, channels(x for x, _ in pos.values()))
+    new_cross = checks.crossings(new_paths, channels(x for x, _ in geometry["columns"]))
+    old_hits = len({(a, b) for a, b, _ in checks.through_boxes(old_boxes, old_paths)})
+    new_hits = len({(a, b) for a, b, _ in checks.through_boxes(new_boxes, new_paths)})
     old_t, new_t = statistics.median(old_times), statistics.median(new_times)
     ratio = f"{old_cross / new_cross:.1f}x" if new_cross else ("-" if not old_cross else "all")
     old_kb = sum(len(d) + 60 for _, _, d in old_paths) / 1024  # 60: the element around d

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from convoys.core import dag as dagmod
 from convoys.core import layout
+from convoys.core.layout import checks
 
 W, H = layout.NODE_W, layout.NODE_H
 
@@ -31,7 +32,7 @@ def paths(geometry):
 
 def check(geometry, edges):
     """The invariants every drawing keeps."""
-    assert layout.through_boxes(boxes(geometry), paths(geometry)) == []
+    assert checks.through_boxes(boxes(geometry), paths(geometry)) == []
     # boxes never overlap, and keep their gap in a column
     by_column = {}
     for x, y, _, _ in boxes(geometry).values():
@@ -44,7 +45,7 @@ def check(geometry, edges):
     expected = {(a, b) for a, b in edges if a in pos and b in pos}
     assert drawn == expected
     for a, b, d, reverse in geometry["edges"]:
-        points = layout.edge_points(d)
+        points = checks.edge_points(d)
         start, end = (b, a) if reverse else (a, b)
         (x1, y1), (x2, y2) = points[0], points[-1]
         assert (x1, y1) == (pos[start][0] + W, pos[start][1] + H // 2)
@@ -131,7 +132,7 @@ def test_fewer_crossings_than_the_column_order():
     geometry = layout.compute(waves, [], edges)
     check(geometry, edges)
     assert geometry["crossings"] == 0
-    assert layout.crossings(paths(geometry), channels(geometry)) == 0
+    assert checks.crossings(paths(geometry), channels(geometry)) == 0
 
 
 def channels(geometry):
@@ -142,9 +143,9 @@ def channels(geometry):
 def test_the_checks_catch_an_edge_through_a_box():
     geometry = {"nodes": {"a": (0, 0), "m": (260, 0), "b": (520, 0)}, "summaries": {}}
     straight = [("a", "b", f"M{W},{H // 2}C{W + 100},{H // 2} 420,{H // 2} 520,{H // 2}")]
-    assert layout.through_boxes(boxes(geometry), straight) == [("a", "b", "m")]
+    assert checks.through_boxes(boxes(geometry), straight) == [("a", "b", "m")]
     crossed = [("a", "b", "M0,0C5,0 5,10 10,10"), ("c", "d", "M0,10C5,10 5,0 10,0")]
-    assert layout.crossings(crossed, [(0, 10)]) == 1
+    assert checks.crossings(crossed, [(0, 10)]) == 1
 
 
 @st.composite

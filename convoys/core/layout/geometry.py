@@ -1,4 +1,4 @@
-"""Server-side DAG drawing: a layered (Sugiyama) layout whose layers are the waves. Pure Python.
+"""Server-side DAG layout: a layered (Sugiyama) layout whose layers are the waves. Pure Python.
 
 Layers, left to right: the beads from outside the convoy's waves (gates and decisions, unknown
 and external targets; only when there are any), one layer per wave (a collapsed wave is one
@@ -9,29 +9,33 @@ barycenter sweeps (fewest crossings of the sweeps is kept); vertical positions f
 least-squares placement (pool adjacent violators) that keeps long edges straight.
 
 The geometry depends only on the graph (beads and edges), never on statuses, so it is cached
-by a fingerprint of the graph and re-used across status changes; statuses become CSS classes
-at render time and live updates only swap those classes.
+by a fingerprint of the graph and re-used across status changes.
 
 Edge paths: in a channel between two columns (where there are no boxes) a cubic whose control
 points share the channel's middle x, so the curve stays inside the channel; across a column
-a horizontal segment in its lane. `edge_points`, `through_boxes` and `crossings` check a
-drawing (tests and bench/layout.py).
+a horizontal segment in its lane.
 """
 
 import hashlib
 import math
-import re
 from bisect import bisect_right, insort
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from html import escape
 from typing import TypedDict
 
 Edge = tuple[str, str]  # blocker -> blocked
+
+
 # A bead id, a collapsed wave ("summary", wave, count) or the rest of a wave drawn in part
 # ("more", wave, count).
 Key = str | tuple[str, int, int]
+
+
 Point = tuple[float, float]
+
+
 Box = tuple[float, float, float, float]  # x, y, width, height
+
+
 StatusClass = Callable[[str], tuple[str, str]]  # status -> (css class, icon)
 
 
@@ -50,15 +54,31 @@ class Geometry(TypedDict):
 
 
 NODE_W, NODE_H, COL_GAP, ROW_GAP, PAD = 190, 40, 70, 12, 20
+
+
 HEAD = 22  # the column labels above the nodes
+
+
 LANE = 8  # between an edge passing a column and the box or edge next to it
+
+
 LOOP = 16  # how far into the channel an edge between two boxes of one column bends
+
+
 OVERLAY_ID = "dag-overlay"
+
+
 MAX_SWEEPS = 8
+
+
 # Work caps for big graphs (elements = beads + lanes): fewer sweeps and placement rounds, so
 # the layout of a 5,000-bead convoy with many long edges stays within a second or two.
 SWEEP_BUDGET = 200_000  # elements x sweeps
+
+
 PLACE_BUDGET = 60_000  # elements x placement rounds
+
+
 VIRTUAL_WEIGHT = 4  # a long edge's lanes pull harder than boxes: long edges stay straight
 
 
@@ -440,333 +460,3 @@ def _loop(a: tuple[int, int], b: tuple[int, int]) -> str:
     x = a[0] + NODE_W
     y1, y2 = a[1] + NODE_H // 2, b[1] + NODE_H // 2
     return f"M{x},{y1}C{x + LOOP},{y1} {x + LOOP},{y2} {x},{y2}"
-
-
-# --- rendering -------------------------------------------------------------------------------
-MARK_GLYPHS = (("gated", "⊘"), ("parked", "∥"), ("stranded", "⚠"))
-
-
-def svg(
-    geometry: Geometry,
-    nodes: Mapping[str, tuple[str, str]],
-    status_class: StatusClass,
-    marks: Mapping[str, Collection[str]] | None = None,
-    critical: Sequence[str] = (),
-    href: Callable[[str], str] | None = None,
-    outside: Mapping[str, tuple[str, str, str]] | None = None,
-    focus: str = "",
-) -> str:
-    """Render the geometry. `nodes`: {id: (title, status)}; `status_class(status)` -> (css
-    class, icon); `marks`: {id: [badges]}; `critical`: ids on the critical path; `outside`:
-    {id: (kind, title, status)} for the beads drawn before wave 1 (kind "gate", "unknown" or
-    "external").
-
-    Each node is its own element (`node_id(id)`), drawn by `node()`; what changes with state
-    beyond a node's status (critical path, gated, parked and stranded marks) is one overlay
-    group drawn by `overlay()`: live updates replace those elements, never the geometry."""
-    outside = outside or {}
-    out = [
-        f'<svg class="dag" xmlns="http://www.w3.org/2000/svg" role="img" '
-        f'aria-label="Dependency graph" viewBox="0 0 {geometry["width"]} {geometry["height"]}" '
-        f'width="{geometry["width"]}" height="{geometry["height"]}">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
-        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z"/></marker></defs>',
-        '<g class="columns">',
-    ]
-    for x, label in geometry["columns"]:
-        if label:
-            out.append(f'<text class="column" x="{x}" y="{PAD + 4}">{escape(label)}</text>')
-    out.append('</g><g class="edges">')
-    ghosts = {i for i, v in outside.items() if v[0] != "gate"}
-    for a, b, d, reverse in geometry["edges"]:
-        extra = " ghost" if a in ghosts else ""
-        out.append(_edge(a, b, d, reverse, extra))
-    out.append('</g><g class="nodes">')
-    for number, (x, y, count) in geometry["summaries"].items():
-        out.append(
-            f'<g class="node summary" transform="translate({x},{y})"><rect width="{NODE_W}"'
-            f' height="{NODE_H}" rx="6"/><text x="10" y="25">✓ Wave {number}: {count} '
-            "done</text></g>"
-        )
-    for number, (x, y, count) in geometry.get("more", {}).items():
-        out.append(
-            f'<a href="?open={number}#dag-card" class="node-link" data-open-wave="{number}">'
-            f'<g class="node summary more" transform="translate({x},{y})"><rect width="{NODE_W}"'
-            f' height="{NODE_H}" rx="6"/><text x="10" y="25">Wave {number}: {count} more'
-            "</text></g></a>"
-        )
-    for bead_id in geometry["nodes"]:
-        if bead_id in outside:
-            kind, title, status = outside[bead_id]
-            out.append(node(geometry, bead_id, title, status, status_class, href, kind))
-        else:
-            title, status = nodes.get(bead_id, ("", "unknown"))
-            out.append(node(geometry, bead_id, title, status, status_class, href))
-    out.append("</g>")
-    out.append(overlay(geometry, marks or {}, critical))
-    out.append("</svg>")
-    return "".join(out)
-
-
-def node_id(bead_id: str) -> str:
-    """The DOM id of a bead's node (a live fragment)."""
-    return "n-" + bead_id
-
-
-GATE_SHAPE = f"12,0 {NODE_W - 12},0 {NODE_W},{NODE_H // 2} {NODE_W - 12},{NODE_H} 12,{NODE_H} 0,{NODE_H // 2}"
-
-
-def node(
-    geometry: Geometry,
-    bead_id: str,
-    title: str,
-    status: str,
-    status_class: StatusClass,
-    href: Callable[[str], str] | None = None,
-    kind: str | None = None,
-) -> str:
-    """One node: its link, box, icon, id and title, classed by status. `kind`: None for a
-    tracked bead, "gate" (a decision or other non-task blocker: a hexagon), "outside" (a
-    bead of this database the convoy does not track: a dashed ghost), "unknown" or
-    "external" (a target that is no bead here: a dashed ghost, not linked)."""
-    x, y = geometry["nodes"][bead_id]
-    safe_id = escape(bead_id)
-    dom_id = escape(node_id(bead_id))
-    if kind in ("unknown", "external"):
-        what = "external target" if kind == "external" else "not a bead in this database"
-        return (
-            f'<g class="node ghost {kind}" id="{dom_id}" data-id="{safe_id}" tabindex="0" '
-            f'transform="translate({x},{y})"><title>{safe_id}: {what}</title>'
-            f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
-            f'<text class="icon" x="9" y="25">{"↗" if kind == "external" else "?"}</text>'
-            f'<text class="nid" x="28" y="16">{escape(_short(bead_id, 26))}</text>'
-            f'<text class="ntitle" x="28" y="32">{escape(title or what)}</text></g>'
-        )
-    css, icon = status_class(status)
-    link = href(bead_id) if href else "#"
-    if kind == "gate":
-        css += " gate"
-        shape = f'<polygon points="{GATE_SHAPE}"/>'
-        icon, label = "◆", f"gate {safe_id}"
-    elif kind == "outside":  # a bead here, but not tracked by this convoy
-        css = f"ghost outside {css}"
-        shape = f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
-        label = f"{safe_id} (not in this convoy)"
-    else:
-        shape = f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
-        label = safe_id
-    # The <title> names the link for screen readers and shows on hover.
-    return (
-        f'<a href="{escape(link)}" class="node-link" id="{dom_id}">'
-        f"<title>{label} {escape(title)} ({escape(status)})</title>"
-        f'<g class="node {css}" data-id="{safe_id}" '
-        f'transform="translate({x},{y})">{shape}'
-        f'<text class="icon" x="9" y="25">{icon}</text>'
-        f'<text class="nid" x="28" y="16">{escape(_short(bead_id, 26))}</text>'
-        f'<text class="ntitle" x="28" y="32">{escape(_short(title))}</text></g></a>'
-    )
-
-
-def overlay(
-    geometry: Geometry, marks: Mapping[str, Collection[str]], critical: Iterable[str]
-) -> str:
-    """The state drawn over the graph: the critical path (edges and node outlines) and the
-    gated (⊘), parked-rig (∥) and stranded (⚠) marks. One element, id `dag-overlay`."""
-    pos = geometry["nodes"]
-    path = [c for c in critical if c in pos]
-    steps = set(zip(path, path[1:], strict=False))
-    out = [f'<g class="overlay" id="{OVERLAY_ID}" aria-hidden="true">']
-    for a, b, d, reverse in geometry["edges"]:
-        if (a, b) in steps:
-            out.append(_edge(a, b, d, reverse, " critical"))
-    for bead_id in path:
-        x, y = pos[bead_id]
-        out.append(
-            f'<rect class="critical" data-id="{escape(bead_id)}" x="{x - 3}" y="{y - 3}" '
-            f'width="{NODE_W + 6}" height="{NODE_H + 6}" rx="8"/>'
-        )
-    for bead_id, badges in sorted(marks.items()):
-        if bead_id not in pos or not badges:
-            continue
-        x, y = pos[bead_id]
-        glyphs = "".join(g for name, g in MARK_GLYPHS if name in badges)
-        out.append(
-            f'<text class="mark {escape(" ".join(badges))}" data-id="{escape(bead_id)}" '
-            f'x="{x + NODE_W - 6}" y="{y + 16}" text-anchor="end">{glyphs}</text>'
-        )
-    out.append("</g>")
-    return "".join(out)
-
-
-def _edge(a: str, b: str, d: str, reverse: bool, extra: str) -> str:
-    # A reversed edge (it closes a cycle, or goes into a gate) is drawn from b to a: its arrow
-    # is at the path's start, pointing into b.
-    marker = "marker-start" if reverse else "marker-end"
-    return (
-        f'<path class="edge{extra}" data-from="{escape(a)}" data-to="{escape(b)}" '
-        f'd="{d}" {marker}="url(#arrow)"/>'
-    )
-
-
-def _short(text: str, width: int = 24) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-# --- checks (tests and bench/layout.py) ------------------------------------------------------
-_TOKEN = re.compile(r"([MCHLmchl])([^MCHLmchl]*)")
-
-
-def edge_points(d: str, per_curve: int = 16, step: int = 10) -> list[Point]:
-    """A path `d` of M, C, H and L commands (absolute or relative) as a polyline."""
-    points: list[Point] = []
-    x = y = 0.0
-    for command, args in _TOKEN.findall(d):
-        values = [float(v) for v in re.split(r"[ ,]+", args.strip()) if v]
-        relative = command.islower()
-        command = command.upper()
-        if relative:
-            values = [v + (y if k % 2 else x) for k, v in enumerate(values)]
-        if command == "M":
-            x, y = values
-            points.append((x, y))
-        elif command == "H":
-            (nx,) = values
-            n = max(1, math.ceil(abs(nx - x) / step))
-            points += [(x + (nx - x) * k / n, y) for k in range(1, n + 1)]
-            x = nx
-        elif command == "L":
-            x, y = values
-            points.append((x, y))
-        else:
-            x1, y1, x2, y2, x3, y3 = values
-            for k in range(1, per_curve + 1):
-                t = k / per_curve
-                s = 1 - t
-                points.append(
-                    (
-                        s**3 * x + 3 * s * s * t * x1 + 3 * s * t * t * x2 + t**3 * x3,
-                        s**3 * y + 3 * s * s * t * y1 + 3 * s * t * t * y2 + t**3 * y3,
-                    )
-                )
-            x, y = x3, y3
-    return points
-
-
-def _segment_hits(p: Point, q: Point, box: Box, margin: float) -> bool:
-    """Does segment p-q enter the box's interior (shrunk by `margin`)? (Liang-Barsky)"""
-    x0, y0, w, h = box
-    left, right, low, high = x0 + margin, x0 + w - margin, y0 + margin, y0 + h - margin
-    dx, dy = q[0] - p[0], q[1] - p[1]
-    t0, t1 = 0.0, 1.0
-    for edge_p, edge_q in (
-        (-dx, p[0] - left),
-        (dx, right - p[0]),
-        (-dy, p[1] - low),
-        (dy, high - p[1]),
-    ):
-        if edge_p == 0:
-            if edge_q < 0:
-                return False
-            continue
-        t = edge_q / edge_p
-        if edge_p < 0:
-            t0 = max(t0, t)
-        else:
-            t1 = min(t1, t)
-        if t0 > t1:
-            return False
-    return t1 - t0 > 1e-9
-
-
-def through_boxes(
-    boxes: Mapping[str, Box], paths: Iterable[tuple[str, str, str]], margin: float = 1.0
-) -> list[tuple[str, str, str]]:
-    """[(from, to, box id)] for every edge whose path enters a box other than its endpoints.
-    `boxes`: {id: (x, y, w, h)}; `paths`: [(from, to, d)]."""
-    columns: dict[float, list[tuple[float, str, Box]]] = {}
-    for key, box in boxes.items():
-        columns.setdefault(box[0], []).append((box[1], key, box))
-    index: list[tuple[float, list[float], list[tuple[float, str, Box]]]] = []
-    for x, items in sorted(columns.items()):
-        items.sort()
-        index.append((x, [i[0] for i in items], items))
-    xs = [c[0] for c in index]
-    hits: list[tuple[str, str, str]] = []
-    for a, b, d in paths:
-        points = edge_points(d)
-        found: set[str] = set()
-        for p, q in zip(points, points[1:], strict=False):
-            lo_x, hi_x = min(p[0], q[0]), max(p[0], q[0])
-            lo_y, hi_y = min(p[1], q[1]), max(p[1], q[1])
-            start = max(0, bisect_right(xs, lo_x) - 1)
-            for x, tops, items in index[start:]:
-                if x > hi_x:
-                    break
-                if x + NODE_W < lo_x:
-                    continue
-                end = bisect_right(tops, hi_y)
-                for k in range(max(0, bisect_right(tops, lo_y - 200) - 1), end):
-                    _, key, box = items[k]
-                    if key in (a, b) or key in found:
-                        continue
-                    if _segment_hits(p, q, box, margin):
-                        found.add(key)
-                        hits.append((a, b, key))
-    return hits
-
-
-def crossings(
-    paths: Iterable[tuple[str, str, str]], boundaries: Iterable[tuple[float, float]]
-) -> int:
-    """Edge crossings counted in each channel between two columns: pairs of edges whose
-    order at the channel's left side differs from their order at its right side.
-    `boundaries`: [(left x, right x)] of the channels; `paths`: [(from, to, d)]."""
-    lines = [edge_points(d) for _, _, d in paths]
-    total = 0
-    for left, right in boundaries:
-        pairs: list[Point] = []
-        for points in lines:
-            y1, y2 = _y_at(points, left), _y_at(points, right)
-            if y1 is not None and y2 is not None:
-                pairs.append((y1, y2))
-        total += _inversions(pairs)
-    return total
-
-
-def _y_at(points: Sequence[Point], x: float) -> float | None:
-    xs = [p[0] for p in points]
-    if not xs or x < min(xs) or x > max(xs):
-        return None
-    for p, q in zip(points, points[1:], strict=False):
-        if min(p[0], q[0]) <= x <= max(p[0], q[0]):
-            if q[0] == p[0]:
-                return p[1]
-            return p[1] + (q[1] - p[1]) * (x - p[0]) / (q[0] - p[0])
-    return None
-
-
-def _inversions(pairs: list[Point]) -> int:
-    """Pairs (i, j) with y1_i < y1_j and y2_i > y2_j (strictly)."""
-    pairs.sort()
-    rank = {v: k + 1 for k, v in enumerate(sorted({p[1] for p in pairs}))}
-    size = len(rank)
-    tree = [0] * (size + 1)
-    count = seen = k = 0
-    while k < len(pairs):
-        end = k
-        while end < len(pairs) and pairs[end][0] == pairs[k][0]:
-            end += 1
-        for j in range(k, end):  # against the earlier groups only (a strictly smaller y1)
-            i, at_or_below = rank[pairs[j][1]], 0
-            while i > 0:
-                at_or_below += tree[i]
-                i -= i & -i
-            count += seen - at_or_below
-        for j in range(k, end):
-            i = rank[pairs[j][1]]
-            while i <= size:
-                tree[i] += 1
-                i += i & -i
-        seen += end - k
-        k = end
-    return count
