@@ -3,7 +3,17 @@ from django.urls import path, re_path, register_converter
 
 from convoys.api import api, api_not_found
 from convoys.core.ids import from_url_segment, to_url_segment
-from convoys.web import control_views, edit_views, history_views, ops_views, views
+from convoys.web import (
+    bead_views,
+    control_views,
+    convoy_views,
+    dashboard_views,
+    edit_views,
+    history_views,
+    inbox_views,
+    ops_views,
+    stage_views,
+)
 
 
 class IdConverter:
@@ -24,18 +34,18 @@ register_converter(IdConverter, "id")
 
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
+    path("", dashboard_views.dashboard, name="dashboard"),
     path("healthz", ops_views.healthz, name="healthz"),
     path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", ops_views.metrics_view, name="metrics"),
-    path("convoys/<id:convoy_id>/", views.convoy_detail, name="convoy"),
+    path("convoys/<id:convoy_id>/", convoy_views.convoy_detail, name="convoy"),
     path("convoys/<id:convoy_id>/pause/", control_views.pause, name="convoy-pause"),
     path("convoys/<id:convoy_id>/resume/", control_views.resume, name="convoy-resume"),
     path("convoys/<id:convoy_id>/ack/", control_views.acknowledge, name="convoy-ack"),
     path("convoys/<id:convoy_id>/history/", history_views.step, name="convoy-history"),
     path("convoys/<id:convoy_id>/visit/", history_views.visit, name="convoy-visit"),
-    path("convoys/<id:convoy_id>/<str:action>/", views.convoy_action, name="convoy-action"),
-    path("stage/", views.stage, name="stage"),
+    path("convoys/<id:convoy_id>/<str:action>/", convoy_views.convoy_action, name="convoy-action"),
+    path("stage/", stage_views.stage, name="stage"),
     path("create/", edit_views.create, name="create-bead"),
     path(
         "beads/<id:bead_id>/dependencies/add/",
@@ -44,12 +54,12 @@ urlpatterns = [
     ),
     path("convoys/<id:convoy_id>/staging/recheck/", edit_views.recheck, name="convoy-recheck"),
     path("rigs/<id:name>/restore/", edit_views.restore_rig, name="rig-restore"),
-    path("stranded/", views.stranded, name="stranded"),
-    path("beads/<id:bead_id>/", views.bead_detail, name="bead"),
+    path("stranded/", dashboard_views.stranded, name="stranded"),
+    path("beads/<id:bead_id>/", bead_views.bead_detail, name="bead"),
     path("beads/<id:bead_id>/retry/", control_views.retry, name="bead-retry"),
-    path("beads/<id:bead_id>/<str:action>/", views.bead_action, name="bead-action"),
-    path("inbox/", views.inbox, name="inbox"),
-    path("subscriptions/", views.subscriptions, name="subscriptions"),
+    path("beads/<id:bead_id>/<str:action>/", bead_views.bead_action, name="bead-action"),
+    path("inbox/", inbox_views.inbox, name="inbox"),
+    path("subscriptions/", inbox_views.subscriptions, name="subscriptions"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/", api.urls),

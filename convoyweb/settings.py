@@ -144,7 +144,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "convoys.web.views.unread_count",
+                "convoys.web.context.unread_count",
             ],
         },
     },

@@ -21,4 +21,4 @@ urlpatterns = [
     path("", include("convoys.urls")),
 ]
 
-handler403 = "convoys.web.views.forbidden"
+handler403 = "convoys.web.access.forbidden"

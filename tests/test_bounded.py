@@ -5,7 +5,7 @@ up to CONVOY_SHOW_ALL_MAX beads and the API's convoy detail lists a window of be
 import pytest
 
 from convoys.core import formatting
-from convoys.web import views
+from convoys.web import stage_views
 
 from .factories import bead, blocks, child
 from .test_overview import big_convoy, drawn_ids
@@ -52,8 +52,8 @@ def test_a_big_stage_preview_shows_its_first_lines_and_waves(routes, admin_user,
         child("gt-deep", f"gt-d{level:03d}")
         if level:
             blocks(f"gt-d{level - 1:03d}", f"gt-d{level:03d}")
-    monkeypatch.setattr(views, "PREVIEW_LINES", 5)
-    monkeypatch.setattr(views, "PREVIEW_WAVES", 4)
+    monkeypatch.setattr(stage_views, "PREVIEW_LINES", 5)
+    monkeypatch.setattr(stage_views, "PREVIEW_WAVES", 4)
     html = logged_in(admin_user).get("/stage/?epic=gt-deep").content.decode()
     assert "… and 8 more lines of this tree" in html  # the epic, 12 tasks: 13 lines
     assert html.count('<tr><th scope="row">') == 4

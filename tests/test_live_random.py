@@ -13,7 +13,7 @@ from convoys.log.events import last_seq
 from convoys.models import Bead, Rig
 from convoys.read import sizes
 from convoys.services import beads, controls, convoys, dispatch, rigs
-from convoys.web import views
+from convoys.web import context
 
 from .factories import bead, blocks
 from .test_web import as_of, assert_parts_of, live, logged_in
@@ -145,7 +145,7 @@ def test_an_event_the_page_does_not_show_is_counted_once(chain, admin_user, monk
     url = f"/convoys/{convoy.pk}/"
     beads.update_bead(ids[0], title="Renamed")
     behind = last_seq() - 1
-    monkeypatch.setattr(views, "last_seq", lambda: behind)  # read before that event committed
+    monkeypatch.setattr(context, "last_seq", lambda: behind)  # read before that event committed
     page = client.get(url).content.decode()
     monkeypatch.undo()
     assert as_of(page) == behind

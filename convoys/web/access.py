@@ -11,7 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils.http import url_has_allowed_host_and_scheme
 
@@ -100,3 +100,8 @@ def database_unavailable(request: HttpRequest, exc: BaseException) -> HttpRespon
     response["Retry-After"] = RETRY_AFTER
     response["Cache-Control"] = "no-store"
     return response
+
+
+def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """The 403 page (Django's handler403), saying why."""
+    return render(request, "403.html", {"reason": str(exception or "")}, status=403)

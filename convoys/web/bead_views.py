@@ -1,0 +1,60 @@
+"""The bead page and its buttons."""
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from convoys.core.parsing import whole_number
+from convoys.read import bead_page
+from convoys.services import beads as bead_service
+from convoys.services.errors import ServiceError
+from convoys.web.access import actor, back, refusal, viewer
+from convoys.web.context import fields_of, page_context
+from convoys.web.fragments import Fragment, respond, unread
+
+
+def _deps_page(request: HttpRequest) -> int:
+    return whole_number(request.GET.get("deps"), most=999_999) or 1
+
+
+@viewer
+def bead_detail(request: HttpRequest, bead_id: str) -> HttpResponse:
+    context = page_context(request)
+    page = bead_page.bead_page(bead_id, _deps_page(request), context["now"])
+    if page is None:
+        raise Http404(f"bead '{bead_id}' not found")
+    context |= fields_of(page) | {"can_change": request.user.has_perm("convoys.change_bead")}
+    fragments = [
+        Fragment("bead-head", "convoys/_bead_head.html"),
+        Fragment("bead-actions", "convoys/_bead_actions.html"),
+        Fragment("bead-relations", "convoys/_bead_relations.html"),
+        Fragment("bead-history", "convoys/_bead_history.html"),
+        unread(),
+    ]
+    return respond(request, "convoys/bead.html", context, fragments)
+
+
+@require_POST
+@viewer
+def bead_action(request: HttpRequest, bead_id: str, action: str) -> HttpResponse:
+    if not request.user.has_perm("convoys.change_bead"):
+        raise PermissionDenied("You may not change beads.")
+    try:
+        if action == "close":
+            bead_service.close_bead(
+                bead_id,
+                reason=request.POST.get("reason", ""),
+                actor=actor(request),
+                force=request.POST.get("force") == "1",
+            )
+            messages.success(request, f"Closed {bead_id}.")
+        elif action == "reopen":
+            bead_service.reopen_bead(bead_id, actor=actor(request))
+            messages.success(request, f"Reopened {bead_id}.")
+        else:
+            raise Http404("unknown action")
+    except ServiceError as exc:
+        messages.error(request, refusal(exc))
+    return back(request, reverse("bead", args=[bead_id]))

@@ -1,0 +1,113 @@
+"""The dashboard (every convoy, its filters, the capacity panel and the feeding banner) and the
+stranded page."""
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from convoys.read.dashboard import (
+    DASHBOARD_LIVE_SORTS,
+    DashboardRow,
+    dashboard_page,
+    dashboard_rows,
+    filter_text,
+    status_filter_problem,
+)
+from convoys.rules import capacity
+from convoys.rules.rows import changes_since
+from convoys.services import feeding, ticker
+from convoys.web.access import viewer
+from convoys.web.context import page_context
+from convoys.web.fragments import Fragment, respond, since, unread
+
+DASHBOARD_SORTS = [
+    ("age", "Newest"),
+    ("-age", "Oldest"),
+    ("activity", "Last activity"),
+    ("progress", "Least done"),
+    ("-progress", "Most done"),
+    ("id", "ID"),
+]
+
+
+DASHBOARD_STATUSES = [
+    ("active", "Open & staged"),
+    ("open", "Open"),
+    ("staged", "Staged"),
+    ("closed", "Closed"),
+    ("all", "All"),
+]
+
+
+@viewer
+def dashboard(request: HttpRequest) -> HttpResponse:
+    context = page_context(request) | {"feeding": _feeding()}
+    params = request.GET
+    status = filter_text(params.get("status") or "") or "active"
+    problem = status_filter_problem(status)
+    if problem:
+        return render(request, "convoys/bad_filter.html", {"problem": problem}, status=422)
+    seq = since(request)
+    changes = changes_since(seq, context["as_of"]) if seq is not None else None
+    if (
+        changes is not None
+        and not changes.touches_listing()
+        and params.get("sort") not in DASHBOARD_LIVE_SORTS
+    ):
+        # Only rows of convoys whose beads changed; the list and its order stay as they are.
+        rows = dashboard_rows(params, only=changes.convoys) if changes.convoys else []
+        fragments = [_row_fragment(row) for row in rows] + [unread(), FEEDING]
+        if not capacity.panel_stands(changes):
+            context["capacity"] = capacity.panel()
+            fragments.append(CAPACITY)
+        return respond(request, "convoys/dashboard.html", context, fragments)
+    page = dashboard_page(params)
+    context |= {
+        "page": page,
+        "params": params,
+        "sorts": DASHBOARD_SORTS,
+        "statuses": DASHBOARD_STATUSES,
+        "capacity": capacity.panel(),
+    }
+    fragments = [
+        Fragment("dashboard-filters", "convoys/_dashboard_filters.html"),
+        Fragment("convoy-table", "convoys/_convoy_table.html"),
+        CAPACITY,
+        FEEDING,
+        unread(),
+    ]
+    return respond(request, "convoys/dashboard.html", context, fragments)
+
+
+CAPACITY = Fragment("capacity-panel", "convoys/_capacity_panel.html")
+
+
+FEEDING = Fragment("feeding-stopped", "convoys/_feeding.html")
+
+
+def _feeding() -> dict[str, Any]:
+    """The dashboard's banner when feeding is stopped (`ticker.stalled_since`'s rule)."""
+    stalled, last_tick = ticker.stalled_since()
+    restart = ticker.last_restart()
+    return {
+        "stalled": stalled,
+        "last_tick": last_tick,
+        "after": ticker.stall_after(),
+        "restart": restart,
+        "restarted": PROCESS_WORDS.get(restart.data.get("process"), "a process") if restart else "",
+    }
+
+
+PROCESS_WORDS = {"web": "the web server", "tasks": "the task cluster", "swarm": "the demo swarm"}
+
+
+def _row_fragment(row: DashboardRow) -> Fragment:
+    return Fragment("convoy-" + row.convoy.pk, "convoys/_convoy_row.html", {"row": row})
+
+
+@viewer
+def stranded(request: HttpRequest) -> HttpResponse:
+    context = page_context(request) | {"rows": feeding.stranded()}
+    fragments = [Fragment("stranded-table", "convoys/_stranded_table.html"), unread()]
+    return respond(request, "convoys/stranded.html", context, fragments)
