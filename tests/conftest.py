@@ -1,25 +1,19 @@
+"""What every test gets without asking (tasks inline, a fresh channel layer, no process that
+outlives its test) and the fixtures of tests/support, registered here."""
+
 import os
 import signal
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
-from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "data" / "beads"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def shared_file(name):
-    path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"{path} is absent (../shared is not next to this clone)")
-    return path
+pytest_plugins = [
+    "tests.support.browser",
+    "tests.support.factories",
+    "tests.support.pages",
+    "tests.support.processes",
+    "tests.support.sync",
+]
 
 
 class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):
@@ -104,152 +98,6 @@ def routes(db):
     upsert_route("gt-", "gastown/mayor/rig")
     upsert_route("bd-", "beads")
     upsert_route("hq-", ".")
-
-
-def is_postgres():
-    return connection.vendor == "postgresql"
-
-
-def require_postgres():
-    if not is_postgres():
-        pytest.skip("runs in the PostgreSQL pass (DATABASE_URL=postgres://…; .ci/run does both)")
-
-
-def redis_url():
-    url = os.environ.get("REDIS_URL", "")
-    if not url:
-        if IN_CI and is_postgres():
-            pytest.fail("REDIS_URL must be set in the CI PostgreSQL pass")
-        pytest.skip("needs Redis (REDIS_URL=redis://…; .ci/run sets it in the PostgreSQL pass)")
-    return url
-
-
-def database_url():
-    """A DATABASE_URL that points child processes at the test database."""
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{s['NAME']}"
-    host = s.get("HOST") or "127.0.0.1"
-    port = s.get("PORT") or 5432
-    user = s.get("USER") or ""
-    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
-    auth = f"{user}{password}@" if user else ""
-    return f"postgres://{auth}{host}:{port}/{s['NAME']}"
-
-
-def child_env(**extra):
-    env = dict(os.environ)
-    # Set in this process only while Playwright's event loop runs (test_browser.browser);
-    # a child must never hide a SynchronousOnlyOperation.
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    # Importing convoyweb.asgi in this process defaults DATABASE_POOL on for web processes;
-    # children choose for themselves (daphne pools, task clusters must not).
-    env.pop("DATABASE_POOL", None)
-    env["DATABASE_URL"] = database_url()
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def manage(*args, env=None, check=False, timeout=120):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        capture_output=True,
-        text=True,
-        env=env or child_env(),
-        timeout=timeout,
-        check=check,
-    )
-
-
-def free_port():
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_port(port, timeout=20):
-    import socket
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"port {port} did not open")
-
-
-_LOGS = []  # (what, path) of the log files of the processes the running test started
-
-
-def log_file(what):
-    """An open file for a child process's output (an undrained pipe fills up and blocks the
-    child; /dev/null hides why a test failed). A failing test's report shows each such log
-    (section "log: <what>"); the files of a passing test are removed."""
-    out = tempfile.NamedTemporaryFile("w+", prefix=f"convoy-{what}-", suffix=".log", delete=False)  # noqa: SIM115
-    _LOGS.append((what, out.name))
-    return out
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if report.failed:
-        for what, path in _LOGS:
-            try:
-                text = Path(path).read_text(errors="replace")
-            except OSError:
-                continue
-            tail = text[-20000:]
-            cut = (
-                f"[{len(text) - len(tail)} characters before this left out]\n"
-                if tail != text
-                else ""
-            )
-            report.sections.append((f"log: {what} ({path})", cut + tail))
-    if report.when == "teardown":
-        if not (report.failed or getattr(item, "_convoy_failed", False)):
-            for _, path in _LOGS:
-                Path(path).unlink(missing_ok=True)
-        _LOGS.clear()
-    elif report.failed:
-        item._convoy_failed = True
-    return report
-
-
-def spawn(kind, env, port=None):
-    """A web process (daphne on `port`) or a task cluster in its own session; its output goes
-    to a log file shown when the test fails (`log_file`)."""
-    if kind == "web":
-        argv = [
-            sys.executable,
-            "-m",
-            "convoyweb.webserver",  # daphne, as serve starts it
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "convoyweb.asgi:application",
-        ]
-    else:
-        argv = [sys.executable, str(ROOT / "manage.py"), "cluster"]
-    out = log_file(f"{kind}-{port}" if port else kind)
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    out.close()  # the child holds its own descriptor
-    proc.log_path = out.name
-    return proc
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ import pytest
 from convoys.models import Convoy
 from convoys.services import beads, feeding, launch, staging
 
-from .factories import bead, blocks, child, signed_in
+from .support.factories import bead, blocks, child
+from .support.users import signed_in
 
 FLAGS = re.compile(r"--[a-z]|CONVOY_[A-Z_]+|manage\.py")
 

@@ -7,9 +7,8 @@ import html
 import json
 
 import pytest
-from django import forms
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 
 from convoys.admin.base import INLINE_ROWS
 from convoys.models import ApiToken, Bead, Convoy, Dependency, Event, Rig, Subscription, TrackedBead
@@ -17,70 +16,17 @@ from convoys.services import beads, jsonl, notify, rigs, staging
 from convoys.services import convoys as convoy_service
 from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks
+from .support.admin import bead_url, form_errors, page_data, saved
+from .support.factories import bead, blocks
+from .support.users import EDITOR_PERMISSIONS, PASSWORD, staff_user
 
 pytestmark = pytest.mark.django_db
-
-EDITOR_PERMISSIONS = [
-    f"{action}_{model}"
-    for model in ("bead", "convoy", "rig", "route", "event")
-    for action in ("add", "change", "view")
-]
-
-
-def staff_user(name, codenames):
-    user = User.objects.create_user(name, password="pw-pw-pw-123", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="convoys", codename__in=codenames)
-    )
-    return user
 
 
 @pytest.fixture
 def editor(client):
     client.force_login(staff_user("ada", EDITOR_PERMISSIONS))
     return client
-
-
-def page_data(client, url):
-    """The POST body the admin page at `url` sends when saved unchanged (form and inlines)."""
-    response = client.get(url)
-    assert response.status_code == 200
-    forms_on_page = [response.context["adminform"].form]
-    for inline in response.context["inline_admin_formsets"]:
-        forms_on_page += [inline.formset.management_form, *inline.formset.forms]
-    data = {"_save": "Save"}
-    for form in forms_on_page:
-        for name in form.fields:
-            bound = form[name]
-            value = bound.value()
-            if isinstance(bound.field.widget, forms.CheckboxInput):
-                if value:
-                    data[bound.html_name] = "on"
-            elif value is not None:
-                data[bound.html_name] = value
-    return data
-
-
-def saved(response):
-    """The admin redirected after a save (a form error would be a 200 re-render)."""
-    if response.status_code == 200:
-        form = response.context["adminform"].form
-        pytest.fail(f"not saved: {form.errors.as_text()} {form.non_field_errors()}")
-    assert response.status_code == 302
-    return response
-
-
-def form_errors(response):
-    assert response.status_code == 200
-    errors = []
-    for field_errors in response.context["adminform"].form.errors.values():  # __all__ included
-        errors += [str(e) for e in field_errors]
-    for inline in response.context["inline_admin_formsets"]:
-        errors += [str(e) for e in inline.formset.non_form_errors()]
-        for row in inline.formset.errors:
-            errors += [str(e) for errs in row.values() for e in errs]
-    return errors
 
 
 def events(**filters):
@@ -92,10 +38,6 @@ def kinds(**filters):
 
 
 BEAD_ADD = "/admin/convoys/bead/add/"
-
-
-def bead_url(bead_id):
-    return f"/admin/convoys/bead/{bead_id}/change/"
 
 
 def convoy_url(convoy_id):
@@ -488,7 +430,7 @@ def test_a_route_the_rules_refuse_is_a_form_error(editor, prefix, path, says):
 
 
 def test_admin_cannot_delete_rows_behind_the_services(client):
-    client.force_login(User.objects.create_superuser("root", password="pw-pw-pw-123"))
+    client.force_login(User.objects.create_superuser("root", password=PASSWORD))
     bead("gt-keep")
     assert client.get("/admin/convoys/bead/gt-keep/delete/").status_code == 403
     assert "delete_selected" not in client.get("/admin/convoys/bead/").content.decode()
@@ -498,7 +440,7 @@ def test_admin_cannot_delete_rows_behind_the_services(client):
 def token_admin(client):
     """A staff user who may add and change API tokens, and a superuser beside them."""
     mallory = staff_user("mallory", ["add_apitoken", "change_apitoken", "view_apitoken"])
-    root = User.objects.create_superuser("root", password="pw-pw-pw-123")
+    root = User.objects.create_superuser("root", password=PASSWORD)
     client.force_login(mallory)
     return client, mallory, root
 
@@ -540,7 +482,7 @@ def test_a_non_superuser_creates_tokens_only_for_themselves(token_admin):
 
 
 def test_a_superuser_creates_a_token_for_someone_else(client):
-    root = User.objects.create_superuser("root", password="pw-pw-pw-123")
+    root = User.objects.create_superuser("root", password=PASSWORD)
     worker = User.objects.create_user("worker")
     client.force_login(root)
     response = client.post(

@@ -6,8 +6,9 @@ import pytest
 from convoys.models import Bead, Event
 from convoys.services import rigs
 
-from .factories import bead
-from .test_browser import browser, make_user, server, shot  # noqa: F401 (fixtures)
+from .support.browser import shot
+from .support.factories import bead
+from .support.users import PASSWORD, full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -15,12 +16,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(trans
 def test_admin_adds_a_bead_with_a_dependency(browser, server):  # noqa: F811
     rigs.upsert_route("gt-", "gastown/mayor/rig")
     bead("gt-base")
-    make_user("ada")
+    full_staff("ada")
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.goto(server + "/admin/login/?next=/admin/convoys/bead/add/")
     page.fill("#id_username", "ada")
-    page.fill("#id_password", "pw-pw-pw-123")
+    page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_url(server + "/admin/convoys/bead/add/")
     page.fill("#id_id", "gt-web1.2")

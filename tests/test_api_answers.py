@@ -14,7 +14,8 @@ from convoys.services import beads, convoys, notify
 from convoys.services.errors import ServiceError
 from convoys.services.tokens import create_token
 
-from .factories import bead, blocks, command, imported_blocks, signed_in
+from .support.factories import bead, blocks, command, imported_blocks
+from .support.users import signed_in
 
 pytestmark = pytest.mark.django_db
 

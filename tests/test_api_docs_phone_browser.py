@@ -3,13 +3,14 @@ phone does) 390 px wide lays the page out at 390 px and nothing scrolls sideways
 
 import pytest
 
-from .test_browser import browser, make_user, server, sign_in  # noqa: F401 (fixtures)
+from .support.browser import sign_in
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_api_docs_fit_a_phone(browser, server):  # noqa: F811
-    make_user("phone")
+    full_staff("phone")
     context = browser.new_context(
         viewport={"width": 390, "height": 844},
         is_mobile=True,

@@ -9,7 +9,7 @@ from django.test import Client
 from convoys.models import Bead, Event
 from convoys.services.tokens import create_token
 
-from .factories import bead
+from .support.factories import bead
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ def test_an_unknown_api_path_is_a_json_404(db):
 
 
 def test_an_unknown_status_filter_is_a_422_naming_the_allowed_ones(routes):
-    from .factories import signed_in
+    from .support.users import signed_in
 
     client = signed_in("viewer-filter", "view_convoy", "view_bead")
     answer = client.get("/api/convoys", {"status": "bogus"})

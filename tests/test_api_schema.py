@@ -15,7 +15,8 @@ from convoys.api import api
 from convoys.models import Bead, Event
 from convoys.services.tokens import create_token
 
-from .factories import bead, blocks
+from .support.factories import bead, blocks
+from .support.users import PASSWORD
 
 # The document is served to signed-in users only: load it from the API object, test the app.
 schema = schemathesis.openapi.from_dict(api.get_openapi_schema())
@@ -41,7 +42,7 @@ def token(routes, django_user_model, keep_connection):
     bead("gt-b")
     blocks("gt-a", "gt-b")
     convoys.create("Schema", ["gt-a", "gt-b"])
-    admin = django_user_model.objects.create_superuser("api", "api@localhost", "pw-pw-pw-123")
+    admin = django_user_model.objects.create_superuser("api", "api@localhost", PASSWORD)
     return create_token(admin, "schemathesis")
 
 

@@ -43,7 +43,8 @@ from convoys.services import beads, convoys, notify, staging
 from convoys.services.launch import launch_staged
 from convoys.services.tokens import create_token
 
-from .factories import bead, blocks
+from .support.factories import bead, blocks
+from .support.users import logged_in
 
 ROLES = ("anonymous", "none", "viewer", "staff", "superuser")
 LOGIN = "login"  # 302 to /login/?next=…
@@ -619,15 +620,9 @@ def test_api_methods_an_operation_does_not_declare_are_405(world):
 
 
 # --- subscriptions and the inbox ---------------------------------------
-def signed_in(user):
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 @pytest.mark.django_db
 def test_without_view_permission_nobody_subscribes_or_learns_which_convoys_exist(world):
-    client = signed_in(world["users"]["none"])
+    client = logged_in(world["users"]["none"])
     convoy = world["ids"]["convoy"]
     answers = [
         client.post(f"/convoys/{convoy}/subscribe/").status_code,
@@ -642,7 +637,7 @@ def test_without_view_permission_nobody_subscribes_or_learns_which_convoys_exist
 
 @pytest.mark.django_db
 def test_subscribing_to_a_missing_convoy_is_404_not_500(world):
-    client = signed_in(world["users"]["viewer"])
+    client = logged_in(world["users"]["viewer"])
     assert client.post(f"/convoys/{MISSING}/subscribe/").status_code == 404
     assert client.post(f"/convoys/{MISSING}/unsubscribe/").status_code == 404
     assert not Subscription.objects.filter(user=world["users"]["viewer"]).exists()
@@ -659,15 +654,15 @@ def test_a_landing_report_reaches_only_subscribers_who_may_view(routes):
     beads.close_bead("gt-l")
     convoys.check(convoy.pk)
     assert [n.user.username for n in Notification.objects.filter(convoy=convoy)] == ["viewer"]
-    assert "Secret plan" not in signed_in(users["none"]).get("/inbox/").content.decode()
-    assert "Secret plan" in signed_in(users["viewer"]).get("/inbox/").content.decode()
+    assert "Secret plan" not in logged_in(users["none"]).get("/inbox/").content.decode()
+    assert "Secret plan" in logged_in(users["viewer"]).get("/inbox/").content.decode()
 
 
 @pytest.mark.django_db
 def test_inbox_ignores_ids_that_are_not_row_numbers(world):
     root = world["users"]["superuser"]
     note = Notification.objects.get(user=root)
-    client = signed_in(root)
+    client = logged_in(root)
     for bad_id in ["²", "9" * 5000, "-1", "1e3", ""]:  # '²' and 5,000 digits were 500s
         assert client.post("/inbox/", {"id": [bad_id]}).status_code == 302
         assert Notification.objects.get(pk=note.pk).read_at is None, bad_id  # nothing read

@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 
 from convoys.core import beadfile
 
-from .conftest import ROOT
-from .test_bulk import moments, rfc3339
-from .test_import_export import RFC3339
+from .support.factories import RFC3339, moments, rfc3339
+from .support.paths import ROOT
 
 
 def read(text, max_line=1000):

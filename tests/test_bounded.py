@@ -7,9 +7,8 @@ import pytest
 from convoys.core import formatting
 from convoys.web import stage_views
 
-from .factories import bead, blocks, child
-from .test_overview import big_convoy, drawn_ids
-from .test_web import logged_in
+from .support.factories import bead, big_convoy, blocks, child, drawn_ids
+from .support.users import logged_in
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,8 @@ from convoys.rules import stranding
 from convoys.services import controls, convoys, feeding, notify
 from convoys.services.notify import ACTION_NEEDED
 
-from .factories import bead, command, signed_in
+from .support.factories import bead, command
+from .support.users import signed_in
 
 
 @pytest.fixture

@@ -2,121 +2,20 @@
 running as real processes on the test database. Screenshots go to artifacts/screenshots/."""
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission, User
 
 from convoys.models import Bead, Convoy, Event
 from convoys.services import beads, notify, rigs, staging
 from convoys.services.launch import launch_staged
 
-from .conftest import IN_CI, ROOT, child_env, free_port, shared_file, spawn, wait_port
-from .factories import bead, blocks, child
+from .support.browser import login, shot, wait_js, wait_live
+from .support.factories import bead, blocks, child
+from .support.paths import IN_CI, shared_file
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = ROOT / "artifacts" / "screenshots"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Chromium through Playwright's sync API. That API keeps an event loop running in this
-    thread, so Django takes the tests' own ORM calls (plain sync code) for calls from async
-    code: DJANGO_ALLOW_ASYNC_UNSAFE is set here, only while the browser is open, and never
-    reaches the processes the tests start (conftest.child_env drops it)."""
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium; ./test.sh does it as root)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with pytest.MonkeyPatch.context() as mp, sync_playwright() as pw:
-        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        instance = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        yield instance
-        instance.close()
-
-
-@pytest.fixture
-def server(transactional_db):
-    port = free_port()
-    env = child_env(CONVOY_FEED_INTERVAL="1", CONVOY_STRANDED_INTERVAL="2", DEBUG="1")
-    web = spawn("web", env, port)
-    cluster = spawn("cluster", env)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        for proc in (web, cluster):
-            proc.send_signal(signal.SIGTERM)
-        for proc in (web, cluster):
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    for proc in (web, cluster):  # DJANGO_ALLOW_ASYNC_UNSAFE never reaches them: nothing hidden
-        assert "SynchronousOnlyOperation" not in Path(proc.log_path).read_text(errors="replace")
-
-
-def make_user(name):
-    user = User.objects.create_user(name, password="pw-pw-pw-123", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="convoys"))
-    return user
-
-
-def login(browser, base, name):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    sign_in(page, base, name)
-    return context, page
-
-
-def sign_in(page, base, name):
-    """Log `name` in through the login form, in a page of a context the caller set up."""
-    page.goto(base + "/login/")
-    page.fill("#id_username", name)
-    page.fill("#id_password", "pw-pw-pw-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(base + "/")
-
-
-def wait_js(page, expression, timeout=10000):
-    """Wait until a JavaScript expression is true in the page. Playwright's wait_for_function
-    evaluates its string with eval(), which the pages' CSP (no 'unsafe-eval') refuses."""
-    ends = time.monotonic() + timeout / 1000
-    while not page.evaluate(f"() => Boolean({expression})"):
-        assert time.monotonic() < ends, f"not true within {timeout} ms: {expression}"
-        page.wait_for_timeout(50)
-
-
-def wait_live(page):
-    wait_js(
-        page,
-        "window.convoyLive && window.convoyLive.socket"
-        " && window.convoyLive.socket.readyState === 1",
-    )
-
-
-def shot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def test_stage_launch_and_close_through_the_browser(browser, server):
@@ -132,7 +31,7 @@ def test_stage_launch_and_close_through_the_browser(browser, server):
             child("gt-si8rq", bead_id)
         epic = "gt-si8rq"
     rigs.upsert_route("gt-", "gastown/mayor/rig")
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(server + f"/stage/?epic={epic}")
     page.wait_for_selector("#preview")
@@ -175,8 +74,8 @@ def live_convoy(routes):
 def test_changes_reach_the_other_browser(browser, server, live_convoy):
     """How fast is measured in bench/ (live-update figures in the README), not asserted here."""
     convoy_id, ids = live_convoy
-    make_user("ann")
-    bob = make_user("bob")
+    full_staff("ann")
+    bob = full_staff("bob")
     notify.subscribe(bob, Convoy.objects.get(pk=convoy_id))
     ann_ctx, ann = login(browser, server, "ann")
     bob_ctx, bob_page = login(browser, server, "bob")
@@ -220,7 +119,7 @@ def test_changes_reach_the_other_browser(browser, server, live_convoy):
 
 def test_offline_then_online_replays_every_missed_event_once(browser, server, live_convoy):
     convoy_id, ids = live_convoy
-    make_user("ann")
+    full_staff("ann")
     ctx, page = login(browser, server, "ann")
     frames = []  # what the server sent, before the page's own de-duplication
     page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(payload)))

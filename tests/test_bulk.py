@@ -1,6 +1,6 @@
 """Stored rows: the fast text path for timestamps must store exactly what Django would."""
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -10,22 +10,7 @@ from convoys.core.beadfile import parse_timestamp
 from convoys.infra import bulk
 from convoys.models import Bead, Event
 
-offsets = st.integers(min_value=-14 * 60, max_value=14 * 60).map(
-    lambda minutes: timezone(timedelta(minutes=minutes))
-)
-moments = st.datetimes(
-    min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=offsets
-)
-
-
-def rfc3339(moment, digits, zulu):
-    text = moment.isoformat(timespec="microseconds")
-    stamp, offset = text[:26], text[26:]
-    fraction = stamp[20:] + "789"[: max(0, digits - 6)]
-    body = stamp[:19] + (f".{fraction[:digits]}" if digits else "")
-    if zulu and moment.utcoffset() == timedelta(0):
-        return body + "Z"
-    return body + offset
+from .support.factories import moments, rfc3339
 
 
 @settings(max_examples=500, deadline=None)

@@ -14,9 +14,8 @@ from convoys.rules import breaker, capacity
 from convoys.services import convoys, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
-from . import test_feeding
-from .factories import bead
-from .factories import command as cli
+from .support.factories import bead
+from .support.factories import command as cli
 
 
 def claim(bead_id, convoy_id=""):
@@ -82,9 +81,6 @@ def test_positions_skip_free_slots_paused_parked_and_full_convoys(routes, settin
 
 
 # --- enforcement: every path, the queue's order, slots freed by closes, failures and deaths --
-
-
-closing = test_feeding.closing  # the fixture: close a bead and run its commit hooks
 
 
 def launched(ids):
@@ -238,7 +234,7 @@ def test_convoy_capacity_command_shows_and_changes_the_cap(routes, settings):
 def test_dashboard_capacity_panel_draws_and_updates_live(routes, settings, closing):
     from convoys.log.events import last_seq
 
-    from .factories import signed_in
+    from .support.users import signed_in
 
     client = signed_in("viewer", "view_convoy")
     settings.CONVOY_MAX_IN_FLIGHT = 0
@@ -264,7 +260,7 @@ def test_a_live_dashboard_redraws_the_capacity_panel_only_when_an_edit_can_move_
     from convoys.log.events import last_seq
     from convoys.services.beads import update_bead
 
-    from .factories import signed_in
+    from .support.users import signed_in
 
     client = signed_in("viewer", "view_convoy")
     settings.CONVOY_MAX_IN_FLIGHT = 0

@@ -7,8 +7,9 @@ import pytest
 from convoys.services import beads, controls, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead
-from .test_browser import browser, login, make_user, server, shot, wait_js, wait_live  # noqa: F401
+from .support.browser import login, shot, wait_js, wait_live
+from .support.factories import bead
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -17,7 +18,7 @@ def test_capacity_panel_follows_the_town_live(routes, browser, server):  # noqa:
     controls.set_cap(1, actor="ops")  # the run-time override: the server's processes read it
     plan = staging.stage([bead(f"gt-w{i}").id for i in range(3)], actor="test")
     launch_staged(plan.convoy_id, force=True)
-    make_user("viewer")
+    full_staff("viewer")
     context, page = login(browser, server, "viewer")
     try:
         panel = page.locator("#capacity-panel")

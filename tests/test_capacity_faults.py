@@ -12,18 +12,15 @@ from convoys.rules import capacity
 from convoys.services import beads as bead_service
 from convoys.services import controls, convoys, staging
 
-from .factories import bead
-from .test_in_flight_race import most_in_flight
-from .test_processes import (
-    _real_cluster,  # noqa: F401  (autouse: tasks go to the clusters)
-    python,
-    start_cluster,
-    stop,
-    survivors,
-    wait_for,
-)
+from .support.factories import bead, most_in_flight
+from .support.processes import python, start_cluster, stop, survivors
+from .support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("real_cluster"),
+]
 
 CAP = 3
 

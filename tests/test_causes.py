@@ -18,7 +18,8 @@ from convoys.rules.causes import BeadRow, CauseFacts, Pause
 from convoys.services import controls, convoys, dispatch, rigs
 from convoys.services.rigs import upsert_route
 
-from .factories import bead, blocks, command, signed_in
+from .support.factories import bead, blocks, command
+from .support.users import signed_in
 
 NOW = timezone.now()
 

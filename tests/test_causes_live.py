@@ -7,9 +7,10 @@ import pytest
 from convoys.models import Bead
 from convoys.services import beads, controls, convoys
 
-from .factories import bead, blocks
-from .test_browser import browser, login, make_user, server, wait_live  # noqa: F401 (fixtures)
-from .test_live_pages import assert_live_equals_reload
+from .support.browser import login, wait_live
+from .support.factories import bead, blocks
+from .support.pages import assert_live_equals_reload
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -29,7 +30,7 @@ def test_causes_on_the_live_convoy_page_equal_a_reload(browser, server, routes):
     blocks("gt-d", "gt-e")
     convoy = convoys.create("Live causes", ["gt-a", "gt-b", "gt-c", "gt-e"], actor="test")
     controls.pause(convoy.pk, actor="ops", reason="hold")
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(f"{server}/convoys/{convoy.pk}/")
     wait_live(page)

@@ -17,7 +17,7 @@ from convoys.models import Bead, Rig, Route
 from convoys.services import rigs, sling
 from convoys.services.errors import ServiceError
 
-from .factories import bead, command
+from .support.factories import bead, command
 
 
 def hostile(marker):

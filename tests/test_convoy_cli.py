@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 from convoys.models import Bead, Convoy, Dispatch, Event, TrackedBead
 from convoys.services import beads, convoys, rigs
 
-from .factories import bead, blocks, child, imported_blocks
+from .support.factories import bead, blocks, child, imported_blocks
 
 
 def run(*args):
@@ -363,7 +363,7 @@ def test_stranded_json(routes, settings):
 def test_stage_real_epic_gt_si8rq(db):
     from convoys.services import jsonl
 
-    from .conftest import shared_file
+    from .support.paths import shared_file
 
     jsonl.import_file(shared_file("steveyegge+gastown+issues.jsonl"))
     rigs.upsert_route("gt-", "gastown/mayor/rig")
@@ -379,7 +379,7 @@ def test_stage_real_epic_gt_si8rq(db):
 
 
 def test_list_and_status_print_statuses_in_the_pages_words(routes):
-    from .factories import staged_on_parked_rig
+    from .support.factories import staged_on_parked_rig
 
     plan = staged_on_parked_rig()
     listing = run("convoy", "list")

@@ -6,26 +6,13 @@ import html
 import re
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from convoys.models import Bead, Convoy, Dependency, Event
 from convoys.services import rigs, staging
 
-from .factories import bead, blocks, epic_of, staged_on_parked_rig
-
-
-def user_with(username, *codenames):
-    user = User.objects.create_user(username, password="pw-pw-pw-123")
-    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
-    return user
-
-
-def logged_in(user, csrf=False):
-    client = Client(enforce_csrf_checks=csrf)
-    client.force_login(user)
-    return client
-
+from .support.factories import bead, blocks, epic_of, staged_on_parked_rig
+from .support.users import logged_in, user_with
 
 VIEW = ("view_convoy", "view_bead")
 

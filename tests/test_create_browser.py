@@ -9,14 +9,15 @@ import pytest
 from convoys.models import Bead, Convoy, Dependency
 from convoys.services import rigs, staging
 
-from .test_browser import browser, login, make_user, server, shot  # noqa: F401 (fixtures)
+from .support.browser import login, shot
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_create_an_epic_then_unpark_its_rig_from_the_convoy_page(browser, server):  # noqa: F811
     rigs.upsert_route("gt-", "gastown/mayor/rig")
-    make_user("maker")
+    full_staff("maker")
     context, page = login(browser, server, "maker")
     page.click("nav >> text=Create")
     page.check("#id_kind_1")

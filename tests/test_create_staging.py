@@ -9,15 +9,16 @@ from convoys.models import Convoy, Event
 from convoys.services import staging
 from convoys.services.tokens import create_token
 
-from .factories import bead, blocks, child, epic_of, staged_on_parked_rig
-from .factories import command as cli
+from .support.factories import bead, blocks, child, epic_of, staged_on_parked_rig
+from .support.factories import command as cli
+from .support.users import PASSWORD
 
 ALL_CLOSED = "nothing to stage: all 2 tasks are closed"
 
 
 @pytest.fixture
 def manager(db):
-    user = User.objects.create_user("manager", password="pw-pw-pw-123")
+    user = User.objects.create_user("manager", password=PASSWORD)
     user.user_permissions.add(
         *Permission.objects.filter(
             codename__in=("view_convoy", "view_bead", "add_convoy", "change_convoy")

@@ -12,12 +12,13 @@ from django.utils import timezone
 
 from convoys.infra import bulk
 from convoys.models import Bead, Convoy, Dependency, TrackedBead
-from convoys.services import beads, convoys, jsonl, rigs, staging
+from convoys.services import beads, convoys, jsonl, rigs
 from convoys.services.launch import launch_staged
 
-from .conftest import shared_file
-from .factories import bead, blocks, child
-from .test_browser import browser, login, make_user, server, shot, wait_js  # noqa: F401
+from .support.browser import login, shot, wait_js
+from .support.factories import bead, blocks, child, stage
+from .support.paths import shared_file
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -60,16 +61,10 @@ def geometry_ok(page, url):
     return found
 
 
-def stage(ids):
-    plan = staging.stage(ids, actor="test")
-    assert not plan.errors, plan.errors
-    return plan.convoy_id
-
-
 def test_real_epics_draw_no_edge_through_a_box(browser, server, routes):  # noqa: F811
     jsonl.import_file(shared_file("steveyegge+gastown+issues.jsonl"))
     jsonl.import_file(shared_file("steveyegge+beads+issues@ce622f5.jsonl"))
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     for epic in ("gt-si8rq", "bd-f8b764c9"):  # bd-f8b764c9 is all closed: tracked, not staged
         convoy = convoys.create(f"Epic {epic}", from_epic=epic, actor="test")
@@ -89,7 +84,7 @@ def generated_epic(rng, size, prefix="gt-g"):
 
 def test_generated_epics_draw_no_edge_through_a_box(browser, server, routes):  # noqa: F811
     rng = random.Random(14)
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     for n, size in enumerate((12, 40)):
         ids = generated_epic(rng, size, prefix=f"gt-g{n}x")
@@ -141,7 +136,7 @@ def test_a_400_bead_convoy_with_long_edges_draws_none_through_a_box(browser, ser
         TrackedBead,
         [{"convoy_id": "hq-cv-big", "bead_id": b, "position": n} for n, b in enumerate(ids)],
     )
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     found = geometry_ok(page, server + "/convoys/hq-cv-big/?expand=1")
     assert found["nodes"] == 400 and found["edges"] >= 400
@@ -151,7 +146,7 @@ def test_a_400_bead_convoy_with_long_edges_draws_none_through_a_box(browser, ser
 def test_the_demo_gate_is_drawn_and_named_with_its_edge(browser, server):  # noqa: F811
     call_command("demo", stdout=io.StringIO())
     convoy = Convoy.objects.get(title__contains="Gated: production rollout")
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(server + f"/convoys/{convoy.pk}/")
     gate = page.locator("#dag g.node.gate")
@@ -185,7 +180,7 @@ def chain(routes):
 
 
 def test_hover_and_keyboard_focus_highlight_the_chain(browser, server, chain):  # noqa: F811
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(server + f"/convoys/{chain}/")
     page.wait_for_selector("#dag svg g.node")
@@ -217,7 +212,7 @@ def test_hover_and_keyboard_focus_highlight_the_chain(browser, server, chain):  
 def test_focus_centres_the_bead_and_an_unknown_id_says_so(browser, server, routes):  # noqa: F811
     ids = generated_epic(random.Random(3), 30, prefix="gt-f")
     convoy_id = stage(ids)
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     target = ids[17]
     page.goto(server + f"/convoys/{convoy_id}/?focus={target}")
@@ -246,7 +241,7 @@ TOUCH = """([kind, id, x, y]) => {
 def test_pan_and_zoom_by_mouse_touch_and_keys(browser, server, routes):  # noqa: F811
     ids = generated_epic(random.Random(5), 30, prefix="gt-p")
     convoy_id = stage(ids)
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(server + f"/convoys/{convoy_id}/")
     page.wait_for_selector("#dag svg g.node")
@@ -297,7 +292,7 @@ def test_pan_and_zoom_by_mouse_touch_and_keys(browser, server, routes):  # noqa:
 
 
 def test_icons_and_classes_change_live(browser, server, chain):  # noqa: F811
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(server + f"/convoys/{chain}/")
     wait_js(

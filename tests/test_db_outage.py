@@ -14,7 +14,8 @@ import urllib.request
 
 import pytest
 
-from .conftest import IN_CI, child_env, free_port, manage, spawn, wait_port
+from .support.paths import IN_CI
+from .support.processes import child_env, free_port, manage, spawn, wait_port
 
 pytestmark = pytest.mark.slow
 BINARIES = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))

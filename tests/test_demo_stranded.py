@@ -17,9 +17,10 @@ from django.core.management import call_command
 
 from convoys.models import Event
 
-from .conftest import ROOT, child_env, free_port, log_file, spawn, wait_port
-from .factories import signed_in
-from .test_stranded import dashboard_badges
+from .support.pages import dashboard_badges
+from .support.paths import ROOT
+from .support.processes import child_env, free_port, log_file, spawn, wait_port
+from .support.users import signed_in
 
 SAMPLE_SECONDS = float(os.environ.get("CONVOY_TEST_SAMPLE_SECONDS", 180))
 EVERY = 2.0

@@ -18,18 +18,24 @@ from convoys.models import Bead, Convoy, Dispatch
 from convoys.rules import causes
 from convoys.services import beads, convoys, staging, tokens
 
-from .conftest import child_env, free_port, spawn, wait_port
-from .factories import bead, blocks
-from .test_processes import start_cluster, stop, survivors, wait_for
+from .support.factories import bead, blocks
+from .support.processes import (
+    child_env,
+    free_port,
+    spawn,
+    start_cluster,
+    stop,
+    survivors,
+    wait_port,
+)
+from .support.users import PASSWORD
+from .support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def _real_cluster(monkeypatch):
-    from django_q.conf import Conf
-
-    monkeypatch.setattr(Conf, "SYNC", False)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("real_cluster"),
+]
 
 
 def logging_dispatch(tmp_path, seconds):
@@ -83,7 +89,7 @@ def test_kill_9_of_the_web_process_mid_launch(routes, tmp_path):
     env, ran = logging_dispatch(tmp_path, 0.3)
     ids = [bead(f"gt-l{i:02d}").id for i in range(16)]
     plan = staging.stage(ids, actor="test")
-    user = User.objects.create_superuser("launcher", "l@localhost", "pw-pw-pw-123")
+    user = User.objects.create_superuser("launcher", "l@localhost", PASSWORD)
     token = tokens.create_token(user, "test")
     port = free_port()
     web = spawn("web", child_env(**env), port)

@@ -17,7 +17,8 @@ from convoys.rules import breaker, causes
 from convoys.services import beads, dispatch, feeding, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks, command, signed_in
+from .support.factories import bead, blocks, command
+from .support.users import signed_in
 
 
 def claimed(bead_id, convoy_id=""):

@@ -13,7 +13,7 @@ from convoys.services import beads
 from convoys.services.errors import ServiceError
 from convoys.services.tokens import create_token
 
-from .factories import bead, blocks, command
+from .support.factories import bead, blocks, command
 
 
 @pytest.fixture

@@ -9,32 +9,19 @@ import sys
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.management import CommandError
-from django.test import Client
 
 from convoys import tasks
 from convoys.models import Escalation, Event, Notification, Subscription
 from convoys.services import beads, convoys, escalation, notify
 from convoys.services.errors import ServiceError
 
-from .factories import bead, blocks, command
-from .test_headers import needs_emoji_font
+from .support.factories import STUCK, bead, blocks, command, started
+from .support.pages import needs_emoji_font
+from .support.users import logged_in, viewer
 
-STUCK = timedelta(seconds=1800)
 AGAIN = timedelta(hours=4)
-
-
-def viewer(username, email=""):
-    user = User.objects.create_user(username, email=email, password="pw-pw-pw-123")
-    user.user_permissions.add(Permission.objects.get(codename="view_convoy"))
-    return User.objects.get(pk=user.pk)  # fresh: permissions are cached per object
-
-
-def client(user):
-    c = Client()
-    c.force_login(user)
-    return c
 
 
 @pytest.fixture
@@ -56,11 +43,6 @@ def stuck(routes, people):
     notify.subscribe(people["watcher"], convoy)
     Subscription.objects.create(user=people["outsider"], convoy=convoy, email=True)
     return convoy
-
-
-def started(convoy):
-    """When the convoy's clock started (its `convoy.created` event, here)."""
-    return escalation.last_progress([convoy])[convoy.pk]
 
 
 def escalations(convoy=None):
@@ -185,7 +167,7 @@ def test_acknowledge_from_the_cli_stops_it(stuck):
 
 def test_acknowledge_from_the_api_stops_it(stuck, people):
     escalation.escalate_stuck(now=started(stuck) + STUCK)
-    api = client(people["watcher"])
+    api = logged_in(people["watcher"])
     got = api.post(f"/api/convoys/{stuck.pk}/ack", content_type="application/json")
     assert got.status_code == 200, got.content
     body = got.json()
@@ -197,14 +179,14 @@ def test_acknowledge_from_the_api_stops_it(stuck, people):
     assert detail["causes"] == ["1 gated", "gt-w (gated): gated by gt-gate"]
     assert escalation.escalate_stuck(now=started(stuck) + STUCK + AGAIN) == []
     # Who may not view convoys may not acknowledge; a missing convoy is a 404.
-    refused = client(people["outsider"]).post(f"/api/convoys/{stuck.pk}/ack")
+    refused = logged_in(people["outsider"]).post(f"/api/convoys/{stuck.pk}/ack")
     assert refused.status_code == 403
     missing = api.post("/api/convoys/hq-cv-nope/ack")
     assert missing.status_code == 404
 
 
 def test_acknowledge_from_the_inbox_and_the_convoy_page(stuck, people):
-    alice = client(people["alice"])
+    alice = logged_in(people["alice"])
     bead("gt-r", "Quick")
     landed = convoys.create("Done already", ["gt-r"], owner="alice")
     beads.close_bead("gt-r", reason="done")

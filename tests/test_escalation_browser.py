@@ -7,23 +7,15 @@ import pytest
 from convoys.models import Escalation, Event
 from convoys.services import beads, convoys, escalation, notify
 
-from .factories import bead, blocks
-from .test_browser import (  # noqa: F401
-    browser,
-    login,
-    make_user,
-    server,
-    shot,
-    wait_js,
-    wait_live,
-)
-from .test_escalation import STUCK, started
+from .support.browser import login, shot, wait_js, wait_live
+from .support.factories import STUCK, bead, blocks, started
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_escalation_toast_and_acknowledge_in_the_inbox(browser, server, routes):  # noqa: F811
-    alice = make_user("alice")
+    alice = full_staff("alice")
     bead("gt-gate", "Pick a database", type="decision")
     bead("gt-w", "Migrate")
     blocks("gt-gate", "gt-w")

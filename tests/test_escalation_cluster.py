@@ -10,17 +10,15 @@ from django_q.models import Success
 from convoys.models import Escalation, Notification
 from convoys.services import convoys
 
-from .factories import bead, blocks
-from .test_processes import start_cluster, stop, wait_for
+from .support.factories import bead, blocks
+from .support.processes import start_cluster, stop
+from .support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def _real_cluster(monkeypatch):
-    from django_q.conf import Conf
-
-    monkeypatch.setattr(Conf, "SYNC", False)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("real_cluster"),
+]
 
 
 def test_two_clusters_escalate_each_step_once(routes):

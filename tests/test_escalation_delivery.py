@@ -10,8 +10,8 @@ from django.core import mail
 from convoys.models import DeliveryPreference, Event, Notification
 from convoys.services import beads, convoys, escalation, notify
 
-from .factories import bead, blocks
-from .test_escalation import STUCK, client, started, viewer
+from .support.factories import STUCK, bead, blocks, started
+from .support.users import logged_in, viewer
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def land(django_capture_on_commit_callbacks):
 
 
 def test_the_subscriptions_page_sets_the_choices(fan):
-    page = client(fan)
+    page = logged_in(fan)
     html = page.get("/subscriptions/").content.decode()
     assert 'name="receipts" value="in_app" checked' in html  # the defaults
     assert 'name="action_needed" value="immediate" checked' in html
@@ -134,7 +134,7 @@ def test_the_daily_digest_collects_receipts(fan, land, settings):
     assert Notification.objects.filter(digested_at__isnull=True, digest=True).count() == 0
 
     # The inbox says where the receipt went.
-    html = client(fan).get("/inbox/").content.decode()
+    html = logged_in(fan).get("/inbox/").content.decode()
     assert "in the digest of 2026-12-02" in html
 
     # The next day's digest holds only what came after.

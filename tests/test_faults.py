@@ -26,22 +26,21 @@ import pytest
 import websockets
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.test import Client
 
 from convoys.log.events import last_seq
 from convoys.services import beads
 
-from .conftest import child_env, free_port, log_file, spawn, wait_port
-from .factories import bead
+from .support.factories import bead
+from .support.processes import child_env, free_port, log_file, spawn, wait_port
+from .support.users import PASSWORD, session_cookie
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def session_cookie():
-    user = User.objects.create_superuser("watcher", "w@localhost", "pw-pw-pw-123")
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}"
+def superuser_cookie():
+    """The Cookie header of a session of a new superuser, as text."""
+    user = User.objects.create_superuser("watcher", "w@localhost", PASSWORD)
+    return session_cookie(user).decode()
 
 
 def burst(count, bead_id="gt-burst"):
@@ -153,7 +152,7 @@ def web(routes):
 
 
 def run_clients(port, count, scenario, timeout=90, cookie=None):
-    cookie = cookie or session_cookie()
+    cookie = cookie or superuser_cookie()
     since = last_seq()
 
     async def main():
@@ -211,7 +210,7 @@ def test_stalled_reader_does_not_delay_the_others(web):
     reads: it falls more than 1,000 behind and is dropped (it would replay on reconnect),
     while the prompt readers get every event as fast as they did without it. Both halves run
     in the same minute, so the comparison holds on a busy machine too."""
-    cookie = session_cookie()
+    cookie = superuser_cookie()
     stalled = []
 
     async def deliver(clients):
@@ -300,7 +299,7 @@ def test_redis_outage_of_10_seconds_loses_nothing(routes, tmp_path):
     )
     web = spawn("web", env, port)
     wait_port(port)
-    cookie = session_cookie()
+    cookie = superuser_cookie()
 
     def dashboard_status():
         request = urllib.request.Request(

@@ -3,43 +3,13 @@
 import sys
 from datetime import timedelta
 
-import pytest
 from django.core import mail
 from django.utils import timezone
 
 from convoys.models import Bead, Convoy, Cursor, Dispatch, Event, Notification, Subscription, Worker
 from convoys.services import beads, convoys, feeding, rigs, staging
-from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks
-
-
-@pytest.fixture
-def closing(django_capture_on_commit_callbacks):
-    """Close a bead and run what its commit triggers (the event feeder task, in sync mode)."""
-
-    def close(bead_id, reason="done"):
-        with django_capture_on_commit_callbacks(execute=True):
-            beads.close_bead(bead_id, reason=reason)
-
-    return close
-
-
-def chain(n, prefix="gt-c"):
-    ids = [bead(f"{prefix}{i}").id for i in range(n)]
-    for a, b in zip(ids, ids[1:], strict=False):
-        blocks(a, b)
-    return ids
-
-
-def launched(ids):
-    plan = staging.stage(ids, actor="test")
-    launch_staged(plan.convoy_id, force=True)
-    return Convoy.objects.get(pk=plan.convoy_id)
-
-
-def hooked():
-    return sorted(Bead.objects.filter(status="hooked").values_list("id", flat=True))
+from .support.factories import bead, blocks, chain, hooked, launched
 
 
 def test_close_dispatches_the_next_ready_bead(routes, closing):

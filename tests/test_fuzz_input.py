@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from convoys.models import Bead, Convoy, Event
 from convoys.services.tokens import create_token
 
-from .test_overview import big_convoy
+from .support.factories import big_convoy
+from .support.users import PASSWORD
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -102,7 +103,7 @@ def town(db):
     acknowledges as it goes)."""
     call_command("demo", stdout=StringIO())
     big_id, _ = big_convoy(size=560, done=100)
-    boss = User.objects.create_superuser("fuzz", "fuzz@example.com", "pw-pw-pw-123")
+    boss = User.objects.create_superuser("fuzz", "fuzz@example.com", PASSWORD)
     convoy = Convoy.objects.exclude(pk=big_id).order_by("created_at").first()
     staged = Convoy.objects.filter(status__startswith="staged").first() or convoy
     session = Client()

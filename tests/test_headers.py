@@ -8,73 +8,17 @@ import re
 import shutil
 import subprocess
 import sys
-from html.parser import HTMLParser
-from io import StringIO
 
 import pytest
-from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
-from django.core.management import call_command
 from django.test import Client
-from django.urls import reverse
 
-from convoys.models import Bead, Convoy
-from convoys.services import convoys, notify
+from convoys.models import Convoy
 from convoys.services.tokens import create_token
 
-from .conftest import ROOT
-
-# Characters whose default presentation is an emoji (Unicode Emoji_Presentation, BMP part):
-# without an emoji font they are blank boxes. Everything at U+1F000 and above is refused too.
-EMOJI_BMP = set(
-    "⌚⌛⏩⏪⏫⏬⏰⏳◽◾☔☕♈♉♊♋♌♍♎♏♐♑♒♓♿⚓⚡⚪⚫⚽⚾⛄⛅⛎⛔⛪⛲⛳⛵⛺⛽✅✊✋✨❌❎❓❔❕❗➕➖➗➰➿⬛⬜⭐⭕"
-)
-
-
-def needs_emoji_font(text):
-    return sorted({c for c in text if c in EMOJI_BMP or ord(c) >= 0x1F000})
-
-
-def page_urls():
-    """Every page a signed-in staff user sees, on whatever data is loaded (the demo)."""
-    convoy = Convoy.objects.order_by("created_at").first()
-    bead = Bead.objects.exclude(issue_type="epic").order_by("id").first()
-    epic = Bead.objects.filter(issue_type="epic").order_by("id").first()
-    return [
-        "/",
-        reverse("convoy", args=[convoy.pk]),
-        reverse("bead", args=[bead.pk]),
-        "/stranded/",
-        "/inbox/",
-        "/stage/",
-        f"/stage/?epic={epic.pk}",
-        "/subscriptions/",
-        "/admin/",
-        "/admin/convoys/convoy/",
-        reverse("admin:convoys_convoy_change", args=[quote(convoy.pk)]),
-        reverse("admin:convoys_bead_change", args=[quote(bead.pk)]),
-        reverse("admin:convoys_bead_add"),
-        "/api/docs",
-    ]
-
-
-@pytest.fixture
-def demo(db):
-    call_command("demo", stdout=StringIO())
-    root = User.objects.create_superuser("root", password="pw-pw-pw-123")
-    # Something in the inbox: a landing report and a close notice (their mail subjects carry
-    # the original's truck emoji; the page must not need it).
-    convoy = Convoy.objects.order_by("created_at").first()
-    notify.subscribe(root, convoy)
-    convoys.notify_landing(convoy)
-    notify.notify_closed(convoy, "root")
-    return root
-
-
-def signed_in(user):
-    client = Client()
-    client.force_login(user)
-    return client
+from .support.pages import inline_code, needs_emoji_font, page_urls
+from .support.paths import ROOT
+from .support.users import logged_in
 
 
 def assert_security_headers(response, url):
@@ -94,37 +38,8 @@ def assert_security_headers(response, url):
     assert response["Cross-Origin-Opener-Policy"] == "same-origin", url
 
 
-class InlineCode(HTMLParser):
-    """Collects what a CSP without 'unsafe-inline' blocks: <script> without src (data blocks
-    such as type="application/json" are not scripts), <style>, style= and on*= attributes."""
-
-    def __init__(self):
-        super().__init__()
-        self.found = []
-        self.script_src = []
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        if tag == "script":
-            if attrs.get("src"):
-                self.script_src.append(attrs["src"])
-            elif attrs.get("type", "text/javascript") in ("text/javascript", "module"):
-                self.found.append("<script> without src")
-        if tag == "style":
-            self.found.append("<style>")
-        for name in attrs:
-            if name == "style" or name.startswith("on"):
-                self.found.append(f"<{tag} {name}=…>")
-
-
-def inline_code(html):
-    parser = InlineCode()
-    parser.feed(html)
-    return parser
-
-
 def test_every_page_sends_the_security_headers(demo):
-    client = signed_in(demo)
+    client = logged_in(demo)
     for url in page_urls():
         response = client.get(url)
         assert response.status_code == 200, url
@@ -132,7 +47,7 @@ def test_every_page_sends_the_security_headers(demo):
     anonymous = Client()
     for url in ["/login/", "/api/openapi.json", "/"]:
         assert_security_headers(anonymous.get(url), url)
-    assert_security_headers(signed_in(User.objects.create_user("nobody")).get("/"), "403")
+    assert_security_headers(logged_in(User.objects.create_user("nobody")).get("/"), "403")
     # Scripts and styles are never sniffed into another type either.
     for url in [
         "/static/convoys/live.js",
@@ -144,7 +59,7 @@ def test_every_page_sends_the_security_headers(demo):
 
 
 def test_pages_have_no_inline_code(demo):
-    client = signed_in(demo)
+    client = logged_in(demo)
     for url in [*page_urls(), "/login/"]:
         assert inline_code(client.get(url).text).found == [], url
 
@@ -163,7 +78,7 @@ def test_no_template_has_inline_code():
 
 
 def test_pages_and_icons_need_no_emoji_font(demo):
-    client = signed_in(demo)
+    client = logged_in(demo)
     used = set()
     for url in [*page_urls(), "/login/"]:
         html = client.get(url).text
@@ -183,7 +98,7 @@ def test_pages_and_icons_need_no_emoji_font(demo):
 
 
 def test_progress_bars_are_svg_rects_that_add_up(demo):
-    html = signed_in(demo).get("/").text
+    html = logged_in(demo).get("/").text
     bars = re.findall(r'<svg class="bar".*?</svg>', html)
     assert len(bars) == Convoy.objects.count()
     for bar in bars:
@@ -211,7 +126,7 @@ def test_api_docs_and_schema_need_login(demo):
 
 
 def test_api_docs_assets_are_local_and_served(demo):
-    client = signed_in(demo)
+    client = logged_in(demo)
     page = client.get("/api/docs")
     assert page.status_code == 200
     # Nothing fetched from elsewhere, not even Swagger UI's online validator badge.
@@ -230,7 +145,7 @@ def test_api_docs_assets_are_local_and_served(demo):
 
 
 def test_the_ui_links_to_the_api_docs(demo):
-    html = signed_in(demo).get("/").text
+    html = logged_in(demo).get("/").text
     assert html.count('href="/api/docs"') == 1
 
 
@@ -308,7 +223,7 @@ def test_production_is_secure_by_default_and_each_can_be_turned_off(name, on, va
 
 
 def test_signed_in_answers_are_never_stored(demo):
-    client = signed_in(demo)
+    client = logged_in(demo)
     for url in ["/", "/inbox/", "/api/convoys", "/api/docs", "/admin/"]:
         cache = client.get(url)["Cache-Control"]
         assert "no-store" in cache and "private" in cache, (url, cache)

@@ -12,11 +12,11 @@ from django.core.management import call_command
 from convoys.models import Bead, Convoy
 from convoys.services import beads
 
-from .test_browser import browser, server, wait_js, wait_live  # noqa: F401  (fixtures)
-from .test_headers import page_urls
+from .support.browser import wait_js, wait_live
+from .support.pages import page_urls
+from .support.users import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-PASSWORD = "pw-pw-pw-123"
 # Registered before any page script runs; Playwright's init scripts are exempt from the CSP.
 COLLECT_VIOLATIONS = """
 window.__csp = [];
@@ -27,13 +27,13 @@ document.addEventListener("securitypolicyviolation", (e) => {
 
 
 @pytest.fixture
-def demo_site(server):  # noqa: F811
+def demo_site(server):
     call_command("demo", stdout=StringIO())
     User.objects.create_superuser("root", password=PASSWORD)
     return server, page_urls()
 
 
-def signed_in(browser, base, **context_options):  # noqa: F811
+def signed_in(browser, base, **context_options):
     context = browser.new_context(**context_options)
     context.add_init_script(COLLECT_VIOLATIONS)
     page = context.new_page()
@@ -56,7 +56,7 @@ def open_page(page, url):
         page.wait_for_selector(".opblock", timeout=20000)
 
 
-def test_no_page_violates_the_content_security_policy(browser, demo_site):  # noqa: F811
+def test_no_page_violates_the_content_security_policy(browser, demo_site):
     base, urls = demo_site
     context, page, console = signed_in(browser, base, viewport={"width": 1400, "height": 900})
     for url in [*urls, "/login/"]:
@@ -81,7 +81,7 @@ def test_no_page_violates_the_content_security_policy(browser, demo_site):  # no
     context.close()
 
 
-def test_api_docs_render_their_operations_from_local_assets(browser, demo_site):  # noqa: F811
+def test_api_docs_render_their_operations_from_local_assets(browser, demo_site):
     base, _urls = demo_site
     context, page, _console = signed_in(browser, base, viewport={"width": 1400, "height": 900})
     requested = []
@@ -101,7 +101,7 @@ def test_api_docs_render_their_operations_from_local_assets(browser, demo_site):
     context.close()
 
 
-def test_the_ui_links_to_the_api_docs(browser, demo_site):  # noqa: F811
+def test_the_ui_links_to_the_api_docs(browser, demo_site):
     base, _urls = demo_site
     context, page, _console = signed_in(browser, base, viewport={"width": 1400, "height": 900})
     page.click("nav a:text('API docs')")
@@ -110,7 +110,7 @@ def test_the_ui_links_to_the_api_docs(browser, demo_site):  # noqa: F811
     context.close()
 
 
-def test_no_page_scrolls_sideways_on_a_phone(browser, demo_site):  # noqa: F811
+def test_no_page_scrolls_sideways_on_a_phone(browser, demo_site):
     base, urls = demo_site
     context, page, _console = signed_in(browser, base, viewport={"width": 390, "height": 844})
     for url in [*urls, "/login/"]:
@@ -124,10 +124,10 @@ def test_no_page_scrolls_sideways_on_a_phone(browser, demo_site):  # noqa: F811
     context.close()
 
 
-def test_long_unbroken_ids_and_titles_do_not_widen_a_phone_page(browser, demo_site):  # noqa: F811
+def test_long_unbroken_ids_and_titles_do_not_widen_a_phone_page(browser, demo_site):
     from convoys.services import convoys
 
-    from .factories import bead, blocks, child
+    from .support.factories import bead, blocks, child
 
     base, _urls = demo_site
     long_id = "gt-" + "x" * 240

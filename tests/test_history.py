@@ -19,7 +19,8 @@ from convoys.rules.readiness import ready_beads
 from convoys.services import beads, dispatch, staging
 from convoys.services.launch import launch_staged
 
-from .factories import blocks, epic_of, signed_in
+from .support.factories import blocks, epic_of
+from .support.users import signed_in
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

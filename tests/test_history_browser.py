@@ -12,17 +12,12 @@ from convoys.models import Bead, Convoy, ConvoyVisit
 from convoys.services import beads, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks, child
-from .test_browser import SHOTS, browser, login, make_user, server, wait_js, wait_live  # noqa: F401 (fixtures)
+from .support.browser import SHOTS, login, wait_js, wait_live
+from .support.factories import bead, blocks, child
+from .support.users import full_staff
+from .support.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def wait_until(check, timeout=30):
-    ends = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < ends, "not within the time limit"
-        time.sleep(0.1)
 
 
 def screenshot(page, locator, name):
@@ -59,7 +54,7 @@ def node_class(page, bead_id):
 
 
 def test_timeline_slider_and_since_last_visit(browser, server, convoy_id):  # noqa: F811
-    make_user("hana")
+    full_staff("hana")
     context, page = login(browser, server, "hana")
     url = f"{server}/convoys/{convoy_id}/"
     assert Bead.objects.get(pk="gt-h1").status == "hooked"
@@ -147,7 +142,7 @@ def _visit_seq(username, convoy_id):
 
 
 def test_what_a_visible_page_showed_is_seen_and_a_hidden_tab_marks_it(browser, server, convoy_id):  # noqa: F811
-    make_user("ines")
+    full_staff("ines")
     context, page = login(browser, server, "ines")
     url = f"{server}/convoys/{convoy_id}/"
     page.goto(url)

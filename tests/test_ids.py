@@ -16,7 +16,8 @@ from convoys.services import beads, convoys, jsonl, rigs, sling
 from convoys.services.errors import ServiceError
 from convoys.services.tokens import create_token
 
-from .factories import bead
+from .support.factories import bead
+from .support.users import PASSWORD
 
 ATTACKS = {
     "cm2-$(id)": "character '$'",
@@ -54,7 +55,7 @@ def argv_recorder(tmp_path):
 
 @pytest.fixture
 def admin_client(client, django_user_model):
-    admin = django_user_model.objects.create_superuser("boss", "boss@localhost", "pw-pw-pw-123")
+    admin = django_user_model.objects.create_superuser("boss", "boss@localhost", PASSWORD)
     client.force_login(admin)
     client.user = admin
     return client
@@ -201,7 +202,7 @@ def test_nul_through_the_api_is_refused_and_export_reimports(routes, client, tmp
     from django.contrib.auth.models import User
 
     bead("gt-a")
-    user = User.objects.create_superuser("api", "api@localhost", "pw-pw-pw-123")
+    user = User.objects.create_superuser("api", "api@localhost", PASSWORD)
     auth = {"Authorization": f"Bearer {create_token(user, 'test')}"}
     for path, body in [
         ("/api/beads/gt-a", {"title": "a\x00b"}),

@@ -31,7 +31,8 @@ from convoys.models import Bead, Convoy
 from convoys.services import beads, convoys, sling
 from convoys.services.tokens import create_token
 
-from .test_live import communicator, has, make_user, receive_until, session_cookie
+from .support.live import communicator, has, receive_until
+from .support.users import PASSWORD, session_cookie, viewer
 
 PROPERTY = hypothesis.settings(
     max_examples=6,  # each example is ~20 requests: the test stays well under a minute
@@ -157,7 +158,7 @@ def page_status(client, path):
 
 @pytest.fixture
 def api_auth(django_user_model):
-    admin = django_user_model.objects.create_superuser("prop", "prop@localhost", "pw-pw-pw-123")
+    admin = django_user_model.objects.create_superuser("prop", "prop@localhost", PASSWORD)
     return admin, {"Authorization": f"Bearer {create_token(admin, 'property')}"}
 
 
@@ -247,7 +248,7 @@ def test_live_updates_continue_after_events_on_any_accepted_id(w, routes):
     assume(not Bead.objects.filter(pk__in=[w["a"], w["b"]]).exists())
     if not Bead.objects.filter(pk="gt-watched").exists():
         beads.create_bead("Watched", bead_id="gt-watched")
-    cookie = session_cookie(make_user(f"viewer-{next(VIEWERS)}"))
+    cookie = session_cookie(viewer(f"viewer-{next(VIEWERS)}"))
 
     async def go():
         comm = communicator("/ws/live/?topics=bead:gt-watched,dashboard", cookie)

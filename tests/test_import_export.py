@@ -16,7 +16,6 @@ as in convoys/services/jsonl/, checked below on the real files and on our own fi
 
 import io
 import json
-import re
 from datetime import datetime
 
 import pytest
@@ -30,7 +29,8 @@ from convoys.models import Bead, Convoy, Dependency, Event, Memory, Route, Track
 from convoys.services import jsonl
 from convoys.services.jsonl import reading
 
-from .conftest import FIXTURES, shared_file
+from .support.factories import RFC3339
+from .support.paths import FIXTURES, shared_file
 
 REAL_FILES = {
     # file: (beads, convoys, tombstones, wisps)
@@ -47,7 +47,6 @@ OUT_OF_ORDER = {"steveyegge+gastown+issues.jsonl": {"gt-3qw5s"}}
 # `bd list --json` of Feb 2026 (counts and parent), `bd export` since Apr 2026 (`_type`,
 # counts, memory lines); nanosecond and offset timestamps, HTML characters, a convoy.
 OUR_FILES = ("bd-plain.jsonl", "bd-list.jsonl", "bd-export.jsonl")
-RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
 
 
 @pytest.fixture(params=["in-process", "read-ahead"])

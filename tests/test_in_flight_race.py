@@ -8,12 +8,12 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from convoys.models import Bead, Convoy, Dispatch, Event
+from convoys.models import Bead, Convoy, Dispatch
 from convoys.services import convoys, dispatch, feeding, staging
 
-from .factories import bead
-from .factories import command as cli
-from .test_processes import python
+from .support.factories import bead, most_in_flight
+from .support.factories import command as cli
+from .support.processes import RACE_STEPS, python
 
 LIMIT, BEADS = 2, 16
 
@@ -36,50 +36,8 @@ PATHS = {
     from django.core.management import call_command
     call_command("convoy", "launch", "{cid}", "--force", stdout=io.StringIO())
 """,
-    "close": LOOP
-    + """
-        from convoys.models import Bead, Event, TrackedBead
-        from convoys.services import feeding
-        busy = Bead.objects.filter(
-            pk__in=TrackedBead.objects.filter(convoy_id="{cid}").values("bead_id"),
-            status="hooked",
-        ).order_by("pk").first()
-        if busy is None:
-            time.sleep(0.02)
-            continue
-        call_command("beads", "close", busy.pk, stdout=io.StringIO())
-        seq = Event.objects.filter(kind="bead.closed", bead_id=busy.pk).latest("seq").seq
-        feeding.handle_close_event(seq)  # what the close task runs
-""",
-    "catch-up and scan": LOOP
-    + """
-        call_command("convoy", "feed", "--once", stdout=io.StringIO())
-""",
-    "sling": LOOP
-    + """
-        try:
-            call_command("sling", "{cid}", "--json", stdout=io.StringIO())
-        except CommandError:
-            pass  # nothing ready to sling right now
-""",
+    **{path: LOOP + step for path, step in RACE_STEPS.items()},
 }
-
-
-def most_in_flight(convoy_id=None):
-    """Replay the event log in order: the most beads of the convoy (without one: of the whole
-    town) hooked at one time."""
-    events = Event.objects.order_by("seq")
-    if convoy_id is not None:
-        tracked = Dispatch.objects.filter(convoy_id=convoy_id).values_list("bead_id", flat=True)
-        events = events.filter(bead_id__in=set(tracked))
-    in_flight, most = set(), 0
-    for kind, bead_id in events.values_list("kind", "bead_id"):
-        if kind == "bead.dispatched":
-            in_flight.add(bead_id)
-        elif kind in ("bead.closed", "dispatch.failed"):
-            in_flight.discard(bead_id)
-        most = max(most, len(in_flight))
-    return most
 
 
 @pytest.mark.slow

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import manage
-from .factories import bead, blocks
-from .test_processes import FAST, _answers, output, start, start_cluster, stop, wait_for
+from .support.factories import bead, blocks
+from .support.processes import FAST, _answers, manage, output, start, start_cluster, stop
+from .support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -22,7 +22,7 @@ def lines_of(text):
 
 
 def test_serve_and_its_children_log_one_json_object_a_line(routes):
-    from .conftest import child_env, free_port
+    from .support.processes import child_env, free_port
 
     bead("gt-a")
     bead("gt-b")
@@ -66,7 +66,7 @@ def test_a_hostile_request_id_is_replaced_not_echoed(client):
 def test_a_cluster_and_a_web_process_started_alone_log_json_too(routes):
     """As the compose file and the systemd units start them, without serve to wrap their
     lines: every line parses, named by its process."""
-    from .conftest import child_env, free_port, spawn, wait_port
+    from .support.processes import child_env, free_port, spawn, wait_port
 
     port = free_port()
     web = spawn("web", child_env(**JSON), port)

@@ -10,8 +10,9 @@ from django.core.cache import cache
 
 from convoys.services import convoys
 
-from .conftest import redis_url
-from .factories import bead, blocks, signed_in
+from .support.databases import redis_url
+from .support.factories import bead, blocks
+from .support.users import signed_in
 
 
 @pytest.mark.redis

@@ -3,75 +3,17 @@
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Permission, User
-from django.db import transaction
-from django.test import Client
 
 from convoys.core.ids import group_name
-from convoys.log import events
 from convoys.log.events import last_seq
 from convoys.models import Event
 from convoys.services import beads, convoys
 
-from .factories import bead
+from .support.factories import bead
+from .support.live import communicator, events_of, has, receive_until, sentinel
+from .support.users import session_cookie, user_with, viewer
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def session_cookie(user):
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}".encode()
-
-
-def make_user(name, view=True):
-    user = User.objects.create_user(name, password="pw-pw-pw-123")
-    if view:
-        user.user_permissions.add(*Permission.objects.filter(codename__in=["view_convoy"]))
-    return user
-
-
-def communicator(path, cookie=None, origin=b"http://localhost"):
-    from convoyweb.asgi import application
-
-    headers = [(b"host", b"localhost")]
-    if origin:
-        headers.append((b"origin", origin))
-    if cookie:
-        headers.append((b"cookie", cookie))
-    return WebsocketCommunicator(application, path, headers=headers)
-
-
-async def receive_until(comm, done, timeout=20):
-    """The messages the server sends until `done(messages)` holds; fails when nothing comes
-    for `timeout` seconds before that."""
-    out = []
-    while not done(out):
-        try:
-            out.append(await comm.receive_json_from(timeout=timeout))
-        except TimeoutError:
-            raise AssertionError(f"nothing for {timeout} s; received so far: {out}") from None
-    return out
-
-
-def has(kind, seq=None):
-    """done() for receive_until: a message of type `kind` (with sequence number `seq`) came."""
-    return lambda messages: any(
-        m.get("type") == kind and (seq is None or m.get("seq") == seq) for m in messages
-    )
-
-
-def sentinel(user):
-    """An inbox event for `user` alone, recorded now: events reach a socket in sequence order,
-    so once it has arrived, every earlier event the socket would get has arrived before it.
-    Checks that something is *not* sent wait for it instead of for a quiet spell."""
-    with transaction.atomic():
-        return events.record("notification", data={"user_id": user.pk, "subject": "sentinel"}).seq
-
-
-def events_of(messages):
-    return [m for m in messages if m.get("type") == "event"]
 
 
 @pytest.fixture
@@ -84,7 +26,7 @@ def two_convoys(routes):
 
 
 def test_anonymous_and_foreign_origin_are_refused(two_convoys):
-    user = make_user("alice")
+    user = viewer("alice")
 
     async def go():
         comm = communicator("/ws/live/?topics=dashboard")
@@ -104,7 +46,7 @@ def test_anonymous_and_foreign_origin_are_refused(two_convoys):
 
 
 def test_no_event_leaks_to_a_user_without_access_even_on_replay(two_convoys):
-    mallory = make_user("mallory", view=False)
+    mallory = user_with("mallory")
     cookie = session_cookie(mallory)
     a, _ = two_convoys
     assert Event.objects.filter(convoy_id=a).exists()  # there is something to leak
@@ -127,7 +69,7 @@ def test_no_event_leaks_to_a_user_without_access_even_on_replay(two_convoys):
 
 
 def test_topic_filtering_and_replay_since(two_convoys):
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
     a, b = two_convoys
     since = Event.objects.order_by("-seq").values_list("seq", flat=True)[0]
     beads.update_bead("gt-a", priority=1)
@@ -151,7 +93,7 @@ def test_topic_filtering_and_replay_since(two_convoys):
 
 
 def test_duplicates_suppressed_and_gap_filled_from_the_log(two_convoys):
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
     a, _ = two_convoys
 
     async def go():
@@ -197,7 +139,7 @@ def test_duplicates_suppressed_and_gap_filled_from_the_log(two_convoys):
 
 
 def test_resync_when_the_log_no_longer_reaches_back(two_convoys):
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
     Event.objects.filter(seq__lt=5).delete()
 
     async def go():
@@ -211,7 +153,7 @@ def test_resync_when_the_log_no_longer_reaches_back(two_convoys):
 
 
 def test_inbox_receives_only_own_notifications(routes):
-    alice, bob = make_user("alice"), make_user("bob")
+    alice, bob = viewer("alice"), viewer("bob")
     from convoys.services import notify
 
     bead("gt-z")

@@ -3,8 +3,6 @@ close, land, reopen, park and unpark, and stage with warnings; after each step t
 each page's main content must equal a fresh render of the same URL (times and CSRF tokens
 normalised). Plus: no reload with more than 5,000 events in the log, one toast per landing."""
 
-import time
-
 import pytest
 from django.db import transaction
 
@@ -14,31 +12,13 @@ from convoys.models import Bead, Convoy, Event, Rig
 from convoys.services import beads, dispatch, notify, rigs, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks, child
-from .test_browser import browser, login, make_user, server, wait_js, wait_live  # noqa: F401 (fixtures)
+from .support.browser import login, wait_js, wait_live
+from .support.factories import bead, blocks, child
+from .support.pages import assert_live_equals_reload
+from .support.users import full_staff
+from .support.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-# The page's main content, and the same of a fresh render of its URL, normalised alike: times
-# are relative to the moment of rendering, CSRF tokens are masked afresh, dag.js sizes the
-# drawing to the window, and history.js's slider and visit marks are the viewer's own.
-COMPARE = """async () => {
-  const normal = (main) => {
-    const root = main.cloneNode(true);
-    root.querySelectorAll("time").forEach((t) => { t.textContent = ""; t.removeAttribute("datetime"); t.removeAttribute("title"); });
-    root.querySelectorAll("input[name=csrfmiddlewaretoken]").forEach((i) => i.removeAttribute("value"));
-    root.querySelectorAll("svg.dag").forEach((s) => ["width", "height", "viewBox"].forEach((a) => s.removeAttribute(a)));
-    root.querySelectorAll("[data-pan-zoom]").forEach((e) => e.removeAttribute("data-pan-zoom"));
-    root.querySelectorAll(".messages").forEach((e) => e.remove());
-    // Per viewer, not the page's state: the time slider and "since your last visit" marks.
-    root.querySelectorAll("#history-card").forEach((e) => e.remove());
-    root.querySelectorAll(".since-visit").forEach((e) => e.classList.remove("since-visit"));
-    return root.innerHTML;
-  };
-  const response = await fetch(location.href, { credentials: "same-origin", cache: "no-store" });
-  const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
-  return [normal(document.getElementById("main")), normal(fresh.getElementById("main"))];
-}"""
 
 
 class Refuses:
@@ -46,29 +26,6 @@ class Refuses:
 
     def dispatch(self, bead_id, rig, convoy_id, worker):
         return Outcome(ok=False, error="worker refused")
-
-
-def first_difference(live, fresh):
-    at = next(
-        (i for i, (a, b) in enumerate(zip(live, fresh, strict=False)) if a != b),
-        min(len(live), len(fresh)),
-    )
-    return f"live: …{live[max(0, at - 200) : at + 200]}…\nfresh: …{fresh[max(0, at - 200) : at + 200]}…"
-
-
-def assert_live_equals_reload(pages, step, deadline=45):
-    """Each page's live DOM equals a fresh render of its URL, once the page has caught up."""
-    for name, page in pages.items():
-        ends = time.monotonic() + deadline
-        while True:
-            live, fresh = page.evaluate(COMPARE)
-            if live == fresh:
-                break
-            if time.monotonic() > ends:
-                pytest.fail(
-                    f"after {step}, {name} differs from a reload\n" + first_difference(live, fresh)
-                )
-            page.wait_for_timeout(250)
 
 
 @pytest.fixture
@@ -87,7 +44,7 @@ def epic(routes):
 
 def test_every_page_equals_a_reload_after_each_step(browser, server, epic):  # noqa: F811
     convoy_id = epic
-    ann = make_user("ann")
+    ann = full_staff("ann")
     notify.subscribe(ann, None)
     context, first = login(browser, server, "ann")
     urls = {
@@ -157,16 +114,9 @@ def test_every_page_equals_a_reload_after_each_step(browser, server, epic):  # n
     context.close()
 
 
-def wait_until(condition, deadline=30):
-    ends = time.monotonic() + deadline
-    while not condition():
-        assert time.monotonic() < ends, "condition not met in time"
-        time.sleep(0.1)
-
-
 def test_a_page_opened_with_a_long_log_does_not_reload(browser, server, epic):  # noqa: F811
     convoy_id = epic
-    make_user("ann")
+    full_staff("ann")
     with transaction.atomic():
         record_many(
             [
@@ -200,7 +150,7 @@ window.Notification.requestPermission = async () => "granted";
 
 def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, epic):  # noqa: F811
     convoy_id = epic
-    ann = make_user("ann")
+    ann = full_staff("ann")
     notify.subscribe(ann, None)
     launch_staged(convoy_id, force=True, actor="test")
     context, dashboard = login(browser, server, "ann")
@@ -208,7 +158,7 @@ def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, e
     stranded = context.new_page()
     other = staging.stage(["gt-next"], actor="test").convoy_id
     elsewhere = context.new_page()  # another convoy's page: not told about this one
-    make_user("bob")  # subscribes to nothing: his dashboard shows the landing, quietly
+    full_staff("bob")  # subscribes to nothing: his dashboard shows the landing, quietly
     bob_context, bob = login(browser, server, "bob")
     for page, url in (
         (dashboard, "/"),

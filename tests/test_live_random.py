@@ -15,8 +15,9 @@ from convoys.read import sizes
 from convoys.services import beads, controls, convoys, dispatch, rigs
 from convoys.web import context
 
-from .factories import bead, blocks
-from .test_web import as_of, assert_parts_of, live, logged_in
+from .support.factories import bead, blocks
+from .support.pages import as_of, assert_parts_of, live
+from .support.users import logged_in
 
 
 class Refuses:

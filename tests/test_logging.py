@@ -5,10 +5,12 @@ import logging
 from django.contrib.auth.models import User
 from django.test import Client
 
+from .support.users import PASSWORD
+
 
 def test_a_403_is_one_log_line_without_a_traceback(db, caplog):
     client = Client()
-    client.force_login(User.objects.create_user("nobody", password="pw-pw-pw-123"))
+    client.force_login(User.objects.create_user("nobody", password=PASSWORD))
     with caplog.at_level(logging.WARNING, logger="django.request"):
         assert client.get("/").status_code == 403
     records = [r for r in caplog.records if r.name == "django.request"]
@@ -23,7 +25,7 @@ def access_lines(caplog):
 
 def test_access_lines_leave_out_heartbeats_and_live_fetches_unless_asked(routes, caplog, settings):
     client = Client()
-    client.force_login(User.objects.create_superuser("boss", "b@localhost", "pw-pw-pw-123"))
+    client.force_login(User.objects.create_superuser("boss", "b@localhost", PASSWORD))
     with caplog.at_level(logging.INFO, logger="convoyweb.access"):
         assert client.get("/").status_code == 200
         assert client.get("/", headers={"X-Live": "1", "X-Live-Since": "0"}).status_code == 200
@@ -49,7 +51,7 @@ def test_access_lines_leave_out_heartbeats_and_live_fetches_unless_asked(routes,
 
 def test_a_404_for_a_very_long_path_logs_it_cut_short(db, caplog):
     client = Client()
-    client.force_login(User.objects.create_superuser("boss", "b@localhost", "pw-pw-pw-123"))
+    client.force_login(User.objects.create_superuser("boss", "b@localhost", PASSWORD))
     with caplog.at_level(logging.WARNING, logger="django.request"):
         assert client.get("/nothing/" + "x" * 5000).status_code == 404
     [line] = [r.getMessage() for r in caplog.records if r.name == "django.request"]

@@ -13,7 +13,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from .conftest import ROOT, child_env, free_port, log_file, wait_port
+from .support.paths import ROOT
+from .support.processes import child_env, free_port, log_file, wait_port
 
 PASSWORD = "right-horse-battery"
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from .conftest import child_env, free_port, spawn, wait_port
+from .support.processes import child_env, free_port, spawn, wait_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

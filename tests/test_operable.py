@@ -18,8 +18,8 @@ from convoys.models import Convoy, Cursor, Event, Lease
 from convoys.rules import causes
 from convoys.services import leases, ticker
 
-from .factories import signed_in
-from .test_feeding import chain, closing, launched  # noqa: F401  (closing is a fixture)
+from .support.factories import chain, launched
+from .support.users import signed_in
 
 pytestmark = pytest.mark.django_db
 TOKEN = "metrics-token-for-tests"
@@ -157,7 +157,7 @@ def test_metrics_cause_counts_match_the_causes_module(routes, settings):
     """Paused, gated, parked rig and not-slingable, as the convoy page decides them."""
     from convoys.services import beads, controls, rigs
 
-    from .factories import bead, blocks
+    from .support.factories import bead, blocks
 
     settings.CONVOY_METRICS_TOKEN = TOKEN
     ids = chain(2, prefix="gt-p")
@@ -234,7 +234,7 @@ def test_readyz_503_when_no_cluster_ever_ticked():
 
 
 def test_readyz_503_when_the_relay_lags(settings, routes):
-    from .factories import bead
+    from .support.factories import bead
 
     tick(settings)
     settings.CONVOY_READY_RELAY_LAG = 5
@@ -402,7 +402,7 @@ def test_readyz_body_is_json_for_a_load_balancer(settings):
 def test_grafana_dashboard_and_docs_name_only_exported_metrics(settings):
     import re
 
-    from .conftest import ROOT
+    from .support.paths import ROOT
 
     settings.CONVOY_METRICS_TOKEN = TOKEN
     exported = set()
@@ -435,10 +435,11 @@ def test_metrics_count_this_process_open_websockets(settings, routes):
 
     from convoys.web import metrics
 
-    from .test_live import communicator, has, make_user, receive_until, session_cookie
+    from .support.live import communicator, has, receive_until
+    from .support.users import session_cookie, viewer
 
     settings.CONVOY_METRICS_TOKEN = TOKEN
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
     before = metrics.WEBSOCKETS._value.get()
 
     def gauge():

@@ -8,64 +8,15 @@ import re
 import pytest
 from django.utils import timezone
 
-from convoys.infra import bulk
-from convoys.models import Bead, Convoy, Dependency, TrackedBead
+from convoys.models import Convoy
 from convoys.read import convoy_page, overview, projection, sizes, snapshots
 from convoys.services import beads
 
-from .factories import bead
-from .test_web import as_of, assert_parts_of, live, logged_in
+from .support.factories import big_convoy, drawn_ids
+from .support.pages import as_of, assert_parts_of, live
+from .support.users import logged_in
 
 pytestmark = pytest.mark.django_db
-
-
-def big_convoy(size=700, done=140, convoy_id="hq-cv-ov", prefix="gt-ov"):
-    """An epic shaped like bench/browser.py's: bead i blocked by i-7, i-14 and i-21 (each
-    when (i + k) % 2 == 0, so the chains are uneven); the first `done` beads closed."""
-    now = timezone.now()
-    seed = bead(prefix + "seed")  # made by the services: its rig is the route's
-    ids = [f"{prefix}{i:05d}" for i in range(size)]
-    bulk.insert(
-        Bead,
-        [
-            {
-                "id": bead_id,
-                "title": f"Overview {i}",
-                "status": "closed" if i < done else "open",
-                "issue_type": "task",
-                "priority": 2,
-                "created_at": now,
-                "updated_at": now,
-                "closed_at": now if i < done else None,
-                "rig_id": seed.rig_id,
-            }
-            for i, bead_id in enumerate(ids)
-        ],
-    )
-    bulk.insert(
-        Dependency,
-        [
-            {"issue_id": ids[i], "depends_on_id": ids[i - 7 * k], "type": "blocks"}
-            for i in range(size)
-            for k in (1, 2, 3)
-            if i - 7 * k >= 0 and (i + k) % 2 == 0
-        ],
-    )
-    Convoy.objects.create(
-        id=convoy_id, title="Overview", status="open", created_at=now, updated_at=now
-    )
-    bulk.insert(
-        TrackedBead,
-        [{"convoy_id": convoy_id, "bead_id": b, "position": n} for n, b in enumerate(ids)],
-    )
-    projection.rebuild([convoy_id])  # bulk-inserted past the log, as an import settles it
-    return convoy_id, ids
-
-
-def drawn_ids(html):
-    start = html.index('<svg class="dag"')
-    svg = html[start : html.index("</svg>", start)]
-    return set(re.findall(r'<g class="node [^"]*" data-id="([^"]+)"', svg))
 
 
 def test_a_big_convoy_page_is_an_overview_of_bounded_size(routes, admin_user):
@@ -217,7 +168,7 @@ def test_the_kept_overview_equals_the_convoy_read_in_full(routes, admin_user):
 
 
 def test_an_overview_kept_event_by_event_equals_one_rebuilt(routes, admin_user):
-    from .test_web import same_markup
+    from .support.pages import same_markup
 
     convoy_id, ids = big_convoy()
     client = logged_in(admin_user)

@@ -7,8 +7,9 @@ import pytest
 from convoys.read import sizes
 from convoys.services import beads
 
-from .test_browser import SHOTS, browser, login, make_user, server, wait_js  # noqa: F401
-from .test_overview import big_convoy
+from .support.browser import SHOTS, login, wait_js
+from .support.factories import big_convoy
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -17,7 +18,7 @@ DOM_BUDGET = 10_000
 
 def test_a_big_convoy_overview_stays_small_and_opens_waves(browser, server, routes):  # noqa: F811
     convoy_id, ids = big_convoy(size=2000, done=300)
-    make_user("ann")
+    full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(server + f"/convoys/{convoy_id}/")
     page.wait_for_selector("#dag svg g.node")

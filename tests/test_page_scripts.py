@@ -7,8 +7,9 @@ from django.urls import reverse
 
 from convoys.models import Bead, Convoy
 
-from .conftest import ROOT
-from .test_headers import demo, inline_code, signed_in  # noqa: F401
+from .support.pages import inline_code
+from .support.paths import ROOT
+from .support.users import logged_in
 
 LIVE = "/static/convoys/live.js"
 CONVOY_ONLY = ("/static/convoys/dag.js", "/static/convoys/history.js")
@@ -29,7 +30,7 @@ def three_pages():
 
 
 def test_three_pages_have_no_inline_style_or_handlers_and_their_own_scripts(demo):  # noqa: F811
-    client = signed_in(demo)
+    client = logged_in(demo)
     for name, url in three_pages().items():
         response = client.get(url)
         assert response.status_code == 200, url

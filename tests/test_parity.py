@@ -8,14 +8,15 @@ import re
 from datetime import datetime
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from convoys.models import Bead, Convoy, Dispatch, Event, Notification, Subscription, TrackedBead
 from convoys.services import beads, convoys, jsonl, staging
 
-from .factories import bead, blocks
+from .support.factories import bead, blocks
+from .support.users import viewer
 
 
 def run(*args):
@@ -166,12 +167,6 @@ def test_imported_discovered_edges_join_once(routes, tmp_path):
 
 
 # --- close --notify, land --dry-run ------------------------------------------------------------
-
-
-def viewer(username, email=""):
-    user = User.objects.create_user(username, email=email)
-    user.user_permissions.add(Permission.objects.get(codename="view_convoy"))
-    return user
 
 
 def test_close_notify_tells_that_address_with_the_reason(routes):

@@ -13,8 +13,8 @@ from convoys.rules import stranding
 from convoys.services import beads, controls, convoys, feeding
 from convoys.services.errors import ServiceError
 
-from .factories import bead, blocks, command, signed_in
-from .test_feeding import chain, hooked, launched
+from .support.factories import bead, blocks, chain, command, hooked, launched
+from .support.users import signed_in
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ is paused; the event log (gap-free, in commit order) shows no dispatch of its be
 
 import io
 import json
-import time
 
 import pytest
 from django.core.management import call_command
@@ -14,8 +13,9 @@ from convoys.models import Bead, Convoy, Event, TrackedBead
 from convoys.services import convoys, feeding, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead
-from .test_processes import python
+from .support.factories import bead
+from .support.processes import RACE_STEPS, python
+from .support.waiting import wait_for
 
 BEADS, LIMIT, AFTER_PAUSE = 24, 2, 15
 
@@ -32,41 +32,7 @@ LOOP = """
         if Convoy.objects.filter(pk="{cid}", paused_at__isnull=False).exists():
             after += 1
 """
-PATHS = {
-    "close": LOOP
-    + """
-        busy = Bead.objects.filter(
-            pk__in=TrackedBead.objects.filter(convoy_id="{cid}").values("bead_id"),
-            status="hooked",
-        ).order_by("pk").first()
-        if busy is None:
-            time.sleep(0.02)
-            continue
-        call_command("beads", "close", busy.pk, stdout=io.StringIO())
-        seq = Event.objects.filter(kind="bead.closed", bead_id=busy.pk).latest("seq").seq
-        feeding.handle_close_event(seq)  # what the close task runs
-""",
-    "catch-up and scan": LOOP
-    + """
-        call_command("convoy", "feed", "--once", stdout=io.StringIO())
-""",
-    "sling": LOOP
-    + """
-        try:
-            call_command("sling", "{cid}", "--json", stdout=io.StringIO())
-        except CommandError:
-            pass  # paused, or nothing ready right now
-""",
-}
-
-
-def wait_for(condition, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
+PATHS = {path: LOOP + step for path, step in RACE_STEPS.items()}
 
 
 @pytest.mark.slow
@@ -84,7 +50,11 @@ def test_pause_racing_closes_dispatches_nothing_after_it_commits(routes):
     }
     try:
         # Pause while the feeders are busy: after a few closes, mid-stream.
-        assert wait_for(lambda: Bead.objects.filter(pk__in=ids, status="closed").count() >= 4)
+        assert wait_for(
+            lambda: Bead.objects.filter(pk__in=ids, status="closed").count() >= 4,
+            timeout=120,
+            step=0.02,
+        )
         call_command("convoy", "pause", cid, "--reason", "race", stdout=io.StringIO())
         outputs = {name: p.communicate(timeout=300) for name, p in procs.items()}
     finally:

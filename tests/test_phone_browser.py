@@ -12,10 +12,9 @@ from convoys.models import Convoy
 from convoys.services import notify
 from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks, child
-from .test_browser import SHOTS, browser, make_user, server, sign_in  # noqa: F401 (fixtures)
-from .test_dag_browser import stage
-from .test_overview import big_convoy
+from .support.browser import SHOTS, sign_in
+from .support.factories import bead, big_convoy, blocks, child, stage
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -121,7 +120,7 @@ def convoys_to_see(routes):
 
 def test_every_page_fits_a_phone(browser, server, convoys_to_see):  # noqa: F811
     small, big = convoys_to_see
-    user = make_user("phone")
+    user = full_staff("phone")
     convoy = Convoy.objects.get(pk=small)
     notify.subscribe(user, convoy)  # the subscriptions page lists it, the inbox has a note
     with transaction.atomic():  # as its callers do: the note's live event with it

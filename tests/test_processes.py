@@ -6,9 +6,7 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,105 +16,25 @@ from convoys.models import Bead, Convoy, Dispatch, Event
 from convoys.services import convoys, staging, ticker
 from convoys.services.launch import launch_staged
 
-from .conftest import ROOT, child_env, log_file
-from .factories import bead, blocks
+from .support.factories import bead, blocks
+from .support.processes import (
+    FAST,
+    _answers,
+    log,
+    output,
+    python,
+    start,
+    start_cluster,
+    stop,
+    survivors,
+)
+from .support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-FAST = {
-    "CONVOY_FEED_INTERVAL": "1",
-    "CONVOY_STRANDED_INTERVAL": "1",
-    "CONVOY_TASK_TIMEOUT": "8",
-    "CONVOY_TASK_RETRY": "10",
-    "CONVOY_WORKERS": "2",
-}
-
-
-@pytest.fixture(autouse=True)
-def _real_cluster(monkeypatch):
-    """Tasks go through the broker to the cluster process, not inline."""
-    from django_q.conf import Conf
-
-    monkeypatch.setattr(Conf, "SYNC", False)
-
-
-def start_cluster(**env):
-    return start("cluster", env={**FAST, **env})
-
-
-def start(*command, env):
-    """`manage.py COMMAND` in a session of its own. Its output goes to a log file (shown in
-    the report of a failing test, conftest.log_file). Every process it starts inherits a
-    marker in its environment, for `survivors`."""
-    out = log_file(command[0])
-    mark = uuid.uuid4().hex
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), *command],
-        env=child_env(CONVOY_TEST_PROCESS=mark, **env),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        text=True,
-    )
-    out.close()  # the child holds its own descriptor
-    proc.log_path, proc.mark = out.name, mark
-    return proc
-
-
-def output(proc):
-    return Path(proc.log_path).read_text()
-
-
-def log(proc):
-    return output(proc)
-
-
-def survivors(proc):
-    """Processes still alive that `proc` or any of its descendants started."""
-    marker = f"CONVOY_TEST_PROCESS={proc.mark}".encode()
-    alive = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
-                alive.append(int(entry.name))
-        except OSError:  # gone meanwhile, or not ours
-            continue
-    return alive
-
-
-def stop(proc, sig=signal.SIGTERM, group=False):
-    if proc.poll() is None:
-        if group:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    return log(proc)
-
-
-def wait_for(predicate, timeout=30, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
-
-
-def python(code, **env):
-    script = "import django, os; django.setup()\n" + textwrap.dedent(code)
-    return subprocess.Popen(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=child_env(DJANGO_SETTINGS_MODULE="convoyweb.settings", **env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("real_cluster"),
+]
 
 
 def test_cluster_feeds_the_next_wave_after_a_close(routes):
@@ -431,7 +349,7 @@ def test_serve_stops_cleanly(routes, sig, group):
 
     from django.contrib.auth import get_user_model
 
-    from .conftest import free_port
+    from .support.processes import free_port
 
     get_user_model().objects.create_user("demo")  # the swarm's account
     port = free_port()
@@ -496,16 +414,6 @@ def _children_of(pid):
     return found
 
 
-def _answers(port):
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 def test_nothing_a_user_does_brings_serve_down(routes):
     """A bead in progress with nobody assigned (an admin edit) makes the swarm skip it with
     one line, not exit; kill -9 of each child of `serve` in turn: it is started again and the
@@ -513,7 +421,7 @@ def test_nothing_a_user_does_brings_serve_down(routes):
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Permission
 
-    from .conftest import free_port
+    from .support.processes import free_port
 
     swarm_user = get_user_model().objects.create_user("demo")  # the swarm's account
     swarm_user.user_permissions.add(*Permission.objects.filter(content_type__app_label="convoys"))

@@ -9,8 +9,9 @@ import pytest
 
 from convoys.services import beads, convoys, feeding
 
-from .factories import bead, signed_in
-from .factories import command as cli
+from .support.factories import bead
+from .support.factories import command as cli
+from .support.users import signed_in
 
 SEED_SHAPE = {"total", "complete", "inProgress", "ready", "blocked", "failed", "percentComplete"}
 

@@ -18,7 +18,7 @@ from convoys.read import projection, summaries
 from convoys.services import beads, controls, convoys, dispatch, feeding, rigs, timekeeping
 from convoys.services.errors import ServiceError
 
-from .factories import bead, blocks, command
+from .support.factories import bead, blocks, command
 
 
 class Failing:

@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from .factories import bead
+from .support.factories import bead
+from .support.users import PASSWORD
 
 LONG = "x" * 100_000
 
@@ -15,7 +16,7 @@ LONG = "x" * 100_000
 def boss(routes):
     bead("gt-q1", "Findable title")
     client = Client()
-    client.force_login(User.objects.create_superuser("boss", "boss@example.com", "pw-pw-pw-123"))
+    client.force_login(User.objects.create_superuser("boss", "boss@example.com", PASSWORD))
     return client
 
 

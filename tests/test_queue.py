@@ -9,8 +9,8 @@ from convoys.log import events, queue
 from convoys.models import Event
 from convoys.services import beads
 
-from .conftest import FIXTURES
-from .factories import bead
+from .support.factories import bead
+from .support.paths import FIXTURES
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from convoys.models import Bead, Worker
 from convoys.rules.readiness import is_ready, ready_beads
 from convoys.services import beads, rigs
 
-from .factories import bead, blocks
+from .support.factories import bead, blocks
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

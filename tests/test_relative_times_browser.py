@@ -5,8 +5,9 @@ import pytest
 
 from convoys.services import convoys
 
-from .factories import bead
-from .test_browser import browser, make_user, server, sign_in, wait_live  # noqa: F401 (fixtures)
+from .support.browser import sign_in, wait_live
+from .support.factories import bead
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -14,7 +15,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_a_page_left_open_ages_its_times(browser, server, routes):  # noqa: F811
     bead("gt-old")
     convoy = convoys.create("Left open", ["gt-old"])
-    make_user("watcher")
+    full_staff("watcher")
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.clock.install()
     page = context.new_page()

@@ -17,7 +17,7 @@ from convoys.services import roles, staging
 from convoys.services.launch import launch_staged
 from convoys.services.tokens import create_token
 
-from .factories import bead, blocks
+from .support.factories import bead, blocks
 
 pytestmark = pytest.mark.django_db
 

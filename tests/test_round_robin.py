@@ -15,10 +15,12 @@ from convoys.models import Bead, Convoy
 from convoys.services import beads, staging
 from convoys.services.launch import launch_staged
 
-from .conftest import child_env, free_port, spawn, wait_port
-from .factories import bead, blocks, child
-from .test_browser import browser, login, make_user, wait_live  # noqa: F401 (fixtures)
-from .test_live_pages import assert_live_equals_reload, wait_until
+from .support.browser import login, wait_live
+from .support.factories import bead, blocks, child
+from .support.pages import assert_live_equals_reload
+from .support.processes import child_env, free_port, spawn, wait_port
+from .support.users import full_staff
+from .support.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -123,7 +125,7 @@ def test_pages_behind_two_web_processes_equal_a_reload_to_the_landing(browser, b
         child("gt-rr", bead_id)
     blocks("gt-r1", "gt-r2")
     convoy_id = staging.stage(["gt-rr"], actor="test").convoy_id
-    make_user("rosa")
+    full_staff("rosa")
     base = f"http://127.0.0.1:{balanced.port}"
     context, dashboard = login(browser, base, "rosa")
     convoy = context.new_page()

@@ -2,7 +2,7 @@
 
 import subprocess
 
-from .conftest import ROOT
+from .support.paths import ROOT
 
 
 def test_run_sh_help_prints_usage_and_does_nothing():

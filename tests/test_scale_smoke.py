@@ -17,16 +17,10 @@ from django.test import Client
 from convoys.models import Convoy
 from convoys.services.tokens import create_token
 
-from .conftest import (
-    child_env,
-    free_port,
-    is_postgres,
-    redis_url,
-    require_postgres,
-    spawn,
-    wait_port,
-)
-from .factories import bead, blocks
+from .support.databases import is_postgres, redis_url, require_postgres
+from .support.factories import bead, blocks
+from .support.processes import child_env, free_port, spawn, wait_port
+from .support.users import PASSWORD
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -46,7 +40,7 @@ def test_two_web_two_clusters_land_and_push_across_processes(routes):
     require_postgres()
     url = redis_url()
     assert is_postgres()
-    user = User.objects.create_user("ops", password="pw-pw-pw-123")
+    user = User.objects.create_user("ops", password=PASSWORD)
     user.user_permissions.add(*Permission.objects.filter(content_type__app_label="convoys"))
     token = create_token(user, "smoke")
     client = Client()

@@ -3,7 +3,7 @@ naming the variable and the value (not a bare ValueError from deep in settings.p
 
 import pytest
 
-from .conftest import child_env, manage
+from .support.processes import child_env, manage
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from convoys.models import Bead, Convoy, Dispatch, Event, TrackedBead
 from convoys.services import beads, convoys, rigs, staging
 
-from .factories import bead, blocks, child
+from .support.factories import bead, blocks, child
 
 
 def run(*args):

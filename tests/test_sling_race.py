@@ -7,8 +7,8 @@ from django.db.models import Count
 from convoys.models import Dispatch
 from convoys.services import convoys
 
-from .factories import bead
-from .test_processes import python
+from .support.factories import bead
+from .support.processes import python
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

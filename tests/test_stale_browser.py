@@ -12,10 +12,11 @@ from convoys.models import Convoy
 from convoys.services import beads, staging
 from convoys.services.launch import launch_staged
 
-from .conftest import child_env, free_port, spawn, wait_port
-from .factories import bead, blocks, child
-from .test_browser import browser, login, make_user, wait_js, wait_live  # noqa: F401 (fixtures)
-from .test_live_pages import assert_live_equals_reload
+from .support.browser import login, wait_js, wait_live
+from .support.factories import bead, blocks, child
+from .support.pages import assert_live_equals_reload
+from .support.processes import child_env, free_port, spawn, wait_port
+from .support.users import full_staff
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -28,7 +29,7 @@ def test_a_page_without_its_server_says_since_when_and_catches_up(browser, route
     blocks("gt-s1", "gt-s2")
     convoy_id = staging.stage(["gt-epic"], actor="test").convoy_id
     launch_staged(convoy_id, force=True)
-    make_user("ann")
+    full_staff("ann")
     port = free_port()
     env = child_env(DEBUG="1")
     web = spawn("web", env, port)

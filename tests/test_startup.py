@@ -9,8 +9,9 @@ import pytest
 
 from convoys.services.rigs import upsert_route
 
-from .conftest import ROOT, child_env
-from .factories import bead, blocks
+from .support.factories import bead, blocks
+from .support.paths import ROOT
+from .support.processes import child_env
 
 NOT_AT_START_UP = ("daphne", "twisted", "autobahn", "networkx", "ninja", "pydantic")
 

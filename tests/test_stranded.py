@@ -16,8 +16,10 @@ from convoys.rules import stranding
 from convoys.services import beads, convoys, feeding, rigs, staging
 from convoys.services.launch import launch_staged
 
-from .factories import bead, blocks, signed_in
-from .factories import command as cli
+from .support.factories import bead, blocks
+from .support.factories import command as cli
+from .support.pages import dashboard_badges, text_of
+from .support.users import signed_in
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -32,20 +34,6 @@ def _no_grace(settings):
 @pytest.fixture
 def client(db):
     return signed_in("watcher", "view_convoy", "view_bead", "change_convoy")
-
-
-def text_of(fragment):
-    return html.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()
-
-
-def dashboard_badges(client):
-    """{convoy id: badge words or None} from the dashboard's rows."""
-    page = client.get("/?status=all").content.decode()
-    badges = {}
-    for convoy_id, row in re.findall(r'<tr data-convoy="([^"]+)"(.*?)</tr>', page, re.S):
-        badge = re.search(r'class="[^"]*stranded-badge[^"]*"[^>]*>(.*?)</span>', row, re.S)
-        badges[convoy_id] = text_of(badge.group(1)) if badge else None
-    return badges
 
 
 def page_badge(client, convoy_id):

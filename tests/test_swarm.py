@@ -11,6 +11,8 @@ from django.core.management import call_command
 
 from convoys.management.commands import swarm as swarm_command
 
+from .support.waiting import wait_until
+
 
 class Clock:
     """The swarm's `time`, with sleeps counted (and short)."""
@@ -26,21 +28,14 @@ class Clock:
         time.sleep(0.01)
 
 
-def until(condition, timeout=20):
-    ends = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < ends, "not within the timeout"
-        time.sleep(0.01)
-
-
 def test_sigterm_stops_the_swarm_with_words_and_the_log_stays_quiet(db, monkeypatch):
     clock = Clock()
     monkeypatch.setattr(swarm_command, "time", clock)
     out = io.StringIO()
 
     def terminate():  # once the swarm listens for SIGTERM and has retried a few times
-        until(lambda: signal.getsignal(signal.SIGTERM) is swarm_command._stop)
-        until(lambda: clock.sleeps >= 5)
+        wait_until(lambda: signal.getsignal(signal.SIGTERM) is swarm_command._stop, 20, 0.01)
+        wait_until(lambda: clock.sleeps >= 5, 20, 0.01)
         os.kill(os.getpid(), signal.SIGTERM)
 
     killer = threading.Thread(target=terminate)

@@ -16,7 +16,8 @@ from convoys.models import Bead, Event, Memory, SourcedRecord, SyncMemo
 from convoys.services import bdsync
 from convoys.services.bdsync import memo, reader, run
 
-from .conftest import ROOT, child_env
+from .support.paths import ROOT
+from .support.processes import child_env
 
 
 def bead(i, **fields):

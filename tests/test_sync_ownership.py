@@ -15,8 +15,9 @@ from django.core.management import call_command
 from convoys.models import Bead, Dependency, Event
 from convoys.services import beads, staging
 
-from .test_admin import EDITOR_PERMISSIONS, bead_url, form_errors, page_data, saved, staff_user
-from .test_sync import FIXTURE, drop, run_sync, synced, town  # noqa: F401 (fixtures)
+from .support.admin import bead_url, form_errors, page_data, saved
+from .support.sync import drop, run_sync
+from .support.users import EDITOR_PERMISSIONS, staff_user
 
 pytestmark = pytest.mark.django_db
 

@@ -19,11 +19,15 @@ from django.db.models import Count
 from convoys.models import Bead, Convoy, Dispatch
 from convoys.services.tokens import create_token
 
-from .conftest import free_port, log_file
-from .test_processes import FAST, _real_cluster, output, start, stop, survivors, wait_for  # noqa: F401
-from .test_sync import FIXTURE
+from .support.processes import FAST, free_port, log_file, output, start, stop, survivors
+from .support.sync import FIXTURE
+from .support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("real_cluster"),
+]
 
 EPIC = "gt-ep"
 # The epic's tasks and what blocks each: four waves, up to three beads in one.

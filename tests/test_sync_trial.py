@@ -21,7 +21,7 @@ from django.utils import timezone
 from convoys.models import Bead, Event, SourcedRecord, SyncMemo, SyncSource
 from convoys.services import bdsync, beads, dispatch, leases
 
-from .test_sync import FIXTURE, rewrite, run_sync, synced, town  # noqa: F401 (fixtures)
+from .support.sync import rewrite, run_sync
 
 pytestmark = pytest.mark.django_db
 

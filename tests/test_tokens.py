@@ -13,14 +13,15 @@ from django.utils import timezone
 from convoys.models import ApiToken
 from convoys.services import tokens
 
-from .factories import command
+from .support.factories import command
+from .support.users import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def viewer():
-    user = User.objects.create_user("ada", password="pw-pw-pw-123")
+    user = User.objects.create_user("ada", password=PASSWORD)
     user.user_permissions.add(Permission.objects.get(codename="view_convoy"))
     return user
 
@@ -63,7 +64,7 @@ def test_last_used_is_written_at_most_once_a_minute(viewer):
 
 
 def test_a_password_change_deletes_every_token_of_that_user(viewer):
-    other = User.objects.create_user("bob", password="pw-pw-pw-123")
+    other = User.objects.create_user("bob", password=PASSWORD)
     mine = [tokens.create_token(viewer, "a"), tokens.create_token(viewer, "b")]
     theirs = tokens.create_token(other, "c")
     viewer.first_name = "Ada"
@@ -90,7 +91,7 @@ def test_bad_token_commands_say_what_is_wrong_and_change_nothing(viewer, args, m
 
 
 def test_the_admin_sets_an_expiry_shows_last_use_and_revokes(client):
-    root = User.objects.create_superuser("root", password="pw-pw-pw-123")
+    root = User.objects.create_superuser("root", password=PASSWORD)
     client.force_login(root)
     later = (timezone.now() + timedelta(days=7)).replace(microsecond=0)
     answer = client.post(

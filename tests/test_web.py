@@ -4,7 +4,7 @@ import json
 import re
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -13,31 +13,21 @@ from convoys.models import Bead, Convoy, Event, Notification, Subscription
 from convoys.services import beads, convoys, staging
 from convoys.services.tokens import create_token
 
-from .factories import bead, blocks, child
-
-
-def user_with(*codenames, username="alice"):
-    user = User.objects.create_user(username, password="pw-pw-pw-123")
-    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
-    return user
+from .support.factories import bead, blocks, child
+from .support.pages import as_of, assert_parts_of, live
+from .support.users import PASSWORD, logged_in, user_with
 
 
 @pytest.fixture
 def viewer(db):
-    return user_with("view_convoy", "view_bead", username="viewer")
+    return user_with("viewer", "view_convoy", "view_bead")
 
 
 @pytest.fixture
 def editor(db):
     return user_with(
-        "view_convoy", "view_bead", "change_convoy", "add_convoy", "change_bead", username="boss"
+        "boss", "view_convoy", "view_bead", "change_convoy", "add_convoy", "change_bead"
     )
-
-
-def logged_in(user, csrf=False):
-    client = Client(enforce_csrf_checks=csrf)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -85,7 +75,7 @@ def test_pages_render_for_a_viewer(world, viewer):
 
 
 def test_missing_permission_gets_a_clear_403(world, db):
-    nobody = User.objects.create_user("nobody", password="pw-pw-pw-123")
+    nobody = User.objects.create_user("nobody", password=PASSWORD)
     response = logged_in(nobody).get("/")
     assert response.status_code == 403 and b"you may not do that" in response.content
 
@@ -279,7 +269,7 @@ def test_openapi_schema_lists_the_endpoints(viewer):
 
 
 def test_admin_bulk_close_goes_through_services(world, db):
-    admin = User.objects.create_superuser("root", "root@localhost", "pw-pw-pw-123")
+    admin = User.objects.create_superuser("root", "root@localhost", PASSWORD)
     client = logged_in(admin)
     response = client.post(
         "/admin/convoys/bead/", {"action": "close_selected", "_selected_action": ["gt-a", "gt-c"]}
@@ -290,7 +280,7 @@ def test_admin_bulk_close_goes_through_services(world, db):
 
 
 def test_admin_convoy_status_obeys_transition_table(world, db):
-    admin = User.objects.create_superuser("root", "root@localhost", "pw-pw-pw-123")
+    admin = User.objects.create_superuser("root", "root@localhost", PASSWORD)
     client = logged_in(admin)
     convoys.close(world, force=True)
     page = client.get(f"/admin/convoys/convoy/{world}/change/")
@@ -317,42 +307,6 @@ def test_admin_convoy_status_obeys_transition_table(world, db):
         and b"A convoy that is closed can only become open here." in (response.content)
     )
     assert Convoy.objects.get(pk=world).status == "closed"
-
-
-# --- pages made of fragments: live answers are the page's own parts ---------------------------
-CSRF = re.compile(r'name="csrfmiddlewaretoken" value="[^"]*"')
-TIME = re.compile(r"<time [^>]*>[^<]*</time>")
-
-
-def live(client, url, since=None, **headers):
-    extra = {"HTTP_X_LIVE": "1"}
-    if since is not None:
-        extra["HTTP_X_LIVE_SINCE"] = str(since)
-    extra.update({f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()})
-    response = client.get(url, **extra)
-    assert response.status_code == 200 and response["Content-Type"] == "application/json"
-    assert "X-Live" in response["Vary"]
-    return response.json()
-
-
-def as_of(page):
-    return int(re.search(r'data-as-of="(\d+)"', page).group(1))
-
-
-def same_markup(html):
-    """Markup without what differs between two renders of the same state: CSRF tokens (masked
-    afresh each time) and times (relative to the moment of rendering)."""
-    return TIME.sub("<time>", CSRF.sub("", html))
-
-
-def assert_parts_of(page, fragments):
-    """Every fragment is, character for character, the element with its id in the page."""
-    for fragment_id, html in fragments.items():
-        if html == "":  # the element left the page
-            assert f'id="{fragment_id}"' not in page, fragment_id
-            continue
-        assert f'id="{fragment_id}"' in html, fragment_id
-        assert same_markup(html) in same_markup(page), fragment_id
 
 
 def test_every_page_is_its_fragments_and_says_when_it_was_drawn(world, editor):

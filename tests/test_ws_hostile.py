@@ -22,16 +22,9 @@ from convoys.live import consumers, relay
 from convoys.log import events
 from convoys.services import convoys
 
-from .factories import bead
-from .test_live import (
-    communicator,
-    events_of,
-    has,
-    make_user,
-    receive_until,
-    sentinel,
-    session_cookie,
-)
+from .support.factories import bead
+from .support.live import communicator, events_of, has, receive_until, sentinel
+from .support.users import session_cookie, user_with, viewer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,7 +47,7 @@ def test_group_names_are_layer_safe_for_any_id():
 
 def test_hostile_bead_ids_do_not_stop_live_updates(routes, caplog):
     bead("gt-a")
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
 
     async def go():
         other = communicator("/ws/live/?topics=bead:gt-a", cookie)
@@ -80,7 +73,7 @@ def test_hostile_bead_ids_do_not_stop_live_updates(routes, caplog):
 def test_a_message_the_layer_refuses_is_logged_once_and_skipped(routes, caplog, monkeypatch):
     bead("gt-a")
     bead("gt-b")
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
     layer = get_channel_layer()
     group_send = layer.group_send
     refused = group_name("bead", "gt-b")
@@ -129,7 +122,7 @@ def handshake(host, origin, cookie, **headers):
 
 
 def test_origin_must_match_scheme_host_and_port(routes, settings):
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
     settings.ALLOWED_HOSTS = ["localhost", "convoy.example.com"]
     settings.CSRF_TRUSTED_ORIGINS = ["http://localhost:9000", "https://*.example.org"]
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -178,7 +171,7 @@ BAD_FRAMES = [
 
 @pytest.mark.slow
 def test_malformed_and_unknown_frames_close_with_4400_and_one_info_line(routes, caplog):
-    user = make_user("alice")
+    user = viewer("alice")
     cookie = session_cookie(user)
 
     async def close_code(frame):
@@ -237,7 +230,7 @@ def test_replay_flood_is_throttled_while_others_stay_live(routes, monkeypatch, s
     settings.CONVOY_WS_FRAMES_PER_S = 1000
     bead("gt-a")
     many_events(1500, "gt-b")
-    mallory, alice = session_cookie(make_user("mallory")), session_cookie(make_user("alice"))
+    mallory, alice = session_cookie(viewer("mallory")), session_cookie(viewer("alice"))
     starts = collections.defaultdict(list)  # a socket's groups -> when its replays started
     running, peak, guard = [0], [0], threading.Lock()
 
@@ -292,7 +285,7 @@ def test_a_users_replay_budget_runs_out_then_they_resync(routes, monkeypatch):
     monkeypatch.setattr(consumers, "USER_ROWS", 10000)
     monkeypatch.setattr(consumers, "USER_ROWS_PER_S", 0)
     many_events(3000, "gt-b")
-    mallory, alice = session_cookie(make_user("mallory")), session_cookie(make_user("alice"))
+    mallory, alice = session_cookie(viewer("mallory")), session_cookie(viewer("alice"))
 
     async def connect_since_0(cookie):
         comm = communicator("/ws/live/?topics=bead:gt-elsewhere&since=0", cookie)
@@ -324,7 +317,7 @@ def test_a_long_log_is_no_reason_to_resync(routes):
     many_events(consumers.REPLAY_LIMIT + 1000, "gt-b")
     mine.append(record("bead.updated", "gt-a"))
     head = events.last_seq()
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
 
     async def page(topics, since):
         comm = communicator(f"/ws/live/?topics={topics}&since={since}", cookie)
@@ -362,9 +355,9 @@ def test_live_topics_need_the_view_permission(routes):
     convoy = convoys.create("A", ["gt-a"])
     viewers = Group.objects.create(name="viewers")
     viewers.permissions.add(Permission.objects.get(codename="view_convoy"))
-    viewer = make_user("vera", view=False)
-    viewer.groups.add(viewers)
-    users = {"none": make_user("nobody", view=False), "group": viewer}
+    vera = user_with("vera")
+    vera.groups.add(viewers)
+    users = {"none": user_with("nobody"), "group": vera}
     topics = f"dashboard,convoy:{convoy.pk},bead:gt-a,inbox"
 
     cookies = {who: session_cookie(user) for who, user in users.items()}
@@ -396,7 +389,7 @@ def test_a_browsers_handshakes_share_one_lookup_and_a_logout_refuses_the_next(ro
 
     from convoys.live import wsgate
 
-    cookie = session_cookie(make_user("alice"))
+    cookie = session_cookie(viewer("alice"))
     lookups = []
 
     def counted_session_user(key):
@@ -443,7 +436,7 @@ def test_one_users_sockets_are_limited_and_others_are_not(routes, settings):
     is told why and closed with 4409; another user still connects, and a closed socket frees
     its place."""
     settings.CONVOY_WS_SOCKETS_PER_USER = 5
-    mallory, alice = session_cookie(make_user("mallory")), session_cookie(make_user("alice"))
+    mallory, alice = session_cookie(viewer("mallory")), session_cookie(viewer("alice"))
 
     async def go():
         accepted, refused = [], []
@@ -481,7 +474,7 @@ def test_too_many_topics_close_with_4413(routes, settings):
     """100 topics on one socket: told and closed with 4413; the limit itself (duplicates
     counted once) still connects."""
     settings.CONVOY_WS_TOPICS = 20
-    cookie = session_cookie(make_user("mallory"))
+    cookie = session_cookie(viewer("mallory"))
     at_limit = ",".join([f"bead:gt-{i}" for i in range(20)] * 3)
     too_many = ",".join(f"bead:gt-{i}" for i in range(100))
 
@@ -513,7 +506,7 @@ def test_a_ping_flood_is_cut_off_without_a_read_per_ping(routes, settings, monke
         return events.last_seq()
 
     monkeypatch.setattr(consumers, "last_seq", counted_last_seq)
-    cookie = session_cookie(make_user("mallory"))
+    cookie = session_cookie(viewer("mallory"))
 
     async def go():
         comm = communicator("/ws/live/?topics=dashboard", cookie)

@@ -19,9 +19,11 @@ from django.test import Client
 from convoys.log import events
 from convoys.services import convoys, tokens
 
-from .conftest import child_env, free_port, redis_url, spawn, wait_port
-from .factories import bead
-from .test_live import communicator, events_of, has, make_user, receive_until, sentinel
+from .support.databases import redis_url
+from .support.factories import bead
+from .support.live import communicator, events_of, has, receive_until, sentinel
+from .support.processes import child_env, free_port, spawn, wait_port
+from .support.users import PASSWORD, cookie_of, logged_in, user_with, viewer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,11 +37,10 @@ def _signals_only(settings):
     settings.CONVOY_WS_RECHECK = 3600
 
 
-def logged_in(user):
+def client_and_cookie(user):
     """A test client with a real login (a session of its own) and its socket cookie."""
-    client = Client()
-    client.force_login(user)
-    return client, f"sessionid={client.cookies['sessionid'].value}".encode()
+    client = logged_in(user)
+    return client, cookie_of(client)
 
 
 async def opened(cookie, topics=TOPICS, since=None):
@@ -78,9 +79,9 @@ def assert_signed_out(outcome):
 
 
 def test_logout_closes_that_sessions_sockets_and_refuses_new_ones(routes):
-    alice = make_user("alice")
-    browser, cookie = logged_in(alice)
-    _, other_cookie = logged_in(alice)  # alice on another computer
+    alice = viewer("alice")
+    browser, cookie = client_and_cookie(alice)
+    _, other_cookie = client_and_cookie(alice)  # alice on another computer
 
     async def go():
         mine = [(await opened(cookie))[0] for _ in range(2)]
@@ -108,9 +109,9 @@ def test_logout_closes_that_sessions_sockets_and_refuses_new_ones(routes):
     ],
 )
 def test_every_session_of_a_user_closes(routes, revoke):
-    alice, bob = make_user("alice"), make_user("bob")
-    cookies = [logged_in(alice)[1], logged_in(alice)[1]]
-    bob_cookie = logged_in(bob)[1]
+    alice, bob = viewer("alice"), viewer("bob")
+    cookies = [client_and_cookie(alice)[1], client_and_cookie(alice)[1]]
+    bob_cookie = client_and_cookie(bob)[1]
 
     async def go():
         sockets = [(await opened(cookie))[0] for cookie in cookies]
@@ -126,12 +127,12 @@ def test_every_session_of_a_user_closes(routes, revoke):
 
 
 def test_a_login_elsewhere_closes_nothing(routes):
-    alice = make_user("alice")
-    cookie = logged_in(alice)[1]
+    alice = viewer("alice")
+    cookie = client_and_cookie(alice)[1]
 
     async def go():
         comm, _ = await opened(cookie)
-        form = {"username": "alice", "password": "pw-pw-pw-123"}
+        form = {"username": "alice", "password": PASSWORD}
         answer = await sync_to_async(Client().post)("/login/", form)
         assert answer.status_code == 302  # signed in
         await still_live(comm, alice)  # last_login saved: no right taken away
@@ -179,9 +180,9 @@ def viewers_group(user):
 def test_a_removed_right_drops_the_topics_it_gave(routes, grant, revoke):
     bead("gt-a")
     convoy = convoys.create("A", ["gt-a"])
-    vera = make_user("vera", view=False)
+    vera = user_with("vera")
     grant(vera)
-    cookie = logged_in(vera)[1]
+    cookie = client_and_cookie(vera)[1]
     topics = f"dashboard,convoy:{convoy.pk},bead:gt-a,inbox"
 
     async def go():
@@ -208,8 +209,8 @@ def test_a_replay_checks_the_rights_afresh_even_unannounced(routes):
     reads the rights first and holds none of the convoy's events."""
     bead("gt-a")
     convoy = convoys.create("A", ["gt-a"])
-    vera = make_user("vera")
-    cookie = logged_in(vera)[1]
+    vera = viewer("vera")
+    cookie = client_and_cookie(vera)[1]
 
     async def go():
         comm, _ = await opened(cookie, f"convoy:{convoy.pk},inbox")
@@ -227,8 +228,8 @@ def test_a_replay_checks_the_rights_afresh_even_unannounced(routes):
 
 def test_the_periodic_recheck_closes_a_session_deleted_by_hand(routes, settings):
     settings.CONVOY_WS_RECHECK = 0.2
-    alice = make_user("alice")
-    cookie = logged_in(alice)[1]
+    alice = viewer("alice")
+    cookie = client_and_cookie(alice)[1]
 
     async def go():
         comm, _ = await opened(cookie)
@@ -240,7 +241,7 @@ def test_the_periodic_recheck_closes_a_session_deleted_by_hand(routes, settings)
 
 def test_an_api_token_opens_no_socket(routes):
     """Sockets take the session cookie only: a token has no socket to close when deleted."""
-    token = tokens.create_token(make_user("robot"), "ci")
+    token = tokens.create_token(viewer("robot"), "ci")
     from channels.testing import WebsocketCommunicator
 
     from convoyweb.asgi import application
@@ -266,8 +267,8 @@ def test_logout_through_one_web_process_closes_sockets_on_the_other(routes):
     env = child_env(REDIS_URL=url, CONVOY_WS_RECHECK="3600")
     ports = [free_port(), free_port()]
     procs = [spawn("web", env, port) for port in ports]
-    make_user("alice")
-    make_user("bob")
+    viewer("alice")
+    viewer("bob")
     sessions = {}
     for name in ("alice", "bob"):
         client = Client()
