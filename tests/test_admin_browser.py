@@ -13,7 +13,7 @@ from .support.users import PASSWORD, full_staff
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_admin_adds_a_bead_with_a_dependency(browser, server):  # noqa: F811
+def test_admin_adds_a_bead_with_a_dependency(browser, server):
     rigs.upsert_route("gt-", "gastown/mayor/rig")
     bead("gt-base")
     full_staff("ada")

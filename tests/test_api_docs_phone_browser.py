@@ -9,7 +9,7 @@ from .support.users import full_staff
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_api_docs_fit_a_phone(browser, server):  # noqa: F811
+def test_api_docs_fit_a_phone(browser, server):
     full_staff("phone")
     context = browser.new_context(
         viewport={"width": 390, "height": 844},

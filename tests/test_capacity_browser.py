@@ -14,7 +14,7 @@ from .support.users import full_staff
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_capacity_panel_follows_the_town_live(routes, browser, server):  # noqa: F811
+def test_capacity_panel_follows_the_town_live(routes, browser, server):
     controls.set_cap(1, actor="ops")  # the run-time override: the server's processes read it
     plan = staging.stage([bead(f"gt-w{i}").id for i in range(3)], actor="test")
     launch_staged(plan.convoy_id, force=True)

@@ -22,7 +22,7 @@ def kinds(page):
     )
 
 
-def test_causes_on_the_live_convoy_page_equal_a_reload(browser, server, routes):  # noqa: F811
+def test_causes_on_the_live_convoy_page_equal_a_reload(browser, server, routes):
     for bead_id in ("gt-a", "gt-b", "gt-c", "gt-e"):
         bead(bead_id)
     bead("gt-d", "Go ahead?", type="decision")

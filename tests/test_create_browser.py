@@ -15,7 +15,7 @@ from .support.users import full_staff
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_create_an_epic_then_unpark_its_rig_from_the_convoy_page(browser, server):  # noqa: F811
+def test_create_an_epic_then_unpark_its_rig_from_the_convoy_page(browser, server):
     rigs.upsert_route("gt-", "gastown/mayor/rig")
     full_staff("maker")
     context, page = login(browser, server, "maker")

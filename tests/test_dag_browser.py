@@ -61,7 +61,7 @@ def geometry_ok(page, url):
     return found
 
 
-def test_real_epics_draw_no_edge_through_a_box(browser, server, routes):  # noqa: F811
+def test_real_epics_draw_no_edge_through_a_box(browser, server, routes):
     jsonl.import_file(shared_file("steveyegge+gastown+issues.jsonl"))
     jsonl.import_file(shared_file("steveyegge+beads+issues@ce622f5.jsonl"))
     full_staff("ann")
@@ -82,7 +82,7 @@ def generated_epic(rng, size, prefix="gt-g"):
     return ids
 
 
-def test_generated_epics_draw_no_edge_through_a_box(browser, server, routes):  # noqa: F811
+def test_generated_epics_draw_no_edge_through_a_box(browser, server, routes):
     rng = random.Random(14)
     full_staff("ann")
     context, page = login(browser, server, "ann")
@@ -105,7 +105,7 @@ def test_generated_epics_draw_no_edge_through_a_box(browser, server, routes):  #
     context.close()
 
 
-def test_a_400_bead_convoy_with_long_edges_draws_none_through_a_box(browser, server, routes):  # noqa: F811
+def test_a_400_bead_convoy_with_long_edges_draws_none_through_a_box(browser, server, routes):
     rng, now = random.Random(400), timezone.now()
     ids = [f"gt-big{i:03d}" for i in range(400)]
     seed = bead("gt-seed")  # a bead made by the services: its rig is the route's
@@ -143,7 +143,7 @@ def test_a_400_bead_convoy_with_long_edges_draws_none_through_a_box(browser, ser
     context.close()
 
 
-def test_the_demo_gate_is_drawn_and_named_with_its_edge(browser, server):  # noqa: F811
+def test_the_demo_gate_is_drawn_and_named_with_its_edge(browser, server):
     call_command("demo", stdout=io.StringIO())
     convoy = Convoy.objects.get(title__contains="Gated: production rollout")
     full_staff("ann")
@@ -179,7 +179,7 @@ def chain(routes):
     return convoy_id
 
 
-def test_hover_and_keyboard_focus_highlight_the_chain(browser, server, chain):  # noqa: F811
+def test_hover_and_keyboard_focus_highlight_the_chain(browser, server, chain):
     full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(server + f"/convoys/{chain}/")
@@ -209,7 +209,7 @@ def test_hover_and_keyboard_focus_highlight_the_chain(browser, server, chain):  
     context.close()
 
 
-def test_focus_centres_the_bead_and_an_unknown_id_says_so(browser, server, routes):  # noqa: F811
+def test_focus_centres_the_bead_and_an_unknown_id_says_so(browser, server, routes):
     ids = generated_epic(random.Random(3), 30, prefix="gt-f")
     convoy_id = stage(ids)
     full_staff("ann")
@@ -238,7 +238,7 @@ TOUCH = """([kind, id, x, y]) => {
 }"""
 
 
-def test_pan_and_zoom_by_mouse_touch_and_keys(browser, server, routes):  # noqa: F811
+def test_pan_and_zoom_by_mouse_touch_and_keys(browser, server, routes):
     ids = generated_epic(random.Random(5), 30, prefix="gt-p")
     convoy_id = stage(ids)
     full_staff("ann")
@@ -291,7 +291,7 @@ def test_pan_and_zoom_by_mouse_touch_and_keys(browser, server, routes):  # noqa:
     context.close()
 
 
-def test_icons_and_classes_change_live(browser, server, chain):  # noqa: F811
+def test_icons_and_classes_change_live(browser, server, chain):
     full_staff("ann")
     context, page = login(browser, server, "ann")
     page.goto(server + f"/convoys/{chain}/")

@@ -53,7 +53,7 @@ def node_class(page, bead_id):
     )
 
 
-def test_timeline_slider_and_since_last_visit(browser, server, convoy_id):  # noqa: F811
+def test_timeline_slider_and_since_last_visit(browser, server, convoy_id):
     full_staff("hana")
     context, page = login(browser, server, "hana")
     url = f"{server}/convoys/{convoy_id}/"
@@ -141,7 +141,7 @@ def _visit_seq(username, convoy_id):
     return visit.seq if visit else 0
 
 
-def test_what_a_visible_page_showed_is_seen_and_a_hidden_tab_marks_it(browser, server, convoy_id):  # noqa: F811
+def test_what_a_visible_page_showed_is_seen_and_a_hidden_tab_marks_it(browser, server, convoy_id):
     full_staff("ines")
     context, page = login(browser, server, "ines")
     url = f"{server}/convoys/{convoy_id}/"

@@ -42,7 +42,7 @@ def epic(routes):
     return staging.stage(["gt-ep"], actor="web:ann").convoy_id
 
 
-def test_every_page_equals_a_reload_after_each_step(browser, server, epic):  # noqa: F811
+def test_every_page_equals_a_reload_after_each_step(browser, server, epic):
     convoy_id = epic
     ann = full_staff("ann")
     notify.subscribe(ann, None)
@@ -114,7 +114,7 @@ def test_every_page_equals_a_reload_after_each_step(browser, server, epic):  # n
     context.close()
 
 
-def test_a_page_opened_with_a_long_log_does_not_reload(browser, server, epic):  # noqa: F811
+def test_a_page_opened_with_a_long_log_does_not_reload(browser, server, epic):
     convoy_id = epic
     full_staff("ann")
     with transaction.atomic():
@@ -148,7 +148,7 @@ window.Notification.requestPermission = async () => "granted";
 """
 
 
-def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, epic):  # noqa: F811
+def test_one_toast_per_landing_only_where_the_convoy_is_shown(browser, server, epic):
     convoy_id = epic
     ann = full_staff("ann")
     notify.subscribe(ann, None)

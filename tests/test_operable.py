@@ -105,7 +105,7 @@ def test_metrics_allow_is_checked_when_settings_load(monkeypatch):
 
 
 # --- /metrics: what it says -------------------------------------------------------------------
-def test_metrics_after_a_launch_and_a_close(routes, settings, closing):  # noqa: F811
+def test_metrics_after_a_launch_and_a_close(routes, settings, closing):
     settings.CONVOY_METRICS_TOKEN = TOKEN
     ids = chain(3)
     convoy = launched(ids)

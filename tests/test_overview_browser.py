@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(trans
 DOM_BUDGET = 10_000
 
 
-def test_a_big_convoy_overview_stays_small_and_opens_waves(browser, server, routes):  # noqa: F811
+def test_a_big_convoy_overview_stays_small_and_opens_waves(browser, server, routes):
     convoy_id, ids = big_convoy(size=2000, done=300)
     full_staff("ann")
     context, page = login(browser, server, "ann")

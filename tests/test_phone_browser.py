@@ -118,7 +118,7 @@ def convoys_to_see(routes):
     return small, big
 
 
-def test_every_page_fits_a_phone(browser, server, convoys_to_see):  # noqa: F811
+def test_every_page_fits_a_phone(browser, server, convoys_to_see):
     small, big = convoys_to_see
     user = full_staff("phone")
     convoy = Convoy.objects.get(pk=small)

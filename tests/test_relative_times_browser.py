@@ -12,7 +12,7 @@ from .support.users import full_staff
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_page_left_open_ages_its_times(browser, server, routes):  # noqa: F811
+def test_a_page_left_open_ages_its_times(browser, server, routes):
     bead("gt-old")
     convoy = convoys.create("Left open", ["gt-old"])
     full_staff("watcher")

@@ -118,7 +118,7 @@ def balanced(transactional_db):
                 proc.wait()
 
 
-def test_pages_behind_two_web_processes_equal_a_reload_to_the_landing(browser, balanced, routes):  # noqa: F811
+def test_pages_behind_two_web_processes_equal_a_reload_to_the_landing(browser, balanced, routes):
     bead("gt-rr", "Balanced epic", type="epic")
     for bead_id in ("gt-r1", "gt-r2", "gt-r3"):
         bead(bead_id, f"Part {bead_id[-1]}")
