@@ -145,6 +145,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "convoys.web.context.unread_count",
+                "convoys.web.context.browser_rules",
             ],
         },
     },

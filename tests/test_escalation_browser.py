@@ -14,7 +14,7 @@ from .support.users import full_staff
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_escalation_toast_and_acknowledge_in_the_inbox(browser, server, routes):  # noqa: F811
+def test_escalation_toast_and_acknowledge_in_the_inbox(browser, server, routes):
     alice = full_staff("alice")
     bead("gt-gate", "Pick a database", type="decision")
     bead("gt-w", "Migrate")
@@ -30,6 +30,12 @@ def test_escalation_toast_and_acknowledge_in_the_inbox(browser, server, routes):
         "[...document.querySelectorAll('.toast.bad')]"
         ".some(t => t.textContent === '⚠ Convoy stuck: Stuck work')",
     )
+    # Announced once: by the live region it is added to, not by a role of its own as well.
+    toast = "document.querySelector('.toast.bad')"
+    announced = page.evaluate(
+        f"() => [{toast}.getAttribute('role'), {toast}.parentElement.getAttribute('aria-live')]"
+    )
+    assert announced == [None, "polite"]
     wait_js(page, "document.querySelector('#inbox-action form.ack button') !== null")
     assert "gt-w (gated): gated by gt-gate" in page.inner_text("#inbox-action")
     shot(page, "inbox-escalation")

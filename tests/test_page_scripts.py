@@ -3,9 +3,13 @@ on*= attribute (progress bars are SVG rects with geometry attributes), and each 
 the scripts it uses: the DAG's pan and zoom (dag.js) and the time slider (history.js) on the
 convoy page only; live.js, on every page, holds none of them."""
 
+import json
+import re
+
 from django.urls import reverse
 
-from convoys.models import Bead, Convoy
+from convoys.core import formatting
+from convoys.models import Bead, Convoy, status_symbol
 
 from .support.pages import inline_code
 from .support.paths import ROOT
@@ -29,7 +33,7 @@ def three_pages():
     }
 
 
-def test_three_pages_have_no_inline_style_or_handlers_and_their_own_scripts(demo):  # noqa: F811
+def test_three_pages_have_no_inline_style_or_handlers_and_their_own_scripts(demo):
     client = logged_in(demo)
     for name, url in three_pages().items():
         response = client.get(url)
@@ -49,3 +53,26 @@ def test_live_js_carries_no_page_specific_drawing():
     live = (ROOT / "static" / "convoys" / "live.js").read_text()
     for word in ("wheel", "pinch", "viewBox", "slider", "pointerdown"):
         assert word not in live, word
+
+
+def test_the_scripts_take_their_words_and_icons_from_the_page(demo):
+    """The relative-time words and the state icons the scripts use are the server's own, in
+    one JSON block on every page; no script carries a copy of them."""
+    html = logged_in(demo).get("/").text
+    block = re.search(r'<script id="browser-rules" type="application/json">(.*?)</script>', html)
+    rules = json.loads(block.group(1))
+    assert rules["relative"] == formatting.RELATIVE_WORDS
+    assert rules["icons"] == {
+        "done": status_symbol("closed"),
+        "active": status_symbol("in_progress"),
+        "ready": status_symbol("ready"),
+        "blocked": status_symbol("open"),
+        "unknown": status_symbol("unknown"),
+    }
+    for name in ("live.js", "dag.js", "history.js"):
+        script = (ROOT / "static" / "convoys" / name).read_text()
+        for words in [*RELATIVE_COPIES, *rules["icons"].values()]:
+            assert f'"{words}"' not in script, (name, words)
+
+
+RELATIVE_COPIES = ("in under a minute", "just now", "<1m")

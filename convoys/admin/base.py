@@ -223,6 +223,14 @@ class FirstRowsFormSet(InlineFormSet):
             self._queryset = super().get_queryset()[:INLINE_ROWS]
         return self._queryset
 
+    def add_fields(self, form: forms.BaseForm, index: int | None) -> None:
+        """A tabular inline names its columns in a header row, not a <label> per cell: each
+        control is named for assistive technology by its column (and row)."""
+        super().add_fields(form, index)
+        row = "new row" if index is None else f"row {index + 1}"
+        for field in form.fields.values():
+            field.widget.attrs.setdefault("aria-label", f"{field.label} ({row})")
+
 
 def rows_note(total: int, nouns: tuple[str, str], where: str) -> str:
     noun = nouns[0] if total == 1 else nouns[1]

@@ -337,21 +337,32 @@ def convoy_title(title: str) -> str:
     return title
 
 
+# How a relative time is worded, here and (through the pages' `browser-rules` block) by the
+# script that rewords the times of a page left open.
+RELATIVE_WORDS = {
+    "soon": "in under a minute",
+    "now": "just now",
+    "ahead": "in {}",
+    "ago": "{} ago",
+    "instant": "<1m",
+}
+
+
 def relative(moment: datetime, now: datetime) -> str:
     """ "3m ago", "in 2h 5m", "just now", "in under a minute"."""
     seconds = (moment - now).total_seconds()
     if 0 < seconds < 60:
-        return "in under a minute"
+        return RELATIVE_WORDS["soon"]
     if abs(seconds) < 60:
-        return "just now"
+        return RELATIVE_WORDS["now"]
     text = duration(abs(seconds))
-    return f"in {text}" if seconds > 0 else f"{text} ago"
+    return RELATIVE_WORDS["ahead" if seconds > 0 else "ago"].format(text)
 
 
 def duration(seconds: float) -> str:
     minutes = int(seconds // 60)
     if minutes < 1:
-        return "<1m"
+        return RELATIVE_WORDS["instant"]
     if minutes < 60:
         return f"{minutes}m"
     hours, minutes = divmod(minutes, 60)

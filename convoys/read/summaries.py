@@ -338,3 +338,13 @@ def status_class(status: str) -> tuple[str, str]:
     if status in ("unknown", "ready"):
         return f"st-{status}", icon
     return "st-blocked", icon
+
+
+# A status of each drawn state, to name the state's icon once (`state_icons`).
+STATE_EXAMPLES = ("closed", "in_progress", "ready", "open", "unknown")
+
+
+def state_icons() -> dict[str, str]:
+    """{drawn state ("done", "active", "ready", "blocked", "unknown"): its icon}, for the
+    script that redraws a graph's nodes as they were (the time slider)."""
+    return {css.removeprefix("st-"): icon for css, icon in map(status_class, STATE_EXAMPLES)}

@@ -1,5 +1,6 @@
 """What every page's context holds: the sequence number it is drawn at, `now`, the inbox badge
-(a context processor), and a read model's fields as template variables."""
+and the rules the pages' scripts follow (context processors), and a read model's fields as
+template variables."""
 
 import dataclasses
 import functools
@@ -8,8 +9,10 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils import timezone
 
+from convoys.core import formatting
 from convoys.log.events import last_seq
 from convoys.models import Notification, Subscription
+from convoys.read import summaries
 
 
 def unread_count(request: HttpRequest) -> dict[str, Any]:
@@ -26,6 +29,15 @@ def unread_count(request: HttpRequest) -> dict[str, Any]:
 
     unread = Notification.objects.filter(user=user, read_at__isnull=True)
     return {"unread_count": functools.cache(unread.count), "subscribed_ids": subscribed_ids}
+
+
+def browser_rules(request: HttpRequest) -> dict[str, Any]:
+    """Context processor: the rules the pages' scripts follow, stated here once (base.html puts
+    them in a JSON block, `browser-rules`): how relative times are worded and each drawn
+    state's icon."""
+    return {
+        "browser_rules": {"relative": formatting.RELATIVE_WORDS, "icons": summaries.state_icons()}
+    }
 
 
 def page_context(request: HttpRequest) -> dict[str, Any]:

@@ -236,15 +236,7 @@
     url.searchParams.delete("fragments");
     url.hash = "";
     history.replaceState(history.state, "", url);
-    url.searchParams.set("fragments", "dag-card,wave-card");
-    const response = await fetch(url, { headers: { "X-Live": "1" }, credentials: "same-origin", cache: "no-store" });
-    if (!response.ok) return;
-    const data = await response.json();
-    for (const [id, html] of Object.entries(data.fragments)) {
-      const el = document.getElementById(id);
-      if (el) el.outerHTML = html;
-    }
-    document.dispatchEvent(new CustomEvent("convoy:fragments"));
+    if (!(await window.convoyLive.load(url, ["dag-card", "wave-card"]))) return;
     const card = document.getElementById("dag-card");
     if (card) card.scrollIntoView({ block: "nearest" });
   });

@@ -30,8 +30,9 @@
   const history = { past: null, target: null, pending: 0, changed: [], requests: 0 };
   window.convoyHistory = history;
   const csrf = () => (document.querySelector("input[name=csrfmiddlewaretoken]") || {}).value || "";
-  const ICONS = { "st-done": "✓", "st-active": "▶", "st-ready": "●", "st-blocked": "○", "st-unknown": "?" };
-  const STATE_CLASSES = Object.keys(ICONS);
+  const live = window.convoyLive;
+  const ICONS = live.rules.icons;  // {drawn state: icon}, as the server draws the graph
+  const STATE_CLASSES = Object.keys(ICONS).map((state) => "st-" + state);
 
   function steps() {
     const gantt = document.getElementById("gantt-card");
@@ -48,17 +49,6 @@
     if (atEnd) slider.value = String(max);
   }
 
-  /* Replace each element by id with its fragment's html. */
-  function swap(fragments) {
-    for (const [id, html] of Object.entries(fragments)) {
-      const old = document.getElementById(id);
-      if (!old) continue;
-      const t = document.createElement("template");
-      t.innerHTML = html;
-      if (t.content.firstElementChild) old.replaceWith(t.content.firstElementChild);
-    }
-  }
-
   function applyPast(data) {
     const dag = document.getElementById("dag");
     if (dag) {
@@ -69,10 +59,10 @@
         STATE_CLASSES.forEach((c) => node.classList.remove(c));
         node.classList.add(cls);
         const icon = node.querySelector("text.icon");
-        if (icon && !node.classList.contains("gate") && !node.classList.contains("ghost")) icon.textContent = ICONS[cls];
+        if (icon && !node.classList.contains("gate") && !node.classList.contains("ghost")) icon.textContent = ICONS[state];
       });
     }
-    swap(data.fragments);
+    live.place(data.fragments, true);  // quiet: this runs in answer to convoy:fragments too
     const c = data.counts;
     // The head's bar and counts line as they were (the next live update redraws the head;
     // the past is applied again after it).
@@ -116,17 +106,13 @@
     history.past = null;
     history.target = null;
     history.pending += 1;
-    const url = new URL(location.href);
-    url.searchParams.set("fragments", "convoy-head,dag-card,wave-card,gantt-card");
-    try {
-      const response = await fetch(url, { headers: { "X-Live": "1" }, credentials: "same-origin", cache: "no-store" });
-      swap((await response.json()).fragments);
-    } catch (e) { /* the next live update draws the present */ }
     document.body.classList.remove("history-past");
     stateEl.textContent = "Showing now.";
     nowButton.disabled = true;
+    try {
+      await live.load(location.href, ["convoy-head", "dag-card", "wave-card", "gantt-card"]);
+    } catch (e) { /* the next live update draws the present */ }
     setMax();
-    document.dispatchEvent(new CustomEvent("convoy:fragments"));
   }
 
   slider.addEventListener("input", () => {

@@ -18,6 +18,10 @@
                   fetches: 0, toasts: [], socket: null, attempt: 0,
                   headers: [] };  // page scripts add headers to live requests (dag.js: its layout)
   window.convoyLive = state;
+  // The rules the server states once (convoys/web/context.py browser_rules): how relative
+  // times are worded, each drawn state's icon.
+  const rulesEl = document.getElementById("browser-rules");
+  state.rules = rulesEl ? JSON.parse(rulesEl.textContent) : { relative: {}, icons: {} };
   const liveEl = document.getElementById("live-state");
   const pending = new Map();  // fragments held back while the user is typing in them
   const toasted = new Map();  // toast key -> time shown (one toast per landing)
@@ -195,6 +199,31 @@
     document.dispatchEvent(new CustomEvent("convoy:fragments"));
   }
 
+  /* Page scripts draw fragments through these, so every fragment follows the same rules (by
+   * id, never from under the user's fingers, typed values kept). place: fragments the script
+   * has ({id: html}); `quiet` leaves out the convoy:fragments event (for a script that draws
+   * in answer to it). load: some of this page's fragments (ids) for `url` (the page with the
+   * query it now shows), asked again while the answer is older than the rest of the page. */
+  function place(fragments, quiet) {
+    for (const [id, html] of Object.entries(fragments)) replace(id, html);
+    if (!quiet) document.dispatchEvent(new CustomEvent("convoy:fragments"));
+  }
+  async function load(url, ids) {
+    const asked = new URL(url, location.href);
+    asked.searchParams.set("fragments", ids.join(","));
+    const headers = { "X-Live": "1" };
+    for (const add of state.headers) Object.assign(headers, add());
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      const response = await fetch(asked, { headers, credentials: "same-origin", cache: "no-store" });
+      if (!response.ok) return null;
+      const data = await response.json();
+      if (data.seq >= state.rendered || attempt === 2) { place(data.fragments); return data; }
+    }
+    return null;
+  }
+  state.place = place;
+  state.load = load;
+
   function replace(id, html) {
     const el = document.getElementById(id);
     if (!el) return;
@@ -283,8 +312,7 @@
     const box = document.getElementById("toasts");
     if (!box) return;
     const el = document.createElement("div");
-    el.className = "toast " + (kind || "");
-    el.setAttribute("role", kind === "bad" ? "alert" : "status");
+    el.className = "toast " + (kind || "");  // #toasts is a live region: read once, as added
     el.dataset.key = key;
     el.textContent = text;
     box.appendChild(el);
@@ -373,12 +401,12 @@
 
 
   /* Relative times ("3m ago") drift on a page left open: word them again from the exact time
-   * each carries, every 20 s, with the server's clock (data-now: when the page was drawn). The
-   * same words as convoys/core/formatting.py relative(). */
+   * each carries, every 20 s, with the server's clock (data-now: when the page was drawn), in
+   * the words the server states (formatting.RELATIVE_WORDS, in the browser-rules block). */
   const skew = (Date.parse(body.dataset.now || "") || Date.now()) - Date.now();
   function duration(seconds) {
     let minutes = Math.floor(seconds / 60);
-    if (minutes < 1) return "<1m";
+    if (minutes < 1) return words.instant;
     if (minutes < 60) return `${minutes}m`;
     let hours = Math.floor(minutes / 60);
     minutes %= 60;
@@ -387,12 +415,13 @@
     hours %= 24;
     return hours ? `${days}d ${hours}h` : `${days}d`;
   }
+  const words = state.rules.relative;
   function relative(moment, now) {
     const seconds = (moment - now) / 1000;
-    if (seconds > 0 && seconds < 60) return "in under a minute";
-    if (Math.abs(seconds) < 60) return "just now";
+    if (seconds > 0 && seconds < 60) return words.soon;
+    if (Math.abs(seconds) < 60) return words.now;
     const text = duration(Math.abs(seconds));
-    return seconds > 0 ? `in ${text}` : `${text} ago`;
+    return (seconds > 0 ? words.ahead : words.ago).replace("{}", text);
   }
   function rewordTimes() {
     const now = Date.now() + skew;

@@ -31,17 +31,20 @@ def svg(
     group drawn by `overlay()`: live updates replace those elements, never the geometry."""
     outside = outside or {}
     out = [
-        f'<svg class="dag" xmlns="http://www.w3.org/2000/svg" role="img" '
-        f'aria-label="Dependency graph" viewBox="0 0 {geometry["width"]} {geometry["height"]}" '
+        # A group of links, one per bead, for assistive technology: the drawing (columns,
+        # arrows, marks) is hidden from it, each node's link names its bead and state.
+        '<svg class="dag" xmlns="http://www.w3.org/2000/svg" role="group" '
+        'aria-roledescription="dependency graph" aria-label="Dependency graph" '
+        f'viewBox="0 0 {geometry["width"]} {geometry["height"]}" '
         f'width="{geometry["width"]}" height="{geometry["height"]}">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+        '<defs aria-hidden="true"><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z"/></marker></defs>',
-        '<g class="columns">',
+        '<g class="columns" aria-hidden="true">',
     ]
     for x, label in geometry["columns"]:
         if label:
             out.append(f'<text class="column" x="{x}" y="{PAD + 4}">{escape(label)}</text>')
-    out.append('</g><g class="edges">')
+    out.append('</g><g class="edges" aria-hidden="true">')
     ghosts = {i for i, v in outside.items() if v[0] != "gate"}
     for a, b, d, reverse in geometry["edges"]:
         extra = " ghost" if a in ghosts else ""
@@ -100,7 +103,7 @@ def node(
     if kind in ("unknown", "external"):
         what = "external target" if kind == "external" else "not a bead in this database"
         return (
-            f'<g class="node ghost {kind}" id="{dom_id}" data-id="{safe_id}" tabindex="0" '
+            f'<g class="node ghost {kind}" id="{dom_id}" data-id="{safe_id}" tabindex="0" role="img" '
             f'transform="translate({x},{y})"><title>{safe_id}: {what}</title>'
             f'<rect width="{NODE_W}" height="{NODE_H}" rx="6"/>'
             f'<text class="icon" x="9" y="25">{"↗" if kind == "external" else "?"}</text>'
