@@ -7,11 +7,13 @@ import signal
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
+# The support modules' asserts report what they compared, as a test's own do.
+pytest.register_assert_rewrite("tests.support")
 pytest_plugins = [
+    "tests.support.processes",  # first: browser imports it
     "tests.support.browser",
     "tests.support.factories",
     "tests.support.pages",
-    "tests.support.processes",
     "tests.support.sync",
 ]
 
