@@ -134,10 +134,13 @@ class Bead(models.Model):
 
 
 def status_symbol(status: str) -> str:
-    """One symbol per state on every page, the CLI and e-mail: ✓ done, ▶ in progress,
+    """One symbol per state on every page, the CLI and e-mail: ✓ done, ◐ submitted (closed,
+    waiting to merge), ▶ in progress,
     ● ready (`status` "ready": the readiness rule said so), ? unknown, ○ blocked."""
     if status in DONE_STATUSES:
         return "✓"
+    if status == "submitted":  # closed, waiting for its merge
+        return "◐"
     if status in ACTIVE_WORK_STATUSES:
         return "▶"
     if status == "ready":
@@ -593,13 +596,56 @@ class ConvoyVisit(models.Model):
         ]
 
 
+class Merge(models.Model):
+    """A bead's change on its way into the target branch, one row per bead: open (submitted,
+    waiting to merge), merged or abandoned. Written by `services.merges` from the bead store's
+    merge-request beads and from forge webhooks; a convoy merging by `mr` counts a closed bead
+    done only once its row says merged."""
+
+    OPEN, MERGED, ABANDONED = "open", "merged", "abandoned"
+    STATES = (OPEN, MERGED, ABANDONED)
+
+    bead_id = models.CharField(max_length=255, primary_key=True)
+    state = models.CharField(max_length=10, default=OPEN)
+    source = models.CharField(max_length=20)  # "bd", "github", "gitlab", "gitea", "cli"
+    ref = models.CharField(max_length=255, blank=True, default="")  # a commit, "PR #12", an MR id
+    link = models.TextField(blank=True, default="")
+    branch = models.CharField(max_length=255, blank=True, default="")
+    target = models.CharField(max_length=255, blank=True, default="")
+    ci = models.CharField(
+        max_length=20, blank=True, default=""
+    )  # the forge's CI: pending, success…
+    reason = models.TextField(blank=True, default="")  # why it was abandoned
+    opened_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.bead_id}: {self.state}"
+
+
+class ForgeDelivery(models.Model):
+    """A forge webhook delivery seen once: a redelivery with the same id changes nothing."""
+
+    forge = models.CharField(max_length=10)
+    delivery = models.CharField(max_length=255)
+    received_at = models.DateTimeField()
+    outcome = models.TextField(blank=True, default="")  # what it did, in a line
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["forge", "delivery"], name="unique_forge_delivery")
+        ]
+
+
 # --- the read model: derived facts kept with the event log (convoys/read/projection.py) ----------
 class BeadFacts(models.Model):
     """What the rules say about one bead, refreshed in the transaction of every event that may
     change it (and by the ticker's time events); `manage.py convoy reproject` rebuilds it."""
 
     bead_id = models.CharField(max_length=255, primary_key=True)
-    segment = models.CharField(max_length=10)  # done | active | failed | ready | blocked
+    segment = models.CharField(
+        max_length=10
+    )  # done | submitted | active | failed | ready | blocked
     ready = models.BooleanField(default=False)  # the readiness rule
     feedable = models.BooleanField(default=False)  # ready, not cooling down, not parked
     failed = models.BooleanField(default=False)  # its last dispatch failed
@@ -624,6 +670,7 @@ class ConvoyFacts(models.Model):
 
     convoy_id = models.CharField(max_length=64, primary_key=True)
     done = models.PositiveIntegerField(default=0)
+    submitted = models.PositiveIntegerField(default=0)  # closed, waiting to merge (`mr`)
     active = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)
     ready = models.PositiveIntegerField(default=0)

@@ -382,6 +382,43 @@ except ValueError as exc:
     raise ImproperlyConfigured(f"CONVOY_METRICS_ALLOW: {exc}") from None
 # /readyz answers 503 when the live relay is this many seconds behind the event log.
 CONVOY_READY_RELAY_LAG = env_float("CONVOY_READY_RELAY_LAG", 30.0, minimum=0.1)
+# Landed means merged: a convoy merging by `mr` counts a closed bead done only once its change
+# is merged (a convoy's own `--merge` wins; `direct` and `local` count the close).
+CONVOY_MERGE_STRATEGY = env_choice("CONVOY_MERGE_STRATEGY", "DIRECT", ("DIRECT", "MR", "LOCAL")).lower()
+# Case-insensitive regular expressions (comma-separated) searched in a merge request's close
+# reason; the abandoned ones are tried first (convoys/core/merges.py).
+CONVOY_MERGED_REASONS = env_list(
+    "CONVOY_MERGED_REASONS",
+    [
+        r"^merged\b",
+        r"^direct merge to ",
+        r"^manually merged",
+        r"^branch(es)? (already )?merged",
+        r"already merged",
+        r"^(work |all commits |commits )?already (on|in) main",
+    ],
+)
+CONVOY_ABANDONED_REASONS = env_list(
+    "CONVOY_ABANDONED_REASONS",
+    [
+        r"^stale",
+        r"^rejected",
+        r"no longer exists?",
+        r"does not exist",
+        r"not found",
+        r"unverifiable",
+        r"superseded",
+        r"^conflicts with",
+        r"no new commits",
+        r"abandoned",
+        r"closed without merg",
+    ],
+)
+# Forge webhooks (/hooks/github, /hooks/gitlab, /hooks/gitea): each forge is refused until its
+# secret is set.
+CONVOY_GITHUB_SECRET = os.environ.get("CONVOY_GITHUB_SECRET", "")
+CONVOY_GITLAB_TOKEN = os.environ.get("CONVOY_GITLAB_TOKEN", "")
+CONVOY_GITEA_SECRET = os.environ.get("CONVOY_GITEA_SECRET", "")
 # A load balancer probes over plain HTTP, straight to the process.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 

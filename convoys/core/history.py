@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from convoys.core.merges import self_merged
+
 DONE_STATUSES = ("closed", "tombstone")
 ACTIVE_STATUSES = ("hooked", "in_progress")
 BLOCKING_TYPES = ("blocks", "conditional-blocks", "waits-for", "merge-blocks")
-MERGED_PREFIX = "Merged in "
+MERGE_KINDS = frozenset({"bead.merged", "merge.abandoned"})
 # Convoy events after which its ready beads are expected to be taken.
 LAUNCH_KINDS = frozenset({"convoy.launched", "convoy.reopened"})
 STOP_KINDS = frozenset({"convoy.landed", "convoy.closed"})
@@ -51,12 +53,16 @@ class Span:
     end: datetime | None  # None: still in this phase
 
 
-def target_blocks(dep_type: str, status: str, close_reason: str | None) -> bool:
-    """The readiness rule's edge test (readiness.target_blocks), for replayed values."""
+def target_blocks(
+    dep_type: str, status: str, close_reason: str | None, merged: bool = False
+) -> bool:
+    """Does an existing target with this status block along an edge of this type? The
+    readiness rule's edge test, for rows and for replayed values alike: a `merge-blocks` edge
+    waits for the target's merge, recorded (`merged`) or said by its own close reason."""
     if dep_type not in BLOCKING_TYPES or status == "tombstone":
         return False
     if status == "closed":
-        return dep_type == "merge-blocks" and not (close_reason or "").startswith(MERGED_PREFIX)
+        return dep_type == "merge-blocks" and not (merged or self_merged(close_reason or ""))
     return True
 
 
@@ -69,6 +75,7 @@ class Replay:
     status: dict[str, str] = field(default_factory=dict)
     assignee: dict[str, str] = field(default_factory=dict)
     reason: dict[str, str] = field(default_factory=dict)
+    merged: set[str] = field(default_factory=set)
     launched: bool = False
     seq: int = 0
 
@@ -86,6 +93,13 @@ class Replay:
             return False
         if ev.convoy_id == self.convoy_id and ev.kind in LAUNCH_KINDS:
             self.launched = True
+        if ev.kind in MERGE_KINDS:
+            before_merged = ev.bead_id in self.merged
+            if ev.kind == "bead.merged":
+                self.merged.add(ev.bead_id)
+            else:
+                self.merged.discard(ev.bead_id)
+            return before_merged != (ev.bead_id in self.merged)
         status = data.get("status")
         if not isinstance(status, str):
             return False
@@ -104,7 +118,10 @@ class Replay:
     def blocked(self, bead: str) -> bool:
         for target, dep_type in self.blocking.get(bead, ()):
             status = self.status.get(target)
-            if status is not None and target_blocks(dep_type, status, self.reason.get(target)):
+            merged = target in self.merged
+            if status is not None and target_blocks(
+                dep_type, status, self.reason.get(target), merged
+            ):
                 return True
         return False
 

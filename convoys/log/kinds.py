@@ -100,6 +100,17 @@ REGISTRY: dict[str, Kind] = {
             FAILED,
             PROGRESS,
         ),
+        # Landed means merged: a merge makes a submitted bead done (the feeder's input too).
+        _kind("bead.merged", "a bead's change was merged", BEAD, DONE, PROGRESS),
+        _kind("merge.opened", "a bead's change was submitted or its CI changed", BEAD),
+        _kind(
+            "merge.abandoned",
+            "a bead's change was closed without merge: the bead needs work again",
+            BEAD,
+            DONE,
+            FAILED,
+            PROGRESS,
+        ),
         _kind("bead.parked", "the breaker parked a bead after failures in a row", BEAD),
         _kind("bead.retried", "a parked bead's failures were cleared", BEAD),
         _kind("worker.timed_out", "a bead's worker went silent past the timeout", BEAD, TIME),
@@ -152,6 +163,9 @@ def unregistered(names: set[str] | frozenset[str] | list[str]) -> list[str]:
 
 
 CLOSED = "bead.closed"  # its writers hand it to the cluster: queue.handle_closes_on_commit
+MERGED = "bead.merged"
+# What makes a bead done and so feeds what it unblocks and lands what it completes.
+FEEDS = frozenset((CLOSED, MERGED))
 # The kinds about one bead (and the log's notes): each changes the row of the bead it names,
 # and so what that bead blocks, and nothing else.
 BEAD_KINDS = (touching(BEAD) | touching(NOTE)) - touching(CONVOY, RIG, CAPACITY, TRACKING)

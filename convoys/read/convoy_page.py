@@ -296,7 +296,7 @@ def _wave_rows(
 def _wave_counts(
     wave: list[str], beads: dict[str, TrackedRow], ready_ids: Set[str]
 ) -> dict[str, int]:
-    counts = {"done": 0, "active": 0, "ready": 0, "blocked": 0}
+    counts = {"done": 0, "submitted": 0, "active": 0, "ready": 0, "blocked": 0}
     for bead_id in wave:
         bead = beads.get(bead_id)
         counts[segment_of(bead, ready_ids) if bead else "blocked"] += 1

@@ -48,7 +48,7 @@ from convoys.models import (
     Worker,
 )
 from convoys.rules import causes as causemod
-from convoys.rules import stranding
+from convoys.rules import merging, stranding
 from convoys.rules.readiness import blocked_by, ready_among, ready_beads
 from convoys.rules.rows import (
     Edge,
@@ -62,7 +62,7 @@ from convoys.rules.rows import (
 Gate = tuple[str, str, str, str]  # (id, title, issue type, status) of a blocker that is no task
 Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[Gate]]
 
-SEGMENTS = ("done", "active", "failed", "ready", "blocked", "unknown")
+SEGMENTS = ("done", "submitted", "active", "failed", "ready", "blocked", "unknown")
 CHUNK = 500  # ids per query
 BULK = "projection-bulk"  # the cursor where a bulk load's unsettled range starts
 BEAD_FIELDS = (
@@ -80,6 +80,7 @@ BEAD_FIELDS = (
 Counted = tuple[str | None, bool | None, bool | None, str | None]
 CONVOY_FIELDS = (
     "done",
+    "submitted",
     "active",
     "failed",
     "ready",
@@ -104,12 +105,16 @@ def segment_for(
     status: str | None,
     ready_ids: Collection[str],
     failed_ids: Collection[str] = frozenset(),
+    submitted_ids: Collection[str] = frozenset(),
 ) -> str:
-    """The one rule for a bead's segment of a progress bar."""
+    """The one rule for a bead's segment of a progress bar (`submitted`: closed, waiting for
+    its merge, `merging.awaiting_q`)."""
     if status is None:
         return "unknown"
     if status in DONE_STATUSES:
-        return "done"
+        return "submitted" if bead_id in submitted_ids else "done"
+    if status == "submitted":  # a page's row (`rows.read_rows(shown=True)`)
+        return "submitted"
     if bead_id in failed_ids:
         return "failed"
     if bead_id in ready_ids:
@@ -142,8 +147,10 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
     if ids is None:
         ready = set(ready_beads(beads, now).values_list("pk", flat=True))
         failed = failed_beads(beads)
+        submitted = set(merging.awaiting(beads).values_list("pk", flat=True))
     else:
         ready, failed = ready_among(ids, now), failed_among(ids)
+        submitted = merging.awaiting_among([r[0] for r in rows if r[1] == "closed"])
     cooling = stranding.cooling_among(ready, now)
     cooldown = timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
     recent = (
@@ -185,7 +192,7 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
         if assignee and status in ("open", *ACTIVE_WORK_STATUSES):
             dead_at = seen.get(assignee, updated_at) + timeout
         result[bead_id] = {
-            "segment": segment_for(bead_id, status, ready, failed),
+            "segment": segment_for(bead_id, status, ready, failed, submitted),
             "ready": bead_id in ready,
             "feedable": bead_id in ready and bead_id not in cooling,
             "failed": bead_id in failed,
@@ -381,7 +388,9 @@ def derive_convoys(
         dispatchable = counts.get("dispatchable", 0)
         verdict = stranding.NOT_OPEN
         if convoy.status == CONVOY_OPEN:
-            tally = stranding.Tally(total, total - n["done"], dispatchable, n["active"])
+            tally = stranding.Tally(
+                total, total - n["done"], dispatchable, n["active"], n["submitted"]
+            )
             verdict = stranding.judge(convoy, stranding.first_pass(convoy, tally), town)
             if verdict.kind == stranding.STUCK and not verdict.code:
                 stuck[pk] = verdict
@@ -464,9 +473,9 @@ def _count(
         counts["causes"][kind] = counts["causes"].get(kind, 0) + n
     if wave is None:
         return
-    column = key if key in ("done", "active") else "ready" if ready else "blocked"
+    column = key if key in ("done", "submitted", "active") else "ready" if ready else "blocked"
     row = waves.setdefault(wave, _wave_tally())
-    row[column] += n
+    row[column] = row.get(column, 0) + n
     row["total"] += n
     if kind:
         row["causes"][kind] = row["causes"].get(kind, 0) + n
@@ -527,7 +536,15 @@ def _tracked_waves(bead_ids: Iterable[str]) -> list[tuple[str, str, int | None]]
 
 
 def _wave_tally() -> dict[str, Any]:
-    return {"done": 0, "active": 0, "ready": 0, "blocked": 0, "total": 0, "causes": {}}
+    return {
+        "done": 0,
+        "submitted": 0,
+        "active": 0,
+        "ready": 0,
+        "blocked": 0,
+        "total": 0,
+        "causes": {},
+    }
 
 
 def _sorted_causes(row: dict[str, Any]) -> dict[str, Any]:

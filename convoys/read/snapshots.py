@@ -39,7 +39,7 @@ class Snapshot:
 
 def load(convoy: Convoy, now: datetime) -> Snapshot:
     """Everything, from the database."""
-    tracked, beads, edges = tracked_beads(convoy)
+    tracked, beads, edges = tracked_beads(convoy, shown=True)
     subset = Bead.objects.filter(pk__in=_tracking(convoy))
     ready = frozenset(ready_beads(subset, now).values_list("pk", flat=True))
     blockers = blocked_by(_tracking(convoy))
@@ -62,7 +62,7 @@ def load_window(convoy: Convoy, bead_ids: list[str], now: datetime) -> Snapshot:
     """What a page drawing only `bead_ids` of a big convoy reads: the same, for those beads
     (their rows, dependencies, readiness, blockers), by id. Never kept: an overview page
     reads the kept read model and these rows."""
-    beads = read_rows(Bead.objects.filter(pk__in=bead_ids))
+    beads = read_rows(Bead.objects.filter(pk__in=bead_ids), shown=True)
     edges = list(
         Dependency.objects.filter(issue_id__in=bead_ids)
         .order_by("issue_id", "depends_on_id")

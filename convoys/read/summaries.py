@@ -16,13 +16,14 @@ from convoys.models import (
     Convoy,
     ConvoyFacts,
     Event,
+    Merge,
     SourcedRecord,
     TrackedBead,
     Worker,
     status_symbol,
 )
 from convoys.read import projection, snapshots
-from convoys.rules import breaker, stranding
+from convoys.rules import breaker, merging, stranding
 from convoys.rules import causes as causemod
 from convoys.rules.readiness import ready_beads
 from convoys.rules.rows import TrackedRow, failed_beads
@@ -36,6 +37,7 @@ class Summary(TypedDict):
     its beads last changed, the one stranded rule's verdict."""
 
     done: int
+    submitted: int  # closed, waiting to merge
     active: int
     failed: int
     ready: int
@@ -66,6 +68,7 @@ def progress_json(summary: Summary) -> dict[str, int]:
     return {
         "total": summary["total"],
         "complete": summary["done"],
+        "submitted": summary["submitted"],
         "inProgress": summary["active"],
         "ready": summary["ready"],
         "blocked": summary["blocked"],
@@ -208,6 +211,7 @@ def _summary(
     share = total or 1
     return Summary(
         done=n["done"],
+        submitted=n["submitted"],
         active=n["active"],
         failed=n["failed"],
         ready=n["ready"],
@@ -279,15 +283,19 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
         ).values_list("name", "last_seen")
     )
     origins = SourcedRecord.of(tracked)
+    waiting = merging.awaiting_among([i for i, b in beads.items() if b.status == "closed"])
+    changes = {m.bead_id: m for m in Merge.objects.filter(bead_id__in=tracked)}
     items = []
     for bead_id in tracked:
         bead = beads.get(bead_id)
         origin = origins.get(bead_id)
+        status = bead.status if bead else "unknown"
         items.append(
             {
                 "id": bead_id,
                 "title": bead.title if bead else "",
-                "status": bead.status if bead else "unknown",
+                "status": merging.SUBMITTED if bead_id in waiting else status,
+                "merge": merge_json(changes.get(bead_id)),
                 "issue_type": bead.issue_type if bead else "",
                 "assignee": bead.assignee if bead else "",
                 "rig": (bead.rig_id or "") if bead else "",
@@ -302,13 +310,14 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
     else:
         tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
         done = Bead.objects.filter(pk__in=tracking, status__in=DONE_STATUSES)
-        completed = done.count()
+        completed = done.exclude(merging.awaiting_q()).count()
     origin = convoy.sourced
     return {
         "id": convoy.id,
         "title": convoy.title,
         "status": convoy.status,
         "owner": convoy.owner,
+        "merge_strategy": merging.strategy(convoy),
         "source": origin.source if origin else None,
         "missing_from_source": bool(origin and origin.missing_since),
         "tracked": items,
@@ -317,6 +326,15 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
         "progress": progress_json(convoy_summaries([convoy])[convoy.pk]),
         "causes": dict(causemod.counts(cause_of)),
     }
+
+
+def merge_json(change: Merge | None) -> dict[str, str] | None:
+    """A bead's change as the API and `convoy status --json` carry it (None: none known)."""
+    if change is None:
+        return None
+    state = merging.SUBMITTED if change.state == Merge.OPEN else change.state
+    names = ("ref", "link", "source", "branch", "target", "ci", "reason")
+    return {"state": state, **{name: getattr(change, name) for name in names}}
 
 
 def last_activity(convoy_ids: Iterable[str]) -> dict[str, datetime]:
@@ -333,6 +351,8 @@ def status_class(status: str) -> tuple[str, str]:
     icon = status_symbol(status)
     if status in DONE_STATUSES:
         return "st-done", icon
+    if status == "submitted":
+        return "st-submitted", icon
     if status in ACTIVE_WORK_STATUSES:
         return "st-active", icon
     if status in ("unknown", "ready"):
@@ -341,10 +361,10 @@ def status_class(status: str) -> tuple[str, str]:
 
 
 # A status of each drawn state, to name the state's icon once (`state_icons`).
-STATE_EXAMPLES = ("closed", "in_progress", "ready", "open", "unknown")
+STATE_EXAMPLES = ("closed", "submitted", "in_progress", "ready", "open", "unknown")
 
 
 def state_icons() -> dict[str, str]:
-    """{drawn state ("done", "active", "ready", "blocked", "unknown"): its icon}, for the
+    """{drawn state ("done", "submitted", "active", "ready", "blocked", "unknown"): its icon}, for the
     script that redraws a graph's nodes as they were (the time slider)."""
     return {css.removeprefix("st-"): icon for css, icon in map(status_class, STATE_EXAMPLES)}

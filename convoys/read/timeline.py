@@ -278,7 +278,8 @@ def step(
         status = run.status.get(b)
         if row is not None and status is not None:
             beads[b] = row._replace(status=status)
-    counts: dict[str, Any] = {"done": 0, "active": 0, "ready": 0, "blocked": 0, "unknown": 0}
+    # A past page shows a closed bead as done: the replay knows no convoy's merge strategy.
+    counts: dict[str, Any] = dict.fromkeys(SEGMENTS, 0)
     for s in state.values():
         counts[s] += 1
     counts["failed"] = 0  # a past dispatch failure is not replayed as a state

@@ -51,7 +51,6 @@ from convoys.models import (
     BLOCKING_DEP_TYPES,
     CONVOY_OPEN,
     DONE_STATUSES,
-    MERGED_PREFIX,
     SLINGABLE_TYPES,
     STAGED_STATUSES,
     Bead,
@@ -63,7 +62,7 @@ from convoys.models import (
     TrackedBead,
     Worker,
 )
-from convoys.rules import breaker, capacity
+from convoys.rules import breaker, capacity, merging
 from convoys.rules.breaker import parked_among
 from convoys.rules.readiness import blocked_by, dead_among, ready_beads, worker_dead
 from convoys.rules.rows import TrackedRow
@@ -696,17 +695,14 @@ def town_counts(now: datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     tracked = TrackedBead.objects.filter(convoy__status=CONVOY_OPEN)
     facts = BeadFacts.objects.filter(bead_id=OuterRef("pk"))
-    # An unfinished blocker that is work (`readiness.target_blocks`): blocked, not gated.
+    # An unfinished blocker that is work (`history.target_blocks`): blocked, not gated.
     work = Bead.objects.filter(pk=OuterRef("depends_on_id"), issue_type__in=SLINGABLE_TYPES)
     plain = Dependency.objects.filter(
         issue=OuterRef("pk"), type__in=[t for t in BLOCKING_DEP_TYPES if t != "merge-blocks"]
     ).filter(Exists(work.exclude(status__in=DONE_STATUSES)))
     merge = Dependency.objects.filter(issue=OuterRef("pk"), type="merge-blocks").filter(
         Exists(
-            work.filter(
-                ~Q(status__in=DONE_STATUSES)
-                | (Q(status="closed") & ~Q(close_reason__startswith=MERGED_PREFIX))
-            )
+            work.filter(~Q(status__in=DONE_STATUSES) | (Q(status="closed") & ~merging.merged_q()))
         )
     )
     paused = TrackedBead.objects.filter(bead_id=OuterRef("pk"), convoy__paused_at__isnull=False)

@@ -4,7 +4,7 @@ A bead is ready when: it is open and unassigned, or its worker is dead (then ope
 in_progress count too; a worker is dead when its last heartbeat, or with no heartbeat ever the
 bead's last update, is CONVOY_WORKER_TIMEOUT seconds old, so imported work whose assignee never
 reports is rescued); it is slingable; no blocking dependency points at an existing target
-that is not done (merge-blocks needs a close reason starting "Merged in "); it has a rig; and
+that is not done (merge-blocks needs the target merged: `merging.merged_q`); it has a rig; and
 that rig is active. Order: (priority, id). Launch, the feeders, the stranded scan, the
 dashboard counts and the CLI all call this module.
 """
@@ -16,17 +16,18 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from convoys.core.history import target_blocks
 from convoys.models import (
     ACTIVE_WORK_STATUSES,
     BLOCKING_DEP_TYPES,
     DONE_STATUSES,
-    MERGED_PREFIX,
     SLINGABLE_TYPES,
     Bead,
     Dependency,
     Rig,
     Worker,
 )
+from convoys.rules import merging
 
 
 def dead_worker_cutoff(now: datetime | None = None) -> datetime:
@@ -53,8 +54,7 @@ def blocked_condition() -> Q:
     merge = Dependency.objects.filter(issue=OuterRef("pk"), type="merge-blocks").filter(
         Exists(
             Bead.objects.filter(pk=OuterRef("depends_on_id")).filter(
-                ~Q(status__in=DONE_STATUSES)
-                | (Q(status="closed") & ~Q(close_reason__startswith=MERGED_PREFIX))
+                ~Q(status__in=DONE_STATUSES) | (Q(status="closed") & ~merging.merged_q())
             )
         )
     )
@@ -123,22 +123,13 @@ def blocked_by(bead_ids: Iterable[str] | QuerySet[Bead, str]) -> dict[str, list[
             "id", "status", "close_reason"
         )
     }
+    merge_targets = {target for _, target, dep_type in deps if dep_type == "merge-blocks"}
+    merged = merging.merged_among(merge_targets & targets.keys())
     result: dict[str, list[str]] = {}
     for issue_id, target, dep_type in deps:
         if target not in targets:
             continue
         status, reason = targets[target]
-        if target_blocks(dep_type, status, reason):
+        if target_blocks(dep_type, status, reason, target in merged):
             result.setdefault(issue_id, []).append(target)
     return result
-
-
-def target_blocks(dep_type: str, status: str, close_reason: str | None) -> bool:
-    """Does an existing target with this status block along an edge of this type?"""
-    if dep_type not in BLOCKING_DEP_TYPES:
-        return False
-    if status == "tombstone":
-        return False
-    if status == "closed":
-        return dep_type == "merge-blocks" and not (close_reason or "").startswith(MERGED_PREFIX)
-    return True

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Case, F, OuterRef, QuerySet, Subquery, Value, When
 
 from convoys.log.kinds import BEAD_KINDS as BEAD_KINDS  # re-exported
 from convoys.log.kinds import GRAPH_KINDS, LISTING_KINDS, ROW_ONLY_KINDS
@@ -23,6 +23,8 @@ from convoys.models import (
     Event,
     TrackedBead,
 )
+from convoys.rules import merging
+from convoys.rules.merging import SUBMITTED
 
 
 class TrackedRow(NamedTuple):
@@ -42,13 +44,15 @@ FIELDS = TrackedRow._fields
 Edge = tuple[str, str, str]  # (issue, target, dependency type)
 
 
-def tracked_beads(convoy: Convoy) -> tuple[list[str], dict[str, TrackedRow], list[Edge]]:
+def tracked_beads(
+    convoy: Convoy, shown: bool = False
+) -> tuple[list[str], dict[str, TrackedRow], list[Edge]]:
     """(tracked ids in position order, {id: TrackedRow}, dependencies of the tracked beads as
-    (issue, target, type)): three queries, each bead read once."""
+    (issue, target, type)): three queries, each bead read once. `shown`: as `read_rows`."""
     tracking = TrackedBead.objects.filter(convoy=convoy)
     ids = list(tracking.values_list("bead_id", flat=True))
     subquery = tracking.values("bead_id")
-    beads = read_rows(Bead.objects.filter(pk__in=subquery))
+    beads = read_rows(Bead.objects.filter(pk__in=subquery), shown)
     # In a fixed order: the graph lists blockers in it, and a page must read the same each time.
     edges = (
         Dependency.objects.filter(issue_id__in=subquery)
@@ -58,8 +62,14 @@ def tracked_beads(convoy: Convoy) -> tuple[list[str], dict[str, TrackedRow], lis
     return ids, beads, list(edges)
 
 
-def read_rows(beads: QuerySet[Bead]) -> dict[str, TrackedRow]:
-    """{id: TrackedRow} of `beads`: one query."""
+def read_rows(beads: QuerySet[Bead], shown: bool = False) -> dict[str, TrackedRow]:
+    """{id: TrackedRow} of `beads`: one query. `shown`: as pages show them, a closed bead
+    waiting for its merge with the status SUBMITTED (`merging.awaiting_q`)."""
+    if shown:
+        status = Case(When(merging.awaiting_q(), then=Value(SUBMITTED)), default=F("status"))
+        beads = beads.annotate(shown_status=status)
+        fields = [f if f != "status" else "shown_status" for f in FIELDS]
+        return {row[0]: TrackedRow._make(row) for row in beads.values_list(*fields)}
     return {row[0]: TrackedRow._make(row) for row in beads.values_list(*FIELDS)}
 
 

@@ -39,7 +39,7 @@ from convoys.models import (
     Rig,
     TrackedBead,
 )
-from convoys.rules import capacity
+from convoys.rules import capacity, merging
 from convoys.rules.breaker import cooling_down, parked_among, recent_failures
 from convoys.rules.readiness import blocked_by, ready_beads
 
@@ -48,6 +48,7 @@ STRANDED_KINDS = (FEEDABLE, STUCK, EMPTY)
 # Root causes, most actionable first; the first present names a stuck convoy.
 CAUSES = (
     "complete",
+    "merging",
     "paused",
     "dispatch_failing",
     "parked_rig",
@@ -60,6 +61,7 @@ CAUSES = (
 )
 CAUSE_WORDS = {
     "complete": "waiting to land",
+    "merging": "waiting to merge",
     "paused": "stuck: paused",
     "dispatch_failing": "stuck: dispatch failing",
     "parked_rig": "stuck: parked rig",
@@ -168,9 +170,12 @@ def classify(
     if cooling is None:
         cooling = cooling_among(ready, now)
     to_explain, town = [], town_full(now, cap)
+    closed = [i for i, row in status_of.items() if row[0] == "closed"]
+    shown = {i for i, row in status_of.items() if row[0] == merging.SUBMITTED}
+    submitted = merging.awaiting_among(closed) | shown
     for convoy in open_:
         statuses = {i: status_of[i][0] for i in per_convoy[convoy.pk] if i in status_of}
-        verdict = _first_pass(convoy, per_convoy[convoy.pk], statuses, ready, cooling)
+        verdict = _first_pass(convoy, per_convoy[convoy.pk], statuses, ready, cooling, submitted)
         verdict = judge(convoy, verdict, town)
         result[convoy.pk] = verdict
         if (verdict.kind == STUCK and not verdict.code) or (
@@ -219,6 +224,7 @@ class Tally(NamedTuple):
     unfinished: int  # not done (unknown beads too)
     dispatchable: int  # ready and not cooling down
     busy: int  # in progress by a live worker
+    submitted: int = 0  # closed, waiting for their merge (counted in `unfinished`)
 
 
 def _first_pass(
@@ -227,12 +233,15 @@ def _first_pass(
     statuses: Mapping[str, str],
     ready: AbstractSet[str],
     cooling: AbstractSet[str],
+    submitted: AbstractSet[str] = frozenset(),
 ) -> Verdict:
     """The kind from statuses alone (`first_pass` of their tally), with the ready ids."""
-    unfinished = [i for i in ids if statuses.get(i) not in DONE_STATUSES]
+    waiting = [i for i in ids if i in submitted]
+    unfinished = [i for i in ids if statuses.get(i) not in DONE_STATUSES or i in submitted]
     dispatchable = [i for i in unfinished if i in ready and i not in cooling]
     busy = [i for i in unfinished if i not in ready and statuses.get(i) in ACTIVE_WORK_STATUSES]
-    verdict = first_pass(convoy, Tally(len(ids), len(unfinished), len(dispatchable), len(busy)))
+    tally = Tally(len(ids), len(unfinished), len(dispatchable), len(busy), len(waiting))
+    verdict = first_pass(convoy, tally)
     if verdict.kind == FEEDABLE:
         verdict.ready = dispatchable
     return verdict
@@ -246,6 +255,9 @@ def first_pass(convoy: Convoy, tally: Tally) -> Verdict:
     if not tally.unfinished:
         text = "every tracked bead is done: waiting to land"
         return Verdict(STUCK, text, "complete", [], tally.tracked, [Cause("complete", text)])
+    if tally.submitted and tally.submitted == tally.unfinished:
+        text = f"{tally.submitted} submitted, waiting to merge"
+        return Verdict(STUCK, text, "merging", [], tally.tracked, [Cause("merging", text)])
     limit = convoy.max_in_flight
     capped = bool(limit and tally.busy >= limit)
     if tally.dispatchable and not capped:
@@ -263,7 +275,7 @@ def judge(convoy: Convoy, verdict: Verdict, town: tuple[int, int] | None) -> Ver
     """The first pass's verdict with the town's capacity (`town_full`) and the pause."""
     if verdict.kind == FEEDABLE and town:
         verdict = _waiting_for_capacity(verdict, *town)
-    if convoy.paused_at and verdict.code not in ("empty", "complete"):
+    if convoy.paused_at and verdict.code not in ("empty", "complete", "merging"):
         verdict = _paused(convoy, verdict)
     return verdict
 

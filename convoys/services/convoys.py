@@ -32,6 +32,7 @@ from convoys.models import (
     Subscription,
     TrackedBead,
 )
+from convoys.rules import merging
 from convoys.services import notify as notify_service  # `close` has a `notify` argument
 from convoys.services.errors import NeedsForce, NotFound, ServiceError
 
@@ -55,6 +56,7 @@ Pairs = list[tuple[str, Bead | None]]
 class Progress(TypedDict):
     total: int
     done: int
+    submitted: int  # closed, waiting for their merge (`merging`): not done
     unknown: int  # tracked ids no bead in the database has
     complete: bool  # at least one tracked bead, and every one done
 
@@ -176,21 +178,41 @@ def tracked_details(convoys: Collection[Convoy | str]) -> dict[str, Pairs]:
 
 def progress(pairs: Sequence[tuple[str, Bead | None]]) -> Progress:
     total = len(pairs)
-    done = sum(1 for _, bead in pairs if bead is not None and bead.status in DONE_STATUSES)
+    waiting = submitted_of(pairs)
+    done = sum(
+        1
+        for i, bead in pairs
+        if bead is not None and bead.status in DONE_STATUSES and i not in waiting
+    )
     unknown = sum(1 for _, bead in pairs if bead is None)
     return {
         "total": total,
         "done": done,
+        "submitted": len(waiting),
         "unknown": unknown,
         "complete": total > 0 and done == total,
     }
 
 
+def submitted_of(pairs: Sequence[tuple[str, Bead | None]]) -> set[str]:
+    """The ids among tracked `pairs` that are closed and wait for their merge."""
+    closed = [i for i, bead in pairs if bead is not None and bead.status == "closed"]
+    return merging.awaiting_among(closed)
+
+
+def unfinished(pairs: Sequence[tuple[str, Bead | None]]) -> list[tuple[str, Bead | None]]:
+    """The tracked `pairs` not done: open, unknown, or closed and waiting for their merge."""
+    waiting = submitted_of(pairs)
+    return [(i, b) for i, b in pairs if b is None or b.status not in DONE_STATUSES or i in waiting]
+
+
 def is_complete(convoy: Convoy) -> bool:
-    """It tracks at least one bead and every tracked bead is done (an unknown one is not):
-    `progress`'s rule as one query, whatever the convoy's size."""
+    """It tracks at least one bead and every tracked bead is done (an unknown one is not, nor
+    one waiting for its merge): `progress`'s rule as one query, whatever the convoy's size."""
     tracked = TrackedBead.objects.filter(convoy=convoy)
-    done = Bead.objects.filter(pk=OuterRef("bead_id"), status__in=DONE_STATUSES)
+    done = Bead.objects.filter(pk=OuterRef("bead_id"), status__in=DONE_STATUSES).exclude(
+        merging.awaiting_q()
+    )
     return tracked.exists() and not tracked.filter(~Exists(done)).exists()
 
 
@@ -418,10 +440,12 @@ def close(
             return Closed(convoy, False, [])
         check_transition(convoy.status, CONVOY_CLOSED)
         pairs = tracked_details([convoy])[convoy.pk]
-        still_open = [(i, b) for i, b in pairs if b is None or b.status not in DONE_STATUSES]
+        still_open = unfinished(pairs)
         if still_open and not force:
             lines = [
                 f"    {'▶' if b and b.status in ('in_progress', 'hooked') else '○'} {i}"
+                if b is None or b.status != "closed"
+                else f"    ◐ {i} (waiting to merge)"
                 for i, b in still_open
             ]
             raise NeedsForce(
@@ -451,7 +475,14 @@ def land(
         if convoy.status == CONVOY_CLOSED:
             return Landed(convoy, False, [])
         pairs = tracked_details([convoy])[convoy.pk]
-        still_open = [i for i, b in pairs if b is None or b.status not in DONE_STATUSES]
+        waiting = submitted_of(pairs)
+        still_open = [i for i, b in unfinished(pairs) if i not in waiting]
+        if waiting and not force:
+            raise NeedsForce(
+                f"convoy has {len(waiting)} bead(s) waiting to merge: "
+                + ", ".join(i for i, _ in pairs if i in waiting),
+                "land",
+            )
         if still_open and not force:
             raise NeedsForce(
                 f"convoy has {len(still_open)} open issue(s): {', '.join(still_open)}", "land"

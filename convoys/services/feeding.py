@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from convoys.log import kinds
 from convoys.log.events import last_seq, record
 from convoys.models import (
     ACTIVE_WORK_STATUSES,
@@ -209,7 +210,7 @@ def feed_town(path: str) -> list[DispatchResult]:
 def handle_close_event(seq: int, path: str = "event") -> CloseHandled:
     """Handle one close event once: feed every open convoy tracking the closed bead."""
     event = Event.objects.filter(seq=seq).first()
-    if event is None or event.kind != "bead.closed":
+    if event is None or event.kind not in kinds.FEEDS:
         return {"seq": seq, "skipped": "not a close event"}
     if not _take(seq):
         return {"seq": seq, "skipped": "already handled"}
@@ -293,9 +294,9 @@ def catch_up(batch: int = 1000) -> CatchUp:
             .values_list("seq", "kind")[:batch]
         )
         handled: list[int] = []
-        done = handled_closes([seq for seq, kind in events if kind == "bead.closed"])
+        done = handled_closes([seq for seq, kind in events if kind in kinds.FEEDS])
         for seq, kind in events:
-            if kind == "bead.closed" and seq not in done:
+            if kind in kinds.FEEDS and seq not in done:
                 result = handle_close_event(seq, path="event")
                 if "skipped" not in result:
                     handled.append(seq)

@@ -25,6 +25,7 @@ from convoys.models import (
     Bead,
     Convoy,
     DeliveryPreference,
+    Merge,
     Notification,
     Subscription,
     status_symbol,
@@ -56,6 +57,14 @@ def landing_message(convoy: Convoy, pairs: Sequence[tuple[str, Bead | None]]) ->
     for bead_id, bead in pairs:
         status = bead.status if bead else "unknown"
         lines.append(f"  {status_symbol(status)} {bead_id}  {bead.title if bead else ''}".rstrip())
+    merges = Merge.objects.filter(bead_id__in=[i for i, _ in pairs], state=Merge.MERGED).order_by(
+        "bead_id"
+    )
+    if merges:
+        lines += ["", f"Merges ({len(merges)}):"]
+        for merge in merges:
+            where = " ".join(p for p in (merge.ref, merge.link) if p) or merge.source
+            lines.append(f"  {merge.bead_id}  {where}".rstrip())
     end = convoy.closed_at or timezone.now()
     lines += ["", f"Duration: {format_duration(end - convoy.created_at)}"]
     if convoy.close_reason:

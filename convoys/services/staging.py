@@ -309,8 +309,13 @@ def analyze(ids: Sequence[str], title: str | None = None) -> Plan:
     return plan
 
 
-def stage(ids: Sequence[str], title: str | None = None, actor: str = "cli") -> Plan:
-    """Analyse, then create or update the staged convoy (nothing is written on errors)."""
+def stage(
+    ids: Sequence[str], title: str | None = None, actor: str = "cli", merge: str = ""
+) -> Plan:
+    """Analyse, then create or update the staged convoy (nothing is written on errors).
+    `merge`: its merge strategy (direct, mr, local; "" keeps it, or the town's default)."""
+    if merge and merge not in Convoy.MERGE_STRATEGIES:
+        raise ServiceError(f'invalid --merge value "{merge}": must be direct, mr, or local')
     plan = analyze(ids, title)
     if plan.errors:
         return plan
@@ -347,7 +352,8 @@ def stage(ids: Sequence[str], title: str | None = None, actor: str = "cli") -> P
                 extra_plan["input"] = previous.get("input", extra_plan["input"])
                 extra_plan["root"] = previous.get("root", extra_plan["root"])
             convoy.extra = {**convoy.extra, "plan": extra_plan}
-            convoy.save(update_fields=["title", "description", "extra"])
+            convoy.merge_strategy = merge or convoy.merge_strategy
+            convoy.save(update_fields=["title", "description", "extra", "merge_strategy"])
             wanted = set(slingable)
             tracked = dict(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", "pk"))
             stale = [pk for bead_id, pk in tracked.items() if bead_id not in wanted]
@@ -372,6 +378,7 @@ def stage(ids: Sequence[str], title: str | None = None, actor: str = "cli") -> P
                 updated_at=stamp,
                 description=f"{summary} Staged at {stamp.isoformat()}",
                 extra={"plan": extra_plan},
+                merge_strategy=merge,
             )
             bulk.insert(
                 TrackedBead,

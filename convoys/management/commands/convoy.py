@@ -22,6 +22,11 @@ from convoys.services import controls, escalation, feeding, launch, staging, tim
 from convoys.services import convoys as convoy_service
 from convoys.services.notify import format_duration
 
+MERGE_HELP = (
+    "Merge strategy: direct (push to main), mr (merge queue: a closed bead is done once its "
+    "change is merged), local (keep on branch); default CONVOY_MERGE_STRATEGY (direct)"
+)
+
 
 class Command(ServiceCommand):
     help = "Track batches of beads: stage, launch, watch, check, close and land convoys."
@@ -53,12 +58,7 @@ class Command(ServiceCommand):
             action="store_true",
             help="Mark convoy as caller-managed lifecycle (landed with `convoy land`)",
         )
-        p.add_argument(
-            "--merge",
-            default="",
-            help="Merge strategy: direct (push to main), mr (merge queue, default), local "
-            "(keep on branch)",
-        )
+        p.add_argument("--merge", default="", help=MERGE_HELP)
         p.add_argument("--base-branch", default="", help="Target branch for all convoy work")
         p.add_argument("--molecule", default="", help="Associated molecule ID")
         p.add_argument(
@@ -176,6 +176,7 @@ class Command(ServiceCommand):
             self.add_json(p)
             if name == "stage":
                 p.add_argument("--launch", action="store_true")
+                p.add_argument("--merge", default="", help=MERGE_HELP)
         p = sub.add_parser("pause", help="stop every path from dispatching a convoy's beads")
         p.add_argument("convoy")
         p.add_argument("--reason", default="", help="why (shown on the page and in status)")
@@ -384,10 +385,16 @@ class Command(ServiceCommand):
         self.stdout.write(f"🚚 {row.id}: {convoy_title(row.title)}")
         progress = data["progress"]
         failed = f", {progress['failed']} failed" if progress["failed"] else ""
+        waiting = (
+            f" · {progress['submitted']} submitted, waiting to merge"
+            if progress["submitted"]
+            else ""
+        )
         self.stdout.write(
             f"  Status: {status_words(row.state)}   Progress: {data['completed']}/{data['total']}"
-            f" done ({progress['percentComplete']}%{failed})"
+            f" done{waiting} ({progress['percentComplete']}%{failed})"
             + (f"   Owner: {row.owner}" if row.owner else "")
+            + f"   Merge: {data['merge_strategy']}"
         )
         if data["source"]:
             self.stdout.write(
@@ -421,6 +428,11 @@ class Command(ServiceCommand):
                 worker = f"  parked: dispatch failed {parked[item['id']]} times in a row"
             if item["missing_from_source"]:
                 worker += "  ⚠ missing from source"
+            change = item["merge"]
+            if change and item["status"] == "submitted":
+                worker += "  " + " ".join(
+                    p for p in (change["branch"], change["link"] or change["ref"]) if p
+                )
             why = _cause_words(item["cause"])
             self.stdout.write(f"    {symbol} {item['id']:<16} {title}{worker}{why}")
 
@@ -565,7 +577,7 @@ class Command(ServiceCommand):
         self, ids: list[str], title: str | None, force: bool, json: bool, **options: Any
     ) -> None:
         and_launch = options.get("launch", False)
-        plan = staging.stage(ids, title)
+        plan = staging.stage(ids, title, merge=options.get("merge", ""))
         if json:
             if plan.errors or not and_launch:
                 self.write_json(plan.as_json())

@@ -1,0 +1,199 @@
+"""Landed means merged: record a bead's change as it is opened, merged or abandoned.
+
+Every source calls `record`: the bead store (a `merge-request` bead naming its
+`source_issue:`, or a bead closed "Merged in …"; `from_store`), forge webhooks
+(`web/forge_hooks.py`) and the command line. One row per bead (`Merge`) and one event per
+change of state:
+- `merge.opened`: a change was submitted, or its CI state changed; nothing else moves;
+- `bead.merged`: the change is in; handed to the cluster like a close, so it feeds what the
+  merge unblocked (`merge-blocks`) and lands a convoy whose last merge it was;
+- `merge.abandoned`: the change was closed without merge; the bead needs work again (it is
+  reopened unless a bead store owns it) and the owners of the convoys tracking it are told.
+Recording what is already recorded changes nothing, so a redelivered webhook or a second sync
+pass is harmless.
+"""
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from convoys.core import merges as core
+from convoys.log import queue
+from convoys.log.events import record as record_event
+from convoys.models import CONVOY_CLOSED, Bead, Convoy, Merge, SourcedRecord
+from convoys.rules import merging
+from convoys.services import beads as bead_service
+from convoys.services import notify
+from convoys.services.errors import NotFound, ServiceError
+
+SOURCES = ("bd", "github", "gitlab", "gitea", "cli")
+STATES = (Merge.OPEN, Merge.MERGED, Merge.ABANDONED)
+KIND_OF = {
+    Merge.OPEN: "merge.opened",
+    Merge.MERGED: "bead.merged",
+    Merge.ABANDONED: "merge.abandoned",
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a source says of one bead's change."""
+
+    state: str  # open, merged or abandoned
+    source: str
+    ref: str = ""
+    link: str = ""
+    branch: str = ""
+    target: str = ""
+    ci: str = ""
+    reason: str = ""
+
+
+def record(bead_id: str, change: Change, actor: str = "") -> bool:
+    """Record `change` for the bead; True when it changed anything. An unknown bead is
+    NotFound; a bad state or source a ServiceError."""
+    if change.state not in STATES:
+        raise ServiceError(f"merge state must be one of {', '.join(STATES)}, not {change.state!r}")
+    if change.source not in SOURCES:
+        raise ServiceError(f"merge source must be one of {', '.join(SOURCES)}")
+    with transaction.atomic():
+        bead = Bead.objects.select_for_update().filter(pk=bead_id).first()
+        if bead is None:
+            raise NotFound(f"bead '{bead_id}' not found")
+        row = Merge.objects.filter(pk=bead_id).first()
+        before = _fields(row)
+        now = timezone.now()
+        if row is None:
+            row = Merge(bead_id=bead_id, opened_at=now)
+        elif row.state == Merge.MERGED and change.state == Merge.OPEN:
+            return False  # a late "opened" or CI report never undoes a merge
+        row.state, row.source = change.state, change.source
+        for name in ("ref", "link", "branch", "target", "ci", "reason"):
+            value = getattr(change, name)
+            if value:
+                setattr(row, name, value[:255] if name not in ("link", "reason") else value)
+        if change.state != Merge.ABANDONED:
+            row.reason = ""
+        if _fields(row) == before:
+            return False
+        row.updated_at = now
+        row.save()
+        state_changed = before is None or before["state"] != row.state
+        kind = KIND_OF[row.state] if state_changed else "merge.opened"
+        event = record_event(
+            kind,
+            bead_id=bead_id,
+            actor=actor or change.source,
+            data={
+                "state": row.state,
+                "source": row.source,
+                "ref": row.ref,
+                "link": row.link,
+                "branch": row.branch,
+                "target": row.target,
+                "ci": row.ci,
+                "reason": row.reason,
+            },
+        )
+        if kind == "bead.merged":
+            queue.handle_closes_on_commit([event.seq])
+        elif kind == "merge.abandoned":
+            _needs_work(bead, row, actor or change.source)
+    return True
+
+
+def _fields(row: Merge | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    names = ("state", "source", "ref", "link", "branch", "target", "ci", "reason")
+    return {name: getattr(row, name) for name in names}
+
+
+def _needs_work(bead: Bead, row: Merge, actor: str) -> None:
+    """An abandoned change: the bead is reopened (a bead store's bead is its store's to
+    reopen) and every unfinished convoy tracking it tells its owner."""
+    if bead.status == "closed" and not SourcedRecord.objects.filter(pk=bead.pk).exists():
+        bead_service.reopen_bead(bead.pk, actor=actor)
+    why = row.reason or "closed without merge"
+    for convoy in Convoy.objects.filter(tracked__bead_id=bead.pk).exclude(status=CONVOY_CLOSED):
+        notify.notify_action_needed(
+            convoy,
+            f"{bead.pk}'s change was abandoned: {why}",
+            f"The change for {bead.pk} ({row.branch or row.ref or row.source}) was closed "
+            f"without merge: {why}.\nThe bead needs work again before {convoy.pk} can land.",
+        )
+
+
+# --- the bead store ------------------------------------------------------------------------------
+def from_store(bead_ids: Collection[str] | None = None, actor: str = "bd") -> dict[str, int]:
+    """Record what the bead store says of merges, for the beads among `bead_ids` (every bead
+    with None): each `merge-request` bead naming a `source_issue:`, by its status and close
+    reason; each bead closed with a reason that merges it ("Merged in …"). Returns
+    {outcome: n} of the merge requests read ("merged", "abandoned", "open", "undecided",
+    "no source": their source issue is not in the store) and "recorded": changes made."""
+    counts = {"merged": 0, "abandoned": 0, "open": 0, "undecided": 0, "no source": 0}
+    recorded = 0
+    requests = Bead.objects.filter(issue_type="merge-request")
+    if bead_ids is not None:
+        requests = requests.filter(pk__in=list(bead_ids))
+    rows = list(
+        requests.order_by("updated_at", "id").values_list(
+            "id", "status", "close_reason", "description"
+        )
+    )
+    wanted: list[tuple[str, Change]] = []
+    for request_id, status, reason, description in rows:
+        fields = core.mr_fields(description)
+        change = _store_change(request_id, status, reason, fields)
+        counts[change.state if change else "undecided"] += 1
+        if change and fields.get("source_issue"):
+            wanted.append((fields["source_issue"], change))
+    known = _existing([bead_id for bead_id, _ in wanted])
+    for bead_id, change in wanted:
+        if bead_id not in known:
+            counts["no source"] += 1
+            continue
+        recorded += record(bead_id, change, actor)
+    recorded += _self_merged(bead_ids, actor)
+    return counts | {"recorded": recorded}
+
+
+def _store_change(
+    request_id: str, status: str, reason: str, fields: dict[str, str]
+) -> Change | None:
+    base = {"source": "bd", "ref": request_id, "branch": fields.get("branch", "")}
+    base["target"] = fields.get("target", "")
+    if status != "closed":
+        return Change(Merge.OPEN, **base) if status != "tombstone" else None
+    outcome = merging.outcome_of(reason)
+    if not outcome:
+        return None
+    return Change(outcome, reason=reason if outcome == Merge.ABANDONED else "", **base)
+
+
+def _self_merged(bead_ids: Collection[str] | None, actor: str) -> int:
+    beads = Bead.objects.filter(status="closed").exclude(issue_type="merge-request")
+    if bead_ids is not None:
+        beads = beads.filter(pk__in=list(bead_ids))
+    merged = Merge.objects.filter(state=Merge.MERGED).values("bead_id")
+    own = beads.filter(merging.merged_q()).exclude(pk__in=merged)
+    recorded = 0
+    for bead_id, reason in own.values_list("id", "close_reason"):
+        recorded += record(bead_id, Change(Merge.MERGED, "bd", ref=reason[:255]), actor)
+    return recorded
+
+
+def _existing(bead_ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(bead_ids), 500):
+        part = list(bead_ids[start : start + 500])
+        found |= set(Bead.objects.filter(pk__in=part).values_list("pk", flat=True))
+    return found
+
+
+def known_ids(candidates: Sequence[str]) -> set[str]:
+    """Those of `candidates` that are beads in the store (for `core.merges.named_ids`)."""
+    return _existing(candidates)

@@ -1,0 +1,137 @@
+"""Landed means merged: a convoy merging by `mr` lands only once its closed beads are merged."""
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Merge, Notification
+from convoys.rules import merging
+from convoys.rules.readiness import ready_among
+from convoys.services import convoys, merges
+from convoys.services.errors import NeedsForce, NotFound, ServiceError
+from convoys.services.merges import Change
+
+from .support.factories import bead, blocks, launched
+
+
+def mr_convoy(ids, **fields):
+    convoy = launched(ids)
+    Convoy.objects.filter(pk=convoy.pk).update(merge_strategy="mr", **fields)
+    convoy.refresh_from_db()
+    return convoy
+
+
+def merged(bead_id, ref="abc1234", source="github"):
+    return merges.record(bead_id, Change("merged", source, ref=ref, link=f"https://x/{ref}"))
+
+
+def test_a_closed_bead_under_mr_is_submitted_until_its_merge_lands_the_convoy(
+    routes, closing, django_capture_on_commit_callbacks
+):
+    bead("gt-a")
+    bead("gt-b")
+    convoy = mr_convoy(["gt-a", "gt-b"])
+    closing("gt-a")
+    closing("gt-b")
+    convoy.refresh_from_db()
+    assert convoy.status == "open"
+    facts = ConvoyFacts.objects.get(pk=convoy.pk)
+    assert (facts.done, facts.submitted) == (0, 2)
+    assert facts.code == "merging" and facts.reason == "2 submitted, waiting to merge"
+    assert BeadFacts.objects.get(pk="gt-a").segment == "submitted"
+    assert convoys.progress(convoys.tracked_details([convoy])[convoy.pk])["submitted"] == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        assert merged("gt-a")
+    convoy.refresh_from_db()
+    assert convoy.status == "open"
+    facts.refresh_from_db()
+    assert (facts.done, facts.submitted) == (1, 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert merged("gt-b", ref="def5678")
+    convoy.refresh_from_db()
+    assert convoy.status == "closed" and convoy.landed
+    notice = Notification.objects.filter(kind="landed").first()
+    assert notice is not None
+    assert "Merges (2):" in notice.body and "gt-b  def5678 https://x/def5678" in notice.body
+
+
+def test_direct_and_local_convoys_land_on_the_close(routes, closing):
+    for strategy in ("direct", "local", ""):
+        bead(f"gt-{strategy or 'none'}")
+        convoy = launched([f"gt-{strategy or 'none'}"])
+        Convoy.objects.filter(pk=convoy.pk).update(merge_strategy=strategy)
+        closing(f"gt-{strategy or 'none'}")
+        assert Convoy.objects.get(pk=convoy.pk).status == "closed", strategy
+
+
+def test_the_default_strategy_comes_from_the_environment(routes, closing, settings):
+    settings.CONVOY_MERGE_STRATEGY = "mr"
+    bead("gt-a")
+    convoy = launched(["gt-a"])
+    assert merging.strategy(convoy) == "mr"
+    closing("gt-a")
+    assert Convoy.objects.get(pk=convoy.pk).status == "open"
+    assert BeadFacts.objects.get(pk="gt-a").segment == "submitted"
+
+
+def test_recording_twice_changes_nothing_and_a_late_open_never_undoes_a_merge(routes, closing):
+    bead("gt-a")
+    mr_convoy(["gt-a"])
+    closing("gt-a")
+    assert merged("gt-a")
+    seq = Event.objects.latest("seq").seq
+    assert not merged("gt-a")
+    assert not merges.record("gt-a", Change("open", "github", branch="polecat/x/gt-a"))
+    assert Event.objects.latest("seq").seq == seq
+    assert Merge.objects.get(pk="gt-a").state == "merged"
+
+
+def test_an_abandoned_change_reopens_the_bead_and_tells_the_owner(routes, closing):
+    bead("gt-a")
+    convoy = mr_convoy(["gt-a"], owner="alice")
+    closing("gt-a")
+    assert merges.record("gt-a", Change("abandoned", "gitlab", reason="Stale MR - cleanup"))
+    assert Event.objects.filter(kind="merge.abandoned", bead_id="gt-a").count() == 1
+    assert Bead.objects.get(pk="gt-a").status == "open"
+    notice = Notification.objects.get(kind="action_needed", convoy_id=convoy.pk)
+    assert "gt-a's change was abandoned: Stale MR - cleanup" in notice.subject
+
+
+def test_bad_changes_are_refused_and_change_nothing(routes):
+    bead("gt-a")
+    with pytest.raises(NotFound, match="bead 'gt-zz' not found"):
+        merged("gt-zz")
+    with pytest.raises(ServiceError, match="merge state must be one of"):
+        merges.record("gt-a", Change("landed", "github"))
+    with pytest.raises(ServiceError, match="merge source must be one of"):
+        merges.record("gt-a", Change("merged", "svn"))
+    assert not Merge.objects.exists()
+
+
+def test_land_refuses_while_beads_wait_to_merge_and_says_which(routes, closing):
+    bead("gt-a")
+    bead("gt-b")
+    convoy = mr_convoy(["gt-a", "gt-b"], owned=True)
+    closing("gt-a")
+    closing("gt-b")
+    with pytest.raises(NeedsForce, match="2 bead\\(s\\) waiting to merge: gt-a, gt-b"):
+        convoys.land(convoy.pk)
+    with pytest.raises(CommandError, match="waiting to merge: gt-a, gt-b"):
+        call_command("convoy", "land", convoy.pk)
+    assert convoys.land(convoy.pk, force=True).changed
+
+
+@pytest.mark.parametrize("ref", ["Merged in abc123", "Direct merge to main"])
+def test_merge_blocks_waits_for_the_merge_by_any_path(routes, closing, ref):
+    bead("gt-a")
+    bead("gt-b")
+    blocks("gt-a", "gt-b", "merge-blocks")
+    closing("gt-a", reason="Implemented")
+    assert ready_among(["gt-b"]) == set()
+    merged("gt-a")
+    assert ready_among(["gt-b"]) == {"gt-b"}
+    bead("gt-c")
+    bead("gt-d")
+    blocks("gt-c", "gt-d", "merge-blocks")
+    closing("gt-c", reason=ref)
+    assert ready_among(["gt-d"]) == {"gt-d"}
