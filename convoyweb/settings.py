@@ -384,7 +384,9 @@ except ValueError as exc:
 CONVOY_READY_RELAY_LAG = env_float("CONVOY_READY_RELAY_LAG", 30.0, minimum=0.1)
 # Landed means merged: a convoy merging by `mr` counts a closed bead done only once its change
 # is merged (a convoy's own `--merge` wins; `direct` and `local` count the close).
-CONVOY_MERGE_STRATEGY = env_choice("CONVOY_MERGE_STRATEGY", "DIRECT", ("DIRECT", "MR", "LOCAL")).lower()
+CONVOY_MERGE_STRATEGY = env_choice(
+    "CONVOY_MERGE_STRATEGY", "DIRECT", ("DIRECT", "MR", "LOCAL")
+).lower()
 # Case-insensitive regular expressions (comma-separated) searched in a merge request's close
 # reason; the abandoned ones are tried first (convoys/core/merges.py).
 CONVOY_MERGED_REASONS = env_list(
