@@ -311,6 +311,7 @@ def test_status_and_list(routes):
         "source": None,
         "missing_from_source": False,
         "cause": {"kind": "unknown", "text": "not in the store"},
+        "merge": None,
     }
     out = run("convoy", "status", convoy.pk)
     assert "✓ gt-b" in out and "● gt-a" in out and "? gt-zz" in out

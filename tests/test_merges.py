@@ -1,5 +1,8 @@
 """Landed means merged: a convoy merging by `mr` lands only once its closed beads are merged."""
 
+import json
+from collections import Counter
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -7,11 +10,13 @@ from django.core.management.base import CommandError
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Merge, Notification
 from convoys.rules import merging
 from convoys.rules.readiness import ready_among
-from convoys.services import convoys, merges
+from convoys.services import convoys, jsonl, merges
 from convoys.services.errors import NeedsForce, NotFound, ServiceError
 from convoys.services.merges import Change
 
 from .support.factories import bead, blocks, launched
+from .support.paths import FIXTURES, shared_file
+from .support.sync import rewrite, run_sync
 
 
 def mr_convoy(ids, **fields):
@@ -135,3 +140,70 @@ def test_merge_blocks_waits_for_the_merge_by_any_path(routes, closing, ref):
     blocks("gt-c", "gt-d", "merge-blocks")
     closing("gt-c", reason=ref)
     assert ready_among(["gt-d"]) == {"gt-d"}
+
+
+# --- the bead store ------------------------------------------------------------------------------
+def test_an_import_records_merge_requests_and_merged_closes(routes):
+    jsonl.import_file(FIXTURES / "merge-requests.jsonl")
+    rows = {m.bead_id: (m.state, m.source, m.ref, m.branch, m.target) for m in Merge.objects.all()}
+    assert rows == {
+        "mq-a": ("merged", "bd", "mq-mr-a", "polecat/nux/mq-a", "main"),
+        "mq-b": ("open", "bd", "mq-mr-b", "polecat/toast/mq-b", "main"),
+        "mq-c": ("merged", "bd", "Merged in 1a2b3c4", "", ""),
+    }
+    assert Event.objects.filter(kind="bead.merged").count() == 2
+    jsonl.import_file(FIXTURES / "merge-requests.jsonl")  # again: nothing new
+    assert Event.objects.filter(kind__in=["bead.merged", "merge.opened"]).count() == 3
+
+
+def test_a_convoy_under_mr_lands_when_the_synced_store_merges_its_last_bead(
+    routes, tmp_path, django_capture_on_commit_callbacks
+):
+    path = tmp_path / "town.jsonl"
+    path.write_bytes((FIXTURES / "merge-requests.jsonl").read_bytes())
+    run_sync(path)
+    convoy = convoys.create("Merge me", ["mq-a", "mq-b"], merge="mr", actor="test")
+    assert convoys.check(convoy.pk)[0].progress["submitted"] == 1
+    assert Convoy.objects.get(pk=convoy.pk).status == "open"
+    assert BeadFacts.objects.get(pk="mq-b").segment == "submitted"
+    rewrite(
+        path,
+        "mq-mr-b",
+        status="closed",
+        updated_at="2026-11-01T13:00:00Z",
+        closed_at="2026-11-01T13:00:00Z",
+        close_reason="Branch already merged",
+    )
+    run_sync(path, capture=django_capture_on_commit_callbacks)
+    assert Merge.objects.get(pk="mq-b").state == "merged"
+    convoy.refresh_from_db()
+    assert convoy.status == "closed" and convoy.landed
+
+
+def test_every_merge_request_of_the_real_export_has_an_outcome_by_the_settings(db, capsys):
+    counts = {"merged": 0, "abandoned": 0, "undecided": 0, "open": 0}
+    undecided = []
+    for line in shared_file("steveyegge+gastown+issues.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("issue_type") != "merge-request":
+            continue
+        if record.get("status") != "closed":
+            counts["open"] += 1
+            continue
+        outcome = merging.outcome_of(record.get("close_reason") or "") or "undecided"
+        counts[outcome] += 1
+        if outcome == "undecided" and record.get("close_reason"):
+            undecided.append(record["close_reason"][:60])
+    with capsys.disabled():
+        print(f"\nreal export's merge requests by outcome: {counts}; undecided: {undecided}")
+    assert sum(counts.values()) == 336
+    assert counts["merged"] >= 150 and counts["abandoned"] >= 60
+    # What is left undecided is a review verdict or no reason at all, never a merge's words.
+    assert all("merged" not in reason.lower() for reason in undecided)
+
+
+def test_the_real_export_imports_its_merges(routes):
+    jsonl.import_file(shared_file("steveyegge+gastown+issues.jsonl"))
+    states = Counter(Merge.objects.values_list("state", flat=True))
+    assert states["merged"] > 0
+    assert Merge.objects.filter(source="bd", ref__startswith="gt-").exists() or states["merged"]

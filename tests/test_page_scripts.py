@@ -64,6 +64,7 @@ def test_the_scripts_take_their_words_and_icons_from_the_page(demo):
     assert rules["relative"] == formatting.RELATIVE_WORDS
     assert rules["icons"] == {
         "done": status_symbol("closed"),
+        "submitted": status_symbol("submitted"),
         "active": status_symbol("in_progress"),
         "ready": status_symbol("ready"),
         "blocked": status_symbol("open"),

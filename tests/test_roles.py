@@ -76,8 +76,10 @@ def test_installing_again_or_on_a_database_without_permissions_gives_the_same_gr
     assert {name: perms(name) for name in before} == before
     Group.objects.filter(name__in=before).delete()
     Permission.objects.all().delete()
-    state = MigrationExecutor(connection).loader.project_state(("convoys", "0022_roles"))
-    roles.install(state.apps)
+    loader = MigrationExecutor(connection).loader
+    roles.install(loader.project_state(("convoys", "0022_roles")).apps)
+    merges = loader.project_state(("convoys", "0024_merges")).apps
+    roles.extend(merges, "default", ["merge", "forgedelivery"])
     assert {name: perms(name) for name in before} == before
 
 

@@ -2,6 +2,12 @@
 
 from django.db import migrations, models
 
+from convoys.services import roles
+
+
+def grant(apps, schema_editor):
+    roles.extend(apps, schema_editor.connection.alias, ["merge", "forgedelivery"])
+
 
 class Migration(migrations.Migration):
 
@@ -44,4 +50,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('forge', 'delivery'), name='unique_forge_delivery')],
             },
         ),
+        migrations.RunPython(grant, migrations.RunPython.noop),
     ]

@@ -101,7 +101,7 @@ def record(bead_id: str, change: Change, actor: str = "") -> bool:
         if kind == "bead.merged":
             queue.handle_closes_on_commit([event.seq])
         elif kind == "merge.abandoned":
-            _needs_work(bead, row, actor or change.source)
+            _needs_work(bead, row, actor or change.source, reopen=change.source != "bd")
     return True
 
 
@@ -112,10 +112,11 @@ def _fields(row: Merge | None) -> dict[str, Any] | None:
     return {name: getattr(row, name) for name in names}
 
 
-def _needs_work(bead: Bead, row: Merge, actor: str) -> None:
-    """An abandoned change: the bead is reopened (a bead store's bead is its store's to
-    reopen) and every unfinished convoy tracking it tells its owner."""
-    if bead.status == "closed" and not SourcedRecord.objects.filter(pk=bead.pk).exists():
+def _needs_work(bead: Bead, row: Merge, actor: str, reopen: bool) -> None:
+    """An abandoned change: the bead is reopened (`reopen`, and not a bead store's bead: the
+    store says its status) and every unfinished convoy tracking it tells its owner."""
+    sourced = SourcedRecord.objects.filter(pk=bead.pk).exists()
+    if reopen and bead.status == "closed" and not sourced:
         bead_service.reopen_bead(bead.pk, actor=actor)
     why = row.reason or "closed without merge"
     for convoy in Convoy.objects.filter(tracked__bead_id=bead.pk).exclude(status=CONVOY_CLOSED):

@@ -1,5 +1,6 @@
 """Roles: the three groups a colleague is put in, Viewer, Operator and Admin, stated here once.
-Migration 0022 creates them (`install`, with the migration's models); after any later
+Migration 0022 creates them (`install`, with the migration's models), and a later migration
+that adds a table gives them its permissions (`extend`); after any later
 migrate, or a test's flush, a missing one is made again (`connect`). `manage.py users` adds
 users to them and moves users between them (`add_user`, `set_role`, `users`).
 
@@ -92,6 +93,24 @@ def install(apps: Apps = global_apps, using: str = DEFAULT_DB_ALIAS, *, reset: b
         group, created = group_model.objects.using(using).get_or_create(name=role.group)
         if created or reset:
             group.permissions.set(permissions_of(role, available))
+
+
+def extend(apps: Apps, using: str, models: Iterable[str]) -> None:
+    """Give each existing group what its role grants on `models` (a later migration's new
+    tables), leaving the rest of what an admin may have changed as it is."""
+    for label in APPS:
+        create_permissions(global_apps.get_app_config(label), verbosity=0, using=using, apps=apps)
+    group_model: Any = apps.get_model("auth", "Group")
+    permission_model: Any = apps.get_model("auth", "Permission")
+    available = list(
+        permission_model.objects.using(using)
+        .filter(content_type__app_label__in=APPS, content_type__model__in=list(models))
+        .values_list("pk", "content_type__app_label", "codename")
+    )
+    for role in ROLES.values():
+        group = group_model.objects.using(using).filter(name=role.group).first()
+        if group is not None:
+            group.permissions.add(*permissions_of(role, available))
 
 
 def _after_migrate(sender: Any, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:

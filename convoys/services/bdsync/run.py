@@ -32,7 +32,7 @@ from convoys.models import (
     SyncMemo,
     SyncSource,
 )
-from convoys.services import discovered, jsonl, leases
+from convoys.services import discovered, jsonl, leases, merges
 from convoys.services.bdsync.lease import LEASE_TTL, default_holder, lease_name, take_from_the_dead
 from convoys.services.bdsync.memo import (
     MEMOS,
@@ -277,6 +277,8 @@ def _write(
     report.conflicts = len(lines.conflicts)
     report.conflict_ids = sorted(lines.conflicts)[:CONFLICT_IDS]
     discovered.join(importer.discovered_edges, actor=actor)
+    if imported.beads_created or imported.beads_updated:
+        merges.from_store(actor=actor)
     report.created = imported.beads_created + imported.convoys_created
     report.updated = imported.beads_updated + imported.convoys_updated
     report.unchanged = report.records - report.created - report.updated

@@ -29,7 +29,7 @@ from convoys.models import (
     Dependency,
 )
 from convoys.rules.readiness import blocked_by
-from convoys.services import discovered
+from convoys.services import discovered, merges
 from convoys.services.jsonl.importer import (
     BATCH,
     Batch,
@@ -140,6 +140,7 @@ def import_stream(
     finally:
         batches.close()  # a write failed: stop the read-ahead now, not when collected
     discovered.join(importer.discovered_edges, actor=actor)
+    merges.from_store(actor=actor)  # the merge requests and merged closes it brought
     return report
 
 
