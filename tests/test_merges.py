@@ -1,6 +1,7 @@
 """Landed means merged: a convoy merging by `mr` lands only once its closed beads are merged."""
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -15,8 +16,10 @@ from convoys.services.errors import NeedsForce, NotFound, ServiceError
 from convoys.services.merges import Change
 
 from .support.factories import bead, blocks, launched
+from .support.pages import as_of, assert_parts_of, live
 from .support.paths import FIXTURES, shared_file
 from .support.sync import rewrite, run_sync
+from .support.users import logged_in, viewer
 
 
 def mr_convoy(ids, **fields):
@@ -207,3 +210,46 @@ def test_the_real_export_imports_its_merges(routes):
     states = Counter(Merge.objects.values_list("state", flat=True))
     assert states["merged"] > 0
     assert Merge.objects.filter(source="bd", ref__startswith="gt-").exists() or states["merged"]
+
+
+# --- the convoy page -----------------------------------------------------------------------------
+def test_the_convoy_page_shows_submitted_beads_and_the_merge_queue_live(
+    routes, closing, django_capture_on_commit_callbacks
+):
+    bead("gt-a", "Parser")
+    bead("gt-b", "Printer")
+    blocks("gt-a", "gt-b", "merge-blocks")
+    convoy = mr_convoy(["gt-a", "gt-b"])
+    closing("gt-a")
+    merges.record(
+        "gt-a",
+        Change("open", "github", ref="PR #7", link="https://forge/pr/7", branch="polecat/nux/gt-a"),
+    )
+    client = logged_in(viewer("vera"))
+    url = f"/convoys/{convoy.pk}/"
+    page = client.get(url).content.decode()
+    assert 'id="merge-strategy">mr<' in page
+    assert '<span class="submitted-count">1</span> submitted, waiting to merge' in page
+    queue = re.search(r'<div id="merge-queue">.*?</div>\s*$', page, re.S | re.M)
+    assert queue and "0 merged · 1 submitted, waiting to merge" in queue.group(0)
+    assert '<a href="https://forge/pr/7" rel="noopener noreferrer">PR #7</a>' in page
+    assert "<code>polecat/nux/gt-a</code>" in page
+    assert 'class="node st-submitted"' in page or "st-submitted" in page
+    assert 'class="edge merge"' in page and "waits for a merge (merge-blocks)" in page
+    assert '<td class="c-submitted">1</td>' in page
+    seq = as_of(page)
+    with django_capture_on_commit_callbacks(execute=True):
+        merged("gt-a", ref="9f8e7d6")
+    fragments = live(client, url, since=seq)["fragments"]
+    assert "1 merged · 0 submitted" in fragments["merge-queue"]
+    fresh = client.get(url).content.decode()
+    assert_parts_of(fresh, fragments)
+    assert Bead.objects.get(pk="gt-b").status == "hooked"  # the merge fed what it unblocked
+
+
+def test_a_direct_convoy_page_has_no_merge_queue(routes, closing):
+    bead("gt-a")
+    convoy = launched(["gt-a"])
+    page = logged_in(viewer("vera")).get(f"/convoys/{convoy.pk}/").content.decode()
+    assert '<div id="merge-queue"></div>' in page and 'id="merge-strategy">direct<' in page
+    assert "c-submitted" not in page

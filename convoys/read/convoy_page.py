@@ -31,6 +31,7 @@ from convoys.read.graph import (
     bead_url_maker,
     convoy_graph,
     drawn_geometry,
+    merge_edges,
     outside_convoy,
     overview_drawn,
 )
@@ -47,7 +48,7 @@ from convoys.read.sizes import (
 )
 from convoys.read.summaries import Params, Summary, convoy_summary, segment_of
 from convoys.rules import causes as causemod
-from convoys.rules import stranding
+from convoys.rules import merging, stranding
 from convoys.rules.rows import TrackedRow
 
 
@@ -141,6 +142,16 @@ class ConvoyPage:
             out.update(nodes[bead_id].blocks)
         return out
 
+    @property
+    def strategy(self) -> str:
+        """How its work reaches the target: direct, mr or local (`merging.strategy`)."""
+        return merging.strategy(self.convoy)
+
+    @property
+    def merges(self) -> bool:
+        """It merges by `mr`: its closed beads wait for their merge."""
+        return self.strategy == merging.MR
+
 
 def convoy_page(
     convoy: Convoy,
@@ -186,6 +197,7 @@ def convoy_page(
             critical=critical,
             href=href,
             outside=outside_convoy(graph, geometry),
+            merge_edges=merge_edges(snapshot.edges),
         )
     size, at = dagmod.max_parallelism(waves)
     no_estimate = stranding.estimate_blocker(convoy, summary["state"])

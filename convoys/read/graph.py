@@ -167,6 +167,11 @@ def overview_drawn(
     return drawn, sorted(opened)
 
 
+def merge_edges(edges: Iterable[tuple[str, str, str]]) -> frozenset[tuple[str, str]]:
+    """(blocker, blocked) of the `merge-blocks` edges among (issue, target, type) rows."""
+    return frozenset((target, issue) for issue, target, kind in edges if kind == "merge-blocks")
+
+
 def outside_convoy(graph: dagmod.DAG, geometry: layout.Geometry) -> dict[str, tuple[str, str, str]]:
     """{id: (kind, title, status)} of the drawn beads that are no tracked task: gates and
     decisions ("gate"), tasks outside the convoy ("outside"), unknown and external targets."""
@@ -193,6 +198,7 @@ class Dag:
     href: Callable[[str], str]
     # {id: (kind, title, status)}: gates, ghosts
     outside: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    merge_edges: frozenset[tuple[str, str]] = frozenset()  # (blocker, blocked) of merge-blocks
 
     def svg(self) -> str:
         return layout.svg(
@@ -203,6 +209,7 @@ class Dag:
             self.critical,
             self.href,
             self.outside,
+            merge_edges=self.merge_edges,
         )
 
     def node(self, bead_id: str) -> str:

@@ -25,7 +25,14 @@ from convoys.core.parsing import whole_number
 from convoys.models import DONE_STATUSES, Bead, BeadFacts, Convoy, ConvoyFacts, Event, TrackedBead
 from convoys.read import convoy_page, eta, projection, snapshots, summaries, timeline
 from convoys.read.convoy_page import ConvoyPage
-from convoys.read.graph import Dag, bead_url_maker, drawn_geometry, outside_convoy, with_ghosts
+from convoys.read.graph import (
+    Dag,
+    bead_url_maker,
+    drawn_geometry,
+    merge_edges,
+    outside_convoy,
+    with_ghosts,
+)
 from convoys.read.sizes import (
     CRITICAL_DRAWN,
     CRITICAL_LISTED,
@@ -129,6 +136,7 @@ def page(
             critical=critical,
             href=href,
             outside=outside_convoy(graph, geometry),
+            merge_edges=merge_edges(snapshot.edges),
         )
     bands, wave_pages, wpage = convoy_page.band_window(wave_rows, frontier, params.get("wpage"))
     size, at = dagmod.max_parallelism(sizes)

@@ -28,7 +28,9 @@ def bar(s: Mapping[str, Any]) -> SafeString:
     """A summary's progress bar (SVG, numbers only: nothing to escape), drawn here rather than
     by a template: the dashboard draws two hundred."""
     label = (
-        f"{s['done']} done, {s['active']} in progress, {s['failed']} failed, {s['ready']} ready, "
+        f"{s['done']} done, "
+        + (f"{s['submitted']} submitted, waiting to merge, " if s.get("submitted") else "")
+        + f"{s['active']} in progress, {s['failed']} failed, {s['ready']} ready, "
         f"{s['blocked']} blocked, {s['unknown']} unknown of {s['total']} "
         f"({s['percent_complete']}% done)"
     )

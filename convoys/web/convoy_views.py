@@ -16,6 +16,7 @@ from convoys.core.formatting import several
 from convoys.log.kinds import FEEDING_KINDS
 from convoys.models import Convoy
 from convoys.read import convoy_page, overview, snapshots, timeline
+from convoys.read.merge_queue import merge_queue
 from convoys.rules.rows import Changes, changes_since
 from convoys.services import convoys as convoy_service
 from convoys.services import feeding, launch, notify
@@ -54,6 +55,7 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
             convoy, page, snapshot, request.GET, context["now"], context["as_of"]
         )
     )
+    context["merge_queue"] = SimpleLazyObject(lambda: merge_queue(convoy, context["now"]))
     return respond(
         request, "convoys/convoy.html", context, lambda: _convoy_fragments(request, page, changes)
     )
@@ -76,6 +78,7 @@ def _convoy_fragments(
         Fragment("critical", "convoys/_convoy_critical.html"),
         Fragment("timeline", "convoys/_timeline.html", {"events": page.timeline}),
         Fragment("gantt-card", "convoys/_convoy_gantt.html"),
+        Fragment("merge-queue", "convoys/_merge_queue.html"),
         unread(),
     ]
     if changes is None or not changes.rows_only():

@@ -20,11 +20,13 @@ def svg(
     href: Callable[[str], str] | None = None,
     outside: Mapping[str, tuple[str, str, str]] | None = None,
     focus: str = "",
+    merge_edges: Collection[tuple[str, str]] = frozenset(),
 ) -> str:
     """Render the geometry. `nodes`: {id: (title, status)}; `status_class(status)` -> (css
     class, icon); `marks`: {id: [badges]}; `critical`: ids on the critical path; `outside`:
     {id: (kind, title, status)} for the beads drawn before wave 1 (kind "gate", "unknown" or
-    "external").
+    "external"); `merge_edges`: the (blocker, blocked) edges that wait for a merge
+    (`merge-blocks`), drawn dotted.
 
     Each node is its own element (`node_id(id)`), drawn by `node()`; what changes with state
     beyond a node's status (critical path, gated, parked and stranded marks) is one overlay
@@ -48,6 +50,8 @@ def svg(
     ghosts = {i for i, v in outside.items() if v[0] != "gate"}
     for a, b, d, reverse in geometry["edges"]:
         extra = " ghost" if a in ghosts else ""
+        if (a, b) in merge_edges:
+            extra += " merge"
         out.append(_edge(a, b, d, reverse, extra))
     out.append('</g><g class="nodes">')
     for number, (x, y, count) in geometry["summaries"].items():
