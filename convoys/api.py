@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import wraps
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -42,9 +42,9 @@ from convoys.core.formatting import person
 from convoys.core.parsing import NotJson, json_document
 from convoys.models import Bead, Convoy, SourcedRecord
 from convoys.read import bead_page, dashboard, graph, pages, summaries
-from convoys.rules import causes
+from convoys.rules import causes, merging
 from convoys.services import beads as bead_service
-from convoys.services import controls, escalation, feeding, launch, staging, tokens
+from convoys.services import controls, escalation, feeding, launch, merges, staging, tokens
 from convoys.services.errors import NotFound, ServiceError
 from convoys.web.access import database_unavailable
 
@@ -196,6 +196,7 @@ def need(request: HttpRequest, perm: str) -> None:
 class Progress(Schema):
     total: int
     done: int
+    submitted: int = 0  # closed, waiting for their merge (merge strategy mr): not done
     active: int
     ready: int
     blocked: int
@@ -211,6 +212,7 @@ class ConvoyOut(Schema):
     title: str
     status: str
     owner: str
+    merge_strategy: str  # direct, mr (a closed bead is done once merged) or local
     source: str | None = None  # the sync source its record comes from
     missing_from_source: bool = False
     created_at: datetime
@@ -331,6 +333,19 @@ class HeartbeatIn(Body):
 class StageIn(Body):
     ids: list[Text] = Field(min_length=1)
     title: Text | None = None
+    merge: Literal["direct", "mr", "local", ""] = ""  # "": keep it, or the town's default
+
+
+class MergeIn(Body):
+    """A bead's change as a tool reports it: submitted (open), merged or abandoned."""
+
+    state: Literal["open", "merged", "abandoned"]
+    ref: TextUpTo255 = ""  # a commit, "PR #12"
+    link: TextUpTo500 = ""
+    branch: TextUpTo255 = ""
+    target: TextUpTo255 = ""
+    ci: TextUpTo50 = ""
+    reason: TextUpTo500 = ""  # why it was abandoned
 
 
 class LaunchIn(StageIn):
@@ -365,12 +380,14 @@ def _convoy_out(convoy: Convoy, summary: summaries.Summary) -> dict[str, Any]:
         "title": convoy.title,
         "status": convoy.status,
         "owner": person(convoy.owner),
+        "merge_strategy": merging.strategy(convoy),
         "created_at": convoy.created_at,
         "closed_at": convoy.closed_at,
         "close_reason": convoy.close_reason,
         "progress": {
             "total": summary["total"],
             "done": summary["done"],
+            "submitted": summary["submitted"],
             "active": summary["active"],
             "ready": summary["ready"],
             "blocked": summary["blocked"],
@@ -532,7 +549,9 @@ def stranded(request: HttpRequest) -> list[dict[str, Any]]:
 def stage(request: HttpRequest, payload: StageIn) -> tuple[int, dict[str, Any]]:
     """200 with the plan, or 400 with the plan and `detail` when its errors refused staging."""
     need(request, "add_convoy")
-    plan = staging.stage(payload.ids, payload.title, actor=f"api:{request.user}")
+    plan = staging.stage(
+        payload.ids, payload.title, actor=f"api:{request.user}", merge=payload.merge
+    )
     if plan.errors:
         return 400, {"detail": plan.refusal, **plan.as_json()}
     return 200, plan.as_json()
@@ -614,6 +633,26 @@ def acknowledge_convoy(request: HttpRequest, convoy_id: Text) -> dict[str, Any]:
     no_body(request)
     found, changed = escalation.acknowledge(convoy_id, actor=f"api:{request.user}")
     return {"id": convoy_id, "changed": changed, "escalation": found.as_json()}
+
+
+@api.post("/beads/{bead_id}/merge", response=responses(dict, 404, 413), tags=["beads"])
+def report_merge(request: HttpRequest, bead_id: Text, payload: MergeIn) -> dict[str, Any]:
+    """Report a bead's change: `open` (submitted, or its CI state), `merged` (a convoy merging
+    by mr counts the bead done and may land) or `abandoned` (the bead needs work again).
+    Reporting the same twice changes nothing (`changed`: false)."""
+    need(request, "change_bead")
+    change = merges.Change(
+        payload.state,
+        "api",
+        ref=payload.ref,
+        link=payload.link,
+        branch=payload.branch,
+        target=payload.target,
+        ci=payload.ci,
+        reason=payload.reason,
+    )
+    changed = merges.record(bead_id, change, actor=f"api:{request.user}")
+    return {"id": bead_id, "changed": changed, "merge": summaries.merge_of(bead_id)}
 
 
 @api.post(

@@ -607,7 +607,7 @@ class Merge(models.Model):
 
     bead_id = models.CharField(max_length=255, primary_key=True)
     state = models.CharField(max_length=10, default=OPEN)
-    source = models.CharField(max_length=20)  # "bd", "github", "gitlab", "gitea", "cli"
+    source = models.CharField(max_length=20)  # bd, github, gitlab, gitea, api, cli
     ref = models.CharField(max_length=255, blank=True, default="")  # a commit, "PR #12", an MR id
     link = models.TextField(blank=True, default="")
     branch = models.CharField(max_length=255, blank=True, default="")

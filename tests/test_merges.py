@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
 
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Merge, Notification
 from convoys.rules import merging
@@ -14,12 +15,13 @@ from convoys.rules.readiness import ready_among
 from convoys.services import convoys, jsonl, merges
 from convoys.services.errors import NeedsForce, NotFound, ServiceError
 from convoys.services.merges import Change
+from convoys.services.tokens import create_token
 
-from .support.factories import bead, blocks, launched
+from .support.factories import bead, blocks, command, launched
 from .support.pages import as_of, assert_parts_of, live
 from .support.paths import FIXTURES, shared_file
 from .support.sync import rewrite, run_sync
-from .support.users import logged_in, viewer
+from .support.users import logged_in, user_with, viewer
 
 
 def mr_convoy(ids, **fields):
@@ -253,3 +255,104 @@ def test_a_direct_convoy_page_has_no_merge_queue(routes, closing):
     page = logged_in(viewer("vera")).get(f"/convoys/{convoy.pk}/").content.decode()
     assert '<div id="merge-queue"></div>' in page and 'id="merge-strategy">direct<' in page
     assert "c-submitted" not in page
+
+
+# --- the API and the command line ----------------------------------------------------------------
+def api(token, method, url, body=None):
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    if method == "get":
+        return Client().get(url, **auth)
+    data = body if isinstance(body, str | bytes) else json.dumps(body)
+    return Client().post(url, data=data, content_type="application/json", **auth)
+
+
+@pytest.fixture
+def operator_token(routes):
+    return create_token(user_with("otto", "view_convoy", "change_bead", "add_convoy"), "merges")
+
+
+def test_a_tool_reports_a_merge_through_the_api_and_the_convoy_lands(
+    operator_token, closing, django_capture_on_commit_callbacks
+):
+    bead("gt-a")
+    convoy = mr_convoy(["gt-a"])
+    closing("gt-a")
+    detail = api(operator_token, "get", f"/api/convoys/{convoy.pk}").json()
+    assert detail["merge_strategy"] == "mr" and detail["progress"]["submitted"] == 1
+    assert detail["tracked"][0]["status"] == "submitted"
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = api(
+            operator_token,
+            "post",
+            "/api/beads/gt-a/merge",
+            {"state": "merged", "ref": "abc", "link": "https://forge/c/abc"},
+        )
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["changed"] and answer.json()["merge"]["state"] == "merged"
+    assert Convoy.objects.get(pk=convoy.pk).status == "closed"
+    detail = api(operator_token, "get", f"/api/convoys/{convoy.pk}").json()
+    assert detail["tracked"][0]["merge"] == {
+        "state": "merged",
+        "ref": "abc",
+        "link": "https://forge/c/abc",
+        "source": "api",
+        "branch": "",
+        "target": "",
+        "ci": "",
+        "reason": "",
+    }
+    again = api(operator_token, "post", "/api/beads/gt-a/merge", {"state": "merged", "ref": "abc"})
+    assert again.json()["changed"] is False
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"state": "landed"}, 422),
+        ({"state": "merged", "ref": 12}, 422),
+        ({"state": "merged", "ref": "x" * 300}, 422),
+        ({"state": "merged", "extra": 1}, 422),
+        ("[1, 2]", 422),
+        ("not json", 400),
+        ({"state": "merged", "reason": "x" * 3_000_000}, 413),
+    ],
+    ids=["state", "type", "long", "unknown-key", "list", "not-json", "huge"],
+)
+def test_hostile_merge_reports_are_refused_and_change_nothing(operator_token, body, status):
+    bead("gt-a")
+    answer = api(operator_token, "post", "/api/beads/gt-a/merge", body)
+    assert answer.status_code == status, answer.content
+    assert "detail" in answer.json()
+    assert not Merge.objects.exists()
+
+
+def test_merge_reports_need_change_bead_and_a_known_bead(operator_token):
+    reader = create_token(user_with("vera", "view_convoy"), "reader")
+    bead("gt-a")
+    assert api(reader, "post", "/api/beads/gt-a/merge", {"state": "merged"}).status_code == 403
+    missing = api(operator_token, "post", "/api/beads/gt-nope/merge", {"state": "merged"})
+    assert missing.status_code == 404 and missing.json() == {"detail": "bead 'gt-nope' not found"}
+    assert not Merge.objects.exists()
+
+
+def test_the_command_line_stages_under_mr_reports_merges_and_shows_them(routes, closing):
+    bead("gt-a")
+    bead("gt-b")
+    staged = json.loads(command("convoy", "stage", "gt-a", "gt-b", "--merge", "mr", "--json"))
+    convoy_id = staged["convoy_id"]
+    assert Convoy.objects.get(pk=convoy_id).merge_strategy == "mr"
+    command("convoy", "launch", convoy_id, "--force")
+    closing("gt-a")
+    closing("gt-b")
+    assert "gt-a: submitted, waiting to merge" in command(
+        "beads", "merge", "gt-a", "open", "--branch", "polecat/nux/gt-a"
+    )
+    status = command("convoy", "status", convoy_id)
+    assert "0/2 done · 2 submitted, waiting to merge" in status and "Merge: mr" in status
+    assert "◐ gt-a" in status and "polecat/nux/gt-a" in status
+    assert "gt-a: merged" in command("beads", "merge", "gt-a", "merged", "--ref", "abc")
+    assert "already merged" in command("beads", "merge", "gt-a", "merged")
+    with pytest.raises(CommandError, match="invalid choice: 'landed'"):
+        command("beads", "merge", "gt-a", "landed")
+    with pytest.raises(CommandError, match='invalid --merge value "fast"'):
+        command("convoy", "stage", "gt-a", "--merge", "fast")

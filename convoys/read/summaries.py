@@ -103,7 +103,10 @@ def convoy_summary(
         [convoy], now, explain=True, loaded=(rows, loaded, ready_ids), facts=None
     )
     spin = spinning([convoy.pk], now)
-    summary = summarise([convoy], rows, loaded, ready_ids, spin, verdicts, failed)[convoy.pk]
+    waiting = merging.awaiting_among([i for i, b in beads.items() if b.status == "closed"])
+    summary = summarise(
+        [convoy], rows, loaded, ready_ids, spin, verdicts, failed, submitted_ids=waiting
+    )[convoy.pk]
     return _after_grace(convoy, summary, now), ready_ids
 
 
@@ -245,6 +248,7 @@ def summarise(
     verdicts: Mapping[str, stranding.Verdict],
     failed_ids: Set[str] = frozenset(),
     latest: Mapping[str, datetime | None] | None = None,
+    submitted_ids: Set[str] = frozenset(),
 ) -> dict[str, Summary]:
     """The summaries from loaded data: `rows` (convoy id, bead id), `beads` {id: (status,
     updated_at)}, the ready bead ids, the spinning convoy ids, `stranding.classify` and the
@@ -258,7 +262,7 @@ def summarise(
         last[convoy.pk] = max(convoy.updated_at, newest) if newest else convoy.updated_at
     for convoy_id, bead_id in rows:
         status, *updated = beads.get(bead_id, (None, None))
-        counts[convoy_id][segment_for(bead_id, status, ready_ids, failed_ids)] += 1
+        counts[convoy_id][segment_for(bead_id, status, ready_ids, failed_ids, submitted_ids)] += 1
         if latest is None and updated[0] is not None and updated[0] > last[convoy_id]:
             last[convoy_id] = updated[0]
     result: dict[str, Summary] = {}
@@ -335,6 +339,11 @@ def merge_json(change: Merge | None) -> dict[str, str] | None:
     state = merging.SUBMITTED if change.state == Merge.OPEN else change.state
     names = ("ref", "link", "source", "branch", "target", "ci", "reason")
     return {"state": state, **{name: getattr(change, name) for name in names}}
+
+
+def merge_of(bead_id: str) -> dict[str, str] | None:
+    """`merge_json` of one bead's change."""
+    return merge_json(Merge.objects.filter(pk=bead_id).first())
 
 
 def last_activity(convoy_ids: Iterable[str]) -> dict[str, datetime]:

@@ -29,7 +29,7 @@ from convoys.services import beads as bead_service
 from convoys.services import notify
 from convoys.services.errors import NotFound, ServiceError
 
-SOURCES = ("bd", "github", "gitlab", "gitea", "cli")
+SOURCES = ("bd", "github", "gitlab", "gitea", "api", "cli")
 STATES = (Merge.OPEN, Merge.MERGED, Merge.ABANDONED)
 KIND_OF = {
     Merge.OPEN: "merge.opened",

@@ -1,4 +1,5 @@
-"""`manage.py beads import|export|sync|show|create|update|close|reopen|dep|ready|heartbeat`."""
+"""`manage.py beads import|export|sync|show|create|update|close|reopen|dep|ready|heartbeat|retry|
+merge`."""
 
 from argparse import ArgumentParser
 from typing import Any
@@ -7,9 +8,9 @@ import orjson
 
 from convoys.management.base import ServiceCommand, error
 from convoys.models import Bead, Dependency, TrackedBead
-from convoys.read import bead_page, pages
+from convoys.read import bead_page, pages, summaries
 from convoys.rules import breaker, causes
-from convoys.services import bdsync, controls, jsonl
+from convoys.services import bdsync, controls, jsonl, merges
 from convoys.services import beads as bead_service
 
 
@@ -99,6 +100,21 @@ class Command(ServiceCommand):
         p = sub.add_parser("retry", help="clear a bead parked by the dispatch breaker")
         p.add_argument("id")
         p.add_argument("--actor", default="cli", help="who retries it (default: cli)")
+        p = sub.add_parser(
+            "merge",
+            help="report a bead's change: open (submitted), merged or abandoned",
+            description="Under a convoy merging by mr a closed bead is done once merged.",
+        )
+        p.add_argument("id")
+        p.add_argument("state", choices=merges.STATES)
+        p.add_argument("--ref", default="", help="the commit or change, e.g. 'PR #12'")
+        p.add_argument("--link", default="", help="the change's address")
+        p.add_argument("--branch", default="")
+        p.add_argument("--target", default="")
+        p.add_argument("--ci", default="", help="the change's CI state")
+        p.add_argument("--reason", default="", help="why it was abandoned")
+        p.add_argument("--actor", default="cli", help="who reports it (default: cli)")
+        self.add_json(p)
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         getattr(self, "do_" + action)(**options)
@@ -400,6 +416,23 @@ class Command(ServiceCommand):
         self.stdout.write(f"♥ {worker} at {beat.at.isoformat()}")
         for bead_id in beat.confirmed:
             self.stdout.write(f"  confirmed the dispatch of {bead_id}")
+
+    def do_merge(self, id: str, state: str, actor: str, json: bool, **options: Any) -> None:
+        names = ("ref", "link", "branch", "target", "ci", "reason")
+        change = merges.Change(state, "cli", **{name: options[name] for name in names})
+        changed = merges.record(id, change, actor=actor)
+        if json:
+            self.write_json({"id": id, "changed": changed, "merge": summaries.merge_of(id)})
+            return
+        words = {
+            "open": "submitted, waiting to merge",
+            "merged": "merged",
+            "abandoned": "abandoned",
+        }
+        if changed:
+            self.stdout.write(f"{id}: {words[state]}")
+        else:
+            self.stdout.write(f"{id}: already {words[state]}, nothing changed")
 
     def do_retry(self, id: str, actor: str, **_: Any) -> None:
         bead, changed = controls.retry(id, actor=actor)
