@@ -561,7 +561,11 @@ def stage(request: HttpRequest, payload: StageIn) -> tuple[int, dict[str, Any]]:
 def launch_convoy(request: HttpRequest, payload: LaunchIn) -> dict[str, Any]:
     need(request, "change_convoy")
     return launch.launch(
-        payload.ids, force=payload.force, title=payload.title, actor=f"api:{request.user}"
+        payload.ids,
+        force=payload.force,
+        title=payload.title,
+        actor=f"api:{request.user}",
+        merge=payload.merge,
     ).as_json()
 
 

@@ -1,5 +1,6 @@
 """Landed means merged: a convoy merging by `mr` lands only once its closed beads are merged."""
 
+import html
 import json
 import re
 from collections import Counter
@@ -356,3 +357,28 @@ def test_the_command_line_stages_under_mr_reports_merges_and_shows_them(routes, 
         command("beads", "merge", "gt-a", "landed")
     with pytest.raises(CommandError, match='invalid --merge value "fast"'):
         command("convoy", "stage", "gt-a", "--merge", "fast")
+
+
+def test_the_stage_page_stages_under_the_merge_strategy_chosen(routes):
+    bead("gt-a")
+    client = logged_in(user_with("olga", "view_convoy", "add_convoy", "change_convoy"))
+    preview = client.get("/stage/?ids=gt-a").content.decode()
+    assert '<option value="mr">mr: done once its change is merged</option>' in preview
+    answer = client.post("/stage/", {"ids": "gt-a", "do": "stage", "merge": "mr"})
+    assert answer.status_code == 302
+    assert Convoy.objects.get().merge_strategy == "mr"
+    refused = client.post("/stage/", {"ids": "gt-a", "do": "stage", "merge": "sideways"})
+    assert 'invalid --merge value "sideways"' in html.unescape(refused.content.decode())
+    assert Convoy.objects.get().merge_strategy == "mr"
+
+
+def test_the_dashboard_counts_submitted_beads(routes, closing):
+    bead("gt-a")
+    bead("gt-b")
+    mr_convoy(["gt-a", "gt-b"])
+    closing("gt-a")
+    page = logged_in(viewer("vera")).get("/").content.decode()
+    assert (
+        '<span class="submitted-count" title="closed, waiting to merge">◐ 1 submitted</span>'
+        in page
+    )

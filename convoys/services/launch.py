@@ -65,8 +65,15 @@ class LaunchResult:
 
 
 def launch(
-    ids: Sequence[str], *, force: bool = False, actor: str = "cli", title: str | None = None
+    ids: Sequence[str],
+    *,
+    force: bool = False,
+    actor: str = "cli",
+    title: str | None = None,
+    merge: str = "",
 ) -> LaunchResult:
+    """Stage (an epic or beads, with `merge` its merge strategy) and launch, or launch a
+    staged convoy."""
     # An id no row can hold (a NUL) is refused by name by staging, not looked up here.
     if len(ids) == 1 and not text_problem(ids[0]) and Convoy.objects.filter(pk=ids[0]).exists():
         convoy = Convoy.objects.get(pk=ids[0])
@@ -81,7 +88,7 @@ def launch(
             plan.refusal + "\n" + "\n".join(f"  [{f.category}] {f.message}" for f in plan.errors)
         )
     _preflight(plan.status, plan.dag, force, plan.convoy_id or "(new)")
-    plan = staging.stage(ids, title, actor=actor)
+    plan = staging.stage(ids, title, actor=actor, merge=merge)
     result = launch_staged(plan.convoy_id, force=force, actor=actor)
     result.plan = plan
     return result

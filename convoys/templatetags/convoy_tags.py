@@ -167,6 +167,12 @@ def convoy_row(context: Context, row: DashboardRow) -> SafeString:
             '\n      <span class="tag bad" title="a bead was dispatched more than 3 times in an '
             'hour">spin</span>'
         )
+    waiting = (
+        f' <span class="submitted-count" title="closed, waiting to merge">'
+        f"◐ {s['submitted']} submitted</span>"
+        if s.get("submitted")
+        else ""
+    )
     href = escape(_convoy_url(context).replace("__ID__", quoted_url_segment(c.pk)))
     return mark_safe(  # noqa: S308 - each value above is escaped
         f'<tr data-convoy="{cid}" id="convoy-{cid}" class="convoy-row">\n'
@@ -175,7 +181,7 @@ def convoy_row(context: Context, row: DashboardRow) -> SafeString:
         f'    <td class="progress">{bar(s)}</td>\n'
         f'    <td class="counts"><span class="done-count">{s["done"]}</span>/'
         f'<span class="total-count">{s["total"]}</span> '
-        f'<span class="percent">{s["percent_complete"]}%</span></td>\n'
+        f'<span class="percent">{s["percent_complete"]}%</span>{waiting}</td>\n'
         f"    <td>{escape(formatting.person(c.owner) or '—')}</td>\n"
         f"    <td>{when(context, c.created_at)}</td>\n"
         f'    <td class="activity">{when(context, s["last_activity"])}</td>\n'

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -24,13 +25,14 @@ def stage(request: HttpRequest) -> HttpResponse:
     epic = request.POST.get("epic") or request.GET.get("epic", "")
     ids = [epic] if epic else ids_text.replace(",", " ").split()
     title = request.POST.get("title") or None
+    merge = request.POST.get("merge", "")
     plan, error, text = None, "", ""
     if request.method == "POST":
         if not request.user.has_perm("convoys.add_convoy"):
             raise PermissionDenied("You may not stage convoys.")
         try:
             if request.POST.get("do") == "stage":
-                plan = staging.stage(ids, title, actor=actor(request))
+                plan = staging.stage(ids, title, actor=actor(request), merge=merge)
                 if not plan.errors:
                     verb = "Re-staged" if plan.restaged else "Staged"
                     words = formatting.status_words(plan.status)
@@ -43,7 +45,11 @@ def stage(request: HttpRequest) -> HttpResponse:
                 if not request.user.has_perm("convoys.change_convoy"):
                     raise PermissionDenied("You may not launch convoys.")
                 result = launch.launch(
-                    ids, force=request.POST.get("force") == "1", title=title, actor=actor(request)
+                    ids,
+                    force=request.POST.get("force") == "1",
+                    title=title,
+                    actor=actor(request),
+                    merge=merge,
                 )
                 messages.success(
                     request,
@@ -73,6 +79,8 @@ def stage(request: HttpRequest) -> HttpResponse:
         "moved": list(plan.moved.items())[:PREVIEW_CHIPS] if plan else [],
         "epics": epics,
         "title": title or "",
+        "merge": merge,
+        "merge_default": settings.CONVOY_MERGE_STRATEGY,
         "waves": _wave_chips(plan) if plan and plan.waves else [],
         "waves_more": max(0, len(plan.waves) - PREVIEW_WAVES) if plan else 0,
     }
