@@ -12,6 +12,7 @@ from convoys.models import (
     Bead,
     Dispatch,
 )
+from convoys.rules.merging import SUBMITTED
 from convoys.rules.rows import TrackedRow
 
 
@@ -28,7 +29,8 @@ class Samples(NamedTuple):
 def samples(tracked_rows: Iterable[TrackedRow]) -> Samples:
     """The convoy's closed beads' times (else, with fewer than three, its rigs' recent ones)."""
     tracked_rows = list(tracked_rows)
-    closed = [b for b in tracked_rows if b.status == "closed" and b.closed_at]
+    # A submitted bead (closed, waiting for its merge) took its time too.
+    closed = [b for b in tracked_rows if b.status in ("closed", SUBMITTED) and b.closed_at]
     started = dict(
         Dispatch.objects.filter(bead_id__in=[b.pk for b in closed], ok=True)
         .values("bead_id")

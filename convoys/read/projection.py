@@ -62,6 +62,7 @@ from convoys.rules.rows import (
 Gate = tuple[str, str, str, str]  # (id, title, issue type, status) of a blocker that is no task
 Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[Gate]]
 
+WAITING_TO_MERGE = "waiting-to-merge"  # the cause of a submitted bead (`causes`)
 SEGMENTS = ("done", "submitted", "active", "failed", "ready", "blocked", "unknown")
 CHUNK = 500  # ids per query
 BULK = "projection-bulk"  # the cursor where a bulk load's unsettled range starts
@@ -200,7 +201,11 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
             "worker_dead": dead_at is not None and dead_at < now,
             "dead_at": dead_at,
             "cooldown_until": cooling_until.get(bead_id),
-            "cause": cause_of[bead_id]["kind"] if bead_id in cause_of else "",
+            "cause": cause_of[bead_id]["kind"]
+            if bead_id in cause_of
+            else WAITING_TO_MERGE
+            if bead_id in submitted
+            else "",
         }
     return result
 

@@ -22,6 +22,10 @@ holds, in this order, is the cause:
                         per scan (the next scan: by when)
   ready                 the next feed takes it (the open convoys that feed it)
 
+and a closed bead that waits for its merge (`merging`: tracked by a convoy merging by mr) is
+
+  waiting-to-merge      submitted: its change (link, branch) and since when it waits
+
 The rules are not derived again here: readiness (`readiness.ready_beads`, `blocked_by`,
 `worker_dead`), the breaker and cooldown (`rules.breaker`), the pause (the convoy rows the
 claim reads) and the town capacity queue (`rules.capacity`) decide; this module only names
@@ -58,6 +62,7 @@ from convoys.models import (
     Convoy,
     Dependency,
     Dispatch,
+    Merge,
     Rig,
     TrackedBead,
     Worker,
@@ -104,6 +109,7 @@ KINDS = (
     "working",
     "dead-worker",
     "ready",
+    "waiting-to-merge",
 )
 LISTED = 20  # blocker ids named in a cause; `count` says how many there are
 BY_ID = 64  # at most this many beads: their dead workers asked by id, not by a subquery
@@ -314,7 +320,7 @@ def _read_rows(beads: QuerySet[Bead]) -> tuple[dict[str, tuple[BeadRow, datetime
     for r in beads.values_list(
         "id", "status", "issue_type", "assignee", "rig_id", "rig__state", "updated_at"
     ):
-        if r[1] in DONE_STATUSES:
+        if r[1] in DONE_STATUSES or r[1] == merging.SUBMITTED:
             done.add(r[0])
         else:
             rows[r[0]] = (BeadRow(r[1], r[2], r[3], r[4] or "", r[5] or ""), r[6])
@@ -327,7 +333,7 @@ def _known_rows(
     """The same from rows and rig states read already."""
     rows, done = {}, set()
     for bead_id, b in beads.items():
-        if b.status in DONE_STATUSES:
+        if b.status in DONE_STATUSES or b.status == merging.SUBMITTED:
             done.add(bead_id)
         else:
             rig = b.rig_id or ""
@@ -421,7 +427,9 @@ def load(
         rows, done = _known_rows(known.beads, known.rigs)
     wanted = [i for i in dict.fromkeys(bead_ids) if i not in done]
     result = Causes()
+    submitted = _waiting_to_merge([i for i in dict.fromkeys(bead_ids) if i in done])
     if not wanted:
+        result.update(submitted)
         return result
     unfinished = beads.exclude(status__in=DONE_STATUSES)
     ready, blocking, not_work = _readiness(unfinished, now, known)
@@ -468,8 +476,36 @@ def load(
     if queues:
         town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
     result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
+    result.update(submitted)
     result.blockers = frozenset(b for ids in blocking.values() for b in ids)
     result.limited = bool(capped) or town_capped
+    return result
+
+
+def _waiting_to_merge(closed: Sequence[str]) -> dict[str, Cause]:
+    """The cause of each of the `closed` beads that waits for its merge: its change, and
+    since when (`since`, its close) (one to three queries)."""
+    waiting = sorted(merging.awaiting_among(closed)) if closed else []
+    if not waiting:
+        return {}
+    changes = {m.bead_id: m for m in Merge.objects.filter(bead_id__in=waiting)}
+    closed_at = dict(Bead.objects.filter(pk__in=waiting).values_list("id", "closed_at"))
+    result: dict[str, Cause] = {}
+    for bead_id in waiting:
+        change = changes.get(bead_id)
+        since = closed_at.get(bead_id)
+        text = "waiting to merge"
+        where = [p for p in (change.ref, change.branch) if p] if change else []
+        if change and change.state == Merge.ABANDONED:
+            text += f"; its last change was abandoned: {change.reason or 'closed without merge'}"
+        elif where:
+            text += f": {' '.join(where)}"
+        else:
+            text += ": no change reported yet"
+        cause: Cause = {"kind": "waiting-to-merge", "text": text, "since": since}
+        if change and change.link:
+            cause["link"] = change.link
+        result[bead_id] = cause
     return result
 
 

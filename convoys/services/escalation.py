@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 CLOSED, DISPATCHED = "bead.closed", "bead.dispatched"
+DONE_KINDS = (CLOSED, "bead.merged")  # a bead done: closed, or (merging by mr) merged
+MERGING = "waiting-to-merge"  # the cause of a closed bead that waits for its merge
 # What undoes a dispatch: it failed, or the catch-up released it (services.dispatch.recover).
 UNDONE = ("dispatch.failed", "dispatch.abandoned", "dispatch.released")
 START_KINDS = ("convoy.created", "convoy.imported", "convoy.launched", "convoy.reopened")
@@ -85,7 +87,7 @@ def last_progress(convoys: Iterable[Convoy]) -> dict[str, datetime]:
             .annotate(at=Max("created_at"))
         )
         events = Event.objects.filter(bead_id=OuterRef("bead_id")).order_by("-seq")
-        closed = events.filter(kind=CLOSED)
+        closed = events.filter(kind__in=DONE_KINDS)
         # A dispatch that failed (a `dispatch.failed` of the bead after it) is no progress.
         failed = Event.objects.filter(
             bead_id=OuterRef("bead_id"), kind__in=UNDONE, seq__gt=OuterRef("seq")
@@ -222,10 +224,11 @@ def escalate_stuck(now: datetime | None = None) -> list[Escalated]:
         if not found:
             continue  # empty or complete: the stranded scan closes or lands it
         causes = cause_lines(found)
+        merging = all(cause["kind"] == MERGING for cause in found.values())
         with transaction.atomic():
             count = _claim(convoy, since, row, fresh, causes, now)
             if count:
-                _notify(convoy, since, count, causes, now)
+                _notify(convoy, since, count, causes, now, merging)
         if count:
             sent.append({"id": convoy.pk, "escalation": count, "causes": causes})
     return sent
@@ -303,17 +306,24 @@ def cause_lines(found: Mapping[str, Cause]) -> list[str]:
 
 
 def _notify(
-    convoy: Convoy, since: datetime, count: int, causes: Sequence[str], now: datetime
+    convoy: Convoy,
+    since: datetime,
+    count: int,
+    causes: Sequence[str],
+    now: datetime,
+    merging: bool = False,
 ) -> None:
+    """`merging`: every bead not done waits for its merge, and the notice says so."""
     title = " ".join(convoy.title.split())
     stalled = duration((now - since).total_seconds())
+    stuck = f"waiting to merge for {stalled}" if merging else "stuck"
     if count == 1:
-        subject = f"⚠ Convoy stuck: {title}"
+        subject = f"⚠ Convoy {stuck}: {title}"
     else:
-        subject = f"⚠ Convoy still stuck (notice {count} of {MAX_NOTIFICATIONS}): {title}"
+        subject = f"⚠ Convoy still {stuck} (notice {count} of {MAX_NOTIFICATIONS}): {title}"
     lines = [
         f"Convoy {convoy.pk} has made no progress for {stalled} "
-        f"(no bead closed or dispatched since {since:%Y-%m-%d %H:%M} UTC).",
+        f"(no bead closed, merged or dispatched since {since:%Y-%m-%d %H:%M} UTC).",
         "",
         "Why it is not moving:",
         *(f"  - {line}" for line in causes),
