@@ -12,6 +12,8 @@ tried first, so "REJECTED: already on main" is abandoned, not merged.
 import re
 from collections.abc import Callable, Iterable, Sequence
 
+from convoys.core.ids import BEAD_ID_MAX
+
 MERGED, ABANDONED, OPEN = "merged", "abandoned", "open"
 OUTCOMES = (MERGED, ABANDONED)
 # A bead closed with one of these was merged by its own close (the refinery's and `gt done
@@ -19,8 +21,10 @@ OUTCOMES = (MERGED, ABANDONED)
 SELF_MERGED_PREFIXES = ("Merged in ", "Direct merge to ")
 MR_FIELDS = ("branch", "target", "source_issue", "rig")
 _FIELD = re.compile(r"^\s*(branch|target|source_issue|rig):\s*(\S+)\s*$", re.MULTILINE)
-# What may be a bead id inside free text: letters and digits around at least one '-'.
-_CANDIDATE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._]*(?:-[A-Za-z0-9._]+)+")
+# What may be a bead id inside free text: letters and digits around at least one '-' (the
+# ends' '.' and '_' stripped). Possessive, and only from the start of a run: linear time on
+# any text (a forge sends up to 1 MiB of it).
+_CANDIDATE = re.compile(r"(?<![A-Za-z0-9._])[A-Za-z0-9._]++(?:-[A-Za-z0-9._]++)+")
 
 
 def compiled(patterns: Iterable[str]) -> list[re.Pattern[str]]:
@@ -65,20 +69,28 @@ def mr_fields(description: str) -> dict[str, str]:
 def named_ids(texts: Iterable[str], known: Callable[[Sequence[str]], set[str]]) -> list[str]:
     """The bead ids that `texts` name (a branch such as `polecat/nux/gt-abc12`, a title, a
     body), first mention first; `known` says which candidates exist."""
-    candidates: list[str] = []
+    candidates: dict[str, None] = {}  # ordered, without repeats
     for text in texts:
         for match in _CANDIDATE.finditer(text or ""):
             word = match.group(0).strip("._")
             for candidate in (word, *_segments(word)):
-                if candidate not in candidates:
-                    candidates.append(candidate)
+                if len(candidate) <= BEAD_ID_MAX:
+                    candidates.setdefault(candidate)
     if not candidates:
         return []
-    found = known(candidates)
+    found = known(list(candidates))
     return [c for c in candidates if c in found]
 
 
 def _segments(word: str) -> list[str]:
-    """The shorter ids inside a longer word: `fix-gt-abc12` also names `gt-abc12`."""
+    """The shorter ids inside a longer word, longest first: `fix-gt-abc12` also names
+    `gt-abc12`. Only those short enough to be an id, so a long word costs little."""
     parts = word.split("-")
-    return ["-".join(parts[i:]) for i in range(1, len(parts) - 1)]
+    found: list[str] = []
+    length = len(parts[-1])
+    for i in range(len(parts) - 2, 0, -1):
+        length += 1 + len(parts[i])
+        if length > BEAD_ID_MAX:
+            break
+        found.append("-".join(parts[i:]))
+    return found[::-1]
