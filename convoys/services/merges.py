@@ -15,15 +15,16 @@ pass is harmless.
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from convoys.core import merges as core
+from convoys.core.forges import Report
 from convoys.log import queue
 from convoys.log.events import record as record_event
-from convoys.models import CONVOY_CLOSED, Bead, Convoy, Merge, SourcedRecord
+from convoys.models import CONVOY_CLOSED, Bead, Convoy, ForgeDelivery, Merge, SourcedRecord
 from convoys.rules import merging
 from convoys.services import beads as bead_service
 from convoys.services import notify
@@ -126,6 +127,65 @@ def _needs_work(bead: Bead, row: Merge, actor: str, reopen: bool) -> None:
             f"The change for {bead.pk} ({row.branch or row.ref or row.source}) was closed "
             f"without merge: {why}.\nThe bead needs work again before {convoy.pk} can land.",
         )
+
+
+# --- forge webhooks ------------------------------------------------------------------------------
+class Received(NamedTuple):
+    """What a forge delivery did: the beads it named and those whose change it changed."""
+
+    duplicate: bool
+    beads: list[str]
+    recorded: list[str]
+
+
+def receive(forge: str, delivery: str, report: Report) -> Received:
+    """Record a forge delivery's change for every bead its texts name, and the delivery, in
+    one transaction; a delivery id seen before changes nothing (`duplicate`)."""
+    seen = Received(True, [], [])
+    try:
+        with transaction.atomic():
+            if ForgeDelivery.objects.filter(forge=forge, delivery=delivery).exists():
+                return seen
+            beads = core.named_ids(report.texts, known_ids)
+            change = Change(
+                report.state,
+                forge,
+                ref=report.ref,
+                link=report.link,
+                branch=report.branch,
+                target=report.target,
+                ci=report.ci,
+                reason=report.reason,
+            )
+            actor = f"{forge}:{report.sender}" if report.sender else forge
+            recorded = [b for b in _receiving(beads, report) if record(b, change, actor[:255])]
+            ForgeDelivery.objects.create(
+                forge=forge,
+                delivery=delivery,
+                received_at=timezone.now(),
+                outcome=_outcome(report, beads, recorded),
+            )
+    except IntegrityError:  # the same delivery, received by another process at once
+        return seen
+    return Received(False, beads, recorded)
+
+
+def _receiving(beads: list[str], report: Report) -> list[str]:
+    """The beads a report may change: a CI report never revives an abandoned change."""
+    if not report.only_ci or not beads:
+        return beads
+    abandoned = set(
+        Merge.objects.filter(pk__in=beads, state=Merge.ABANDONED).values_list("pk", flat=True)
+    )
+    return [b for b in beads if b not in abandoned]
+
+
+def _outcome(report: Report, beads: list[str], recorded: list[str]) -> str:
+    if not beads:
+        return f"{report.state}: no known bead named"
+    what = report.state + (f", ci {report.ci}" if report.ci else "")
+    line = f"{what}: {', '.join(beads)}; changed {', '.join(recorded) or 'nothing'}"
+    return line if len(line) <= 500 else line[:499] + "…"
 
 
 # --- the bead store ------------------------------------------------------------------------------
