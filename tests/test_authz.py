@@ -114,6 +114,14 @@ PAGES = {
         ("POST", "/beads/gt-x/retry/", {}, (L, 403, 403, 302, 302)),
         ("POST", "/beads/gt-nope/retry/", {}, (L, 403, 403, 404, 404)),
     ],
+    # forge webhooks: signed by the forge, not by a login; an unsigned delivery is refused
+    **{
+        f"hooks/{forge}": [
+            ("GET", f"/hooks/{forge}", None, (405,) * 5),
+            ("POST", f"/hooks/{forge}", {}, (401,) * 5),
+        ]
+        for forge in ("github", "gitlab", "gitea")
+    },
     "stage/": [
         ("GET", "/stage/?ids=gt-x", None, (L, 403, 200, 200, 200)),
         ("POST", "/stage/", {"ids": "gt-x", "do": "stage"}, (L, 403, 403, 302, 302)),
@@ -312,6 +320,8 @@ API = [
     ("/api/convoys/" + MISSING + "/ack", "POST", {}, (401, 403, 404, 404, 404)),
     ("/api/beads/gt-x/retry", "POST", {}, WRITE),
     ("/api/beads/gt-nope/retry", "POST", {}, (401, 403, 403, 404, 404)),
+    ("/api/beads/gt-x/merge", "POST", {"state": "open", "branch": "b"}, WRITE),
+    ("/api/beads/gt-nope/merge", "POST", {"state": "open"}, (401, 403, 403, 404, 404)),
     # the document and its page: any signed-in user or token holder
     ("/api/openapi.json", "GET", None, (401, 200, 200, 200, 200)),
     ("/api/docs", "GET", None, (L, 200, 200, 200, 200)),
@@ -580,7 +590,8 @@ def test_api_answers_each_role_as_the_table_says(world, token):
 @pytest.mark.django_db
 def test_writes_need_a_csrf_token_with_a_session_but_not_with_a_bearer_token(world):
     """Every POST row of the tables and every API write, without a CSRF token: refused (403)
-    for everyone with a session, and for anonymous on pages; an anonymous API write is 401
+    for everyone with a session, and for anonymous on pages (a forge webhook, which a
+    signature authenticates, refuses an unsigned delivery: 401); an anonymous API write is 401
     (it sent no credentials at all); with a Bearer token the API answers as its table says.
     An /api/ path that names no operation writes nothing: its JSON 404 comes first."""
     api_rows = [(route_of(path), method, path, body, want) for path, method, body, want in API]
@@ -594,6 +605,8 @@ def test_writes_need_a_csrf_token_with_a_session_but_not_with_a_bearer_token(wor
             got = answer(world, role, method, path, data, client=BROWSER)
             no_operation = resolve(path.split("?")[0]).func is api_not_found
             unsigned = role == "anonymous" and route in openapi_paths()
+            # A forge's webhook carries its forge's signature, not a session: no CSRF token.
+            unsigned |= route.startswith("hooks/")
             if got != (404 if no_operation else 401 if unsigned else 403):
                 wrong.append(f"{method} {path} as {role} without a CSRF token: {got}")
             if route in openapi_paths() and role != "anonymous":

@@ -4,6 +4,7 @@ import html
 import json
 import re
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
@@ -13,12 +14,13 @@ from django.test import Client
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Merge, Notification
 from convoys.rules import merging
 from convoys.rules.readiness import ready_among
-from convoys.services import convoys, jsonl, merges
+from convoys.rules import causes
+from convoys.services import convoys, escalation, jsonl, merges
 from convoys.services.errors import NeedsForce, NotFound, ServiceError
 from convoys.services.merges import Change
 from convoys.services.tokens import create_token
 
-from .support.factories import bead, blocks, command, launched
+from .support.factories import STUCK, bead, blocks, command, launched, started
 from .support.pages import as_of, assert_parts_of, live
 from .support.paths import FIXTURES, shared_file
 from .support.sync import rewrite, run_sync
@@ -382,3 +384,30 @@ def test_the_dashboard_counts_submitted_beads(routes, closing):
         '<span class="submitted-count" title="closed, waiting to merge">◐ 1 submitted</span>'
         in page
     )
+
+
+def test_a_convoy_stuck_on_merges_alone_escalates_as_waiting_to_merge(routes, closing):
+    bead("gt-a")
+    convoy = mr_convoy(["gt-a"], owner="alice")
+    closing("gt-a")
+    merges.record("gt-a", Change("open", "gitlab", ref="!12", branch="polecat/nux/gt-a"))
+    cause = causes.for_bead("gt-a")
+    assert cause["kind"] == "waiting-to-merge"
+    assert cause["text"] == "waiting to merge: !12 polecat/nux/gt-a"
+    assert ConvoyFacts.objects.get(pk=convoy.pk).causes == {"waiting-to-merge": 1}
+    sent = escalation.escalate_stuck(now=started(convoy) + STUCK + timedelta(minutes=1))
+    assert [s["id"] for s in sent] == [convoy.pk]
+    notice = Notification.objects.get(kind="escalation", convoy_id=convoy.pk)
+    assert notice.subject.startswith("⚠ Convoy waiting to merge for ")
+    assert "gt-a (waiting to merge): waiting to merge: !12 polecat/nux/gt-a" in notice.body
+
+
+def test_a_merge_is_progress_for_the_escalation_clock(routes, closing):
+    bead("gt-a")
+    bead("gt-b")
+    convoy = mr_convoy(["gt-a", "gt-b"])
+    closing("gt-a")
+    closing("gt-b")
+    merged("gt-a")
+    merged_at = Event.objects.get(kind="bead.merged").created_at
+    assert escalation.last_progress([convoy])[convoy.pk] == merged_at
