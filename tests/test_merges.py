@@ -12,9 +12,8 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Merge, Notification
-from convoys.rules import merging
+from convoys.rules import causes, merging
 from convoys.rules.readiness import ready_among
-from convoys.rules import causes
 from convoys.services import convoys, escalation, jsonl, merges
 from convoys.services.errors import NeedsForce, NotFound, ServiceError
 from convoys.services.merges import Change
