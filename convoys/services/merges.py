@@ -81,7 +81,7 @@ def record(bead_id: str, change: Change, actor: str = "") -> bool:
         if _fields(row) == before:
             return False
         row.updated_at = now
-        row.save()
+        row.save(force_insert=before is None)  # a new row: one INSERT, not UPDATE then INSERT
         state_changed = before is None or before["state"] != row.state
         kind = KIND_OF[row.state] if state_changed else "merge.opened"
         event = record_event(
