@@ -14,7 +14,7 @@ from django.test import Client
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Merge, Notification
 from convoys.rules import causes, merging
 from convoys.rules.readiness import ready_among
-from convoys.services import convoys, escalation, jsonl, merges
+from convoys.services import convoys, escalation, jsonl, merges, staging
 from convoys.services.errors import NeedsForce, NotFound, ServiceError
 from convoys.services.merges import Change
 from convoys.services.tokens import create_token
@@ -410,3 +410,39 @@ def test_a_merge_is_progress_for_the_escalation_clock(routes, closing):
     merged("gt-a")
     merged_at = Event.objects.get(kind="bead.merged").created_at
     assert escalation.last_progress([convoy])[convoy.pk] == merged_at
+
+
+def test_the_bead_page_shows_a_submitted_bead_and_its_change(routes, closing):
+    bead("gt-a")
+    mr_convoy(["gt-a"])
+    closing("gt-a")
+    merges.record("gt-a", Change("open", "gitea", ref="#3", link="https://forge/3", ci="pending"))
+    page = html.unescape(logged_in(viewer("vera")).get("/beads/gt-a/").content.decode())
+    assert '<dd class="b-status">submitted, waiting to merge</dd>' in page
+    assert 'submitted · <a href="https://forge/3" rel="noopener noreferrer">#3</a>' in page
+    assert "CI pending" in page and "waiting to merge: #3" in page
+
+
+def test_staging_puts_a_merge_blocked_bead_in_a_later_wave(routes):
+    bead("gt-a")
+    bead("gt-b")
+    blocks("gt-a", "gt-b", "merge-blocks")
+    plan = staging.analyze(["gt-a", "gt-b"])
+    assert plan.waves == [["gt-a"], ["gt-b"]]
+
+
+def test_causes_say_what_waits_for_a_merge_and_what_was_abandoned(routes, closing):
+    bead("gt-a")
+    bead("gt-b")
+    bead("gt-c")
+    blocks("gt-a", "gt-b", "merge-blocks")
+    blocks("gt-c", "gt-b")
+    mr_convoy(["gt-a", "gt-b", "gt-c"])
+    closing("gt-a")
+    assert causes.for_bead("gt-b")["text"] == "blocked by gt-c; waits for gt-a to merge"
+    closing("gt-c")
+    assert causes.for_bead("gt-b")["text"] == "waits for gt-a to merge"
+    merges.record("gt-a", Change("abandoned", "github", reason="closed without merge"))
+    cause = causes.for_bead("gt-a")  # reopened: it needs work again, and says why
+    assert cause["abandoned"] == "closed without merge"
+    assert cause["text"].endswith("(its change was abandoned: closed without merge)")

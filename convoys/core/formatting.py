@@ -246,6 +246,7 @@ STATUS_WORDS = {
     "in_progress": "in progress",
     "hooked": "hooked (dispatched)",
     "tombstone": "deleted",
+    "submitted": "submitted, waiting to merge",
     "unknown": "not in database",
 }
 EVENT_WORDS = {
@@ -254,6 +255,9 @@ EVENT_WORDS = {
     "bead.status": "status changed",
     "bead.closed": "bead closed",
     "bead.reopened": "bead reopened",
+    "bead.merged": "change merged",
+    "merge.opened": "change submitted",
+    "merge.abandoned": "change abandoned",
     "bead.dispatched": "dispatched",
     "dispatch.failed": "dispatch failed",
     "dispatch.ok": "worker has it",

@@ -10,8 +10,11 @@ from convoys.models import (
     Dependency,
     Dispatch,
     Event,
+    Merge,
 )
 from convoys.rules import causes as causemod
+from convoys.rules import merging
+from convoys.rules.causes import WAITING_TO_MERGE
 from convoys.rules.readiness import blocked_by, is_ready
 
 # --- the bead page, the stage page's epics, the subscriptions page -----------------------------
@@ -49,6 +52,8 @@ class BeadPage:
     events: list[Event]
     dispatches: list[Dispatch]
     watch: str  # the live topics of what the page shows
+    status: str = ""  # as pages show it: "submitted" for a closed bead waiting to merge
+    merge: Merge | None = None  # its change, when a source reported one
 
 
 def bead_page(bead_id: str, deps_page: int, now: datetime) -> BeadPage | None:
@@ -87,4 +92,10 @@ def bead_page(bead_id: str, deps_page: int, now: datetime) -> BeadPage | None:
         events=list(Event.objects.filter(bead_id=bead.pk).order_by("-seq")[:100]),
         dispatches=list(Dispatch.objects.filter(bead_id=bead.pk)[:20]),
         watch=",".join(watch),
+        status=merging.SUBMITTED if _waits(state.cause) else bead.status,
+        merge=Merge.objects.filter(pk=bead.pk).first(),
     )
+
+
+def _waits(cause: dict[str, Any] | None) -> bool:
+    return bool(cause) and cause is not None and cause["kind"] == WAITING_TO_MERGE

@@ -49,6 +49,7 @@ from convoys.models import (
 )
 from convoys.rules import causes as causemod
 from convoys.rules import merging, stranding
+from convoys.rules.causes import WAITING_TO_MERGE
 from convoys.rules.readiness import blocked_by, ready_among, ready_beads
 from convoys.rules.rows import (
     Edge,
@@ -62,7 +63,6 @@ from convoys.rules.rows import (
 Gate = tuple[str, str, str, str]  # (id, title, issue type, status) of a blocker that is no task
 Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[Gate]]
 
-WAITING_TO_MERGE = "waiting-to-merge"  # the cause of a submitted bead (`causes`)
 SEGMENTS = ("done", "submitted", "active", "failed", "ready", "blocked", "unknown")
 CHUNK = 500  # ids per query
 BULK = "projection-bulk"  # the cursor where a bulk load's unsettled range starts

@@ -111,6 +111,7 @@ KINDS = (
     "ready",
     "waiting-to-merge",
 )
+WAITING_TO_MERGE = "waiting-to-merge"  # a closed bead's cause while it waits for its merge
 LISTED = 20  # blocker ids named in a cause; `count` says how many there are
 BY_ID = 64  # at most this many beads: their dead workers asked by id, not by a subquery
 
@@ -476,10 +477,41 @@ def load(
     if queues:
         town_capped = _town_capacity(facts, now, known.cap if known is not None else None)
     result.update((bead_id, decide(facts[bead_id])) for bead_id in wanted)
+    _said_of_merges(result, wanted)
     result.update(submitted)
     result.blockers = frozenset(b for ids in blocking.values() for b in ids)
     result.limited = bool(capped) or town_capped
     return result
+
+
+def _said_of_merges(result: dict[str, Cause], wanted: Sequence[str]) -> None:
+    """Words the merges add to causes decided already: a blocker that is closed and waits only
+    for its merge (`merge-blocks`) is named as such, and a bead whose change was abandoned
+    says so (it needs work again)."""
+    blocked = {i: c for i, c in result.items() if c["kind"] == "blocked"}
+    if blocked:
+        closed = Bead.objects.filter(pk=OuterRef("depends_on_id"), status="closed")
+        edges = (
+            Dependency.objects.filter(issue_id__in=list(blocked), type="merge-blocks")
+            .filter(Exists(closed))
+            .values_list("issue_id", "depends_on_id")
+        )
+        merging_of: dict[str, list[str]] = {}
+        for issue_id, target in edges:
+            if target in blocked[issue_id]["blockers"]:
+                merging_of.setdefault(issue_id, []).append(target)
+        for bead_id, targets in merging_of.items():
+            cause = blocked[bead_id]
+            cause["merging"] = sorted(targets)
+            rest = [b for b in cause["blockers"] if b not in targets]
+            waits = f"waits for {_ids(sorted(targets))} to merge"
+            cause["text"] = f"blocked by {_ids(rest)}; {waits}" if rest else waits
+    abandoned = Merge.objects.filter(bead_id__in=list(wanted), state=Merge.ABANDONED)
+    for bead_id, reason in abandoned.values_list("bead_id", "reason"):
+        if bead_id in result:
+            why = reason or "closed without merge"
+            result[bead_id]["abandoned"] = why
+            result[bead_id]["text"] += f" (its change was abandoned: {why})"
 
 
 def _waiting_to_merge(closed: Sequence[str]) -> dict[str, Cause]:
@@ -502,7 +534,7 @@ def _waiting_to_merge(closed: Sequence[str]) -> dict[str, Cause]:
             text += f": {' '.join(where)}"
         else:
             text += ": no change reported yet"
-        cause: Cause = {"kind": "waiting-to-merge", "text": text, "since": since}
+        cause: Cause = {"kind": WAITING_TO_MERGE, "text": text, "since": since}
         if change and change.link:
             cause["link"] = change.link
         result[bead_id] = cause

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 CLOSED, DISPATCHED = "bead.closed", "bead.dispatched"
 DONE_KINDS = (CLOSED, "bead.merged")  # a bead done: closed, or (merging by mr) merged
-MERGING = "waiting-to-merge"  # the cause of a closed bead that waits for its merge
 # What undoes a dispatch: it failed, or the catch-up released it (services.dispatch.recover).
 UNDONE = ("dispatch.failed", "dispatch.abandoned", "dispatch.released")
 START_KINDS = ("convoy.created", "convoy.imported", "convoy.launched", "convoy.reopened")
@@ -224,7 +223,7 @@ def escalate_stuck(now: datetime | None = None) -> list[Escalated]:
         if not found:
             continue  # empty or complete: the stranded scan closes or lands it
         causes = cause_lines(found)
-        merging = all(cause["kind"] == MERGING for cause in found.values())
+        merging = all(cause["kind"] == causemod.WAITING_TO_MERGE for cause in found.values())
         with transaction.atomic():
             count = _claim(convoy, since, row, fresh, causes, now)
             if count:
