@@ -23,6 +23,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Schema, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -213,6 +214,9 @@ class ConvoyOut(Schema):
     status: str
     owner: str
     merge_strategy: str  # direct, mr (a closed bead is done once merged) or local
+    due_at: datetime | None = None  # when it should land
+    # on-track, at-risk or overdue (what the deadline scan told and the clock; "" no due time)
+    deadline: str = ""
     source: str | None = None  # the sync source its record comes from
     missing_from_source: bool = False
     created_at: datetime
@@ -334,6 +338,7 @@ class StageIn(Body):
     ids: list[Text] = Field(min_length=1)
     title: Text | None = None
     merge: Literal["direct", "mr", "local", ""] = ""  # "": keep it, or the town's default
+    due: TextUpTo50 | None = None  # when it should land: RFC 3339 with its zone
 
 
 class MergeIn(Body):
@@ -381,6 +386,8 @@ def _convoy_out(convoy: Convoy, summary: summaries.Summary) -> dict[str, Any]:
         "status": convoy.status,
         "owner": person(convoy.owner),
         "merge_strategy": merging.strategy(convoy),
+        "due_at": convoy.due_at,
+        "deadline": dashboard.deadline_shown(convoy, timezone.now()),
         "created_at": convoy.created_at,
         "closed_at": convoy.closed_at,
         "close_reason": convoy.close_reason,
@@ -550,7 +557,11 @@ def stage(request: HttpRequest, payload: StageIn) -> tuple[int, dict[str, Any]]:
     """200 with the plan, or 400 with the plan and `detail` when its errors refused staging."""
     need(request, "add_convoy")
     plan = staging.stage(
-        payload.ids, payload.title, actor=f"api:{request.user}", merge=payload.merge
+        payload.ids,
+        payload.title,
+        actor=f"api:{request.user}",
+        merge=payload.merge,
+        due=payload.due,
     )
     if plan.errors:
         return 400, {"detail": plan.refusal, **plan.as_json()}

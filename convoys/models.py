@@ -205,6 +205,10 @@ class Convoy(models.Model):
     pause_reason = models.TextField(blank=True, default="")
     labels = models.JSONField(default=list, blank=True)
     extra = models.JSONField(default=dict, blank=True)
+    # When it should have landed; `deadline` is the state its owners were last told of
+    # ("" none or on track, "at-risk", "overdue": `services.deadlines`).
+    due_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.CharField(max_length=10, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "id"]
@@ -459,7 +463,8 @@ class Notification(models.Model):
     LANDED, DISPATCHED, CLOSED = "landed", "dispatched", "closed"
     # Someone must act (a parked bead, a stuck convoy); every other kind is a receipt.
     ACTION_NEEDED, ESCALATION = "action_needed", "escalation"
-    ACTION_KINDS = (ACTION_NEEDED, ESCALATION)
+    AT_RISK, OVERDUE = "at_risk", "overdue"  # its forecast lands after its due time; past it
+    ACTION_KINDS = (ACTION_NEEDED, ESCALATION, AT_RISK, OVERDUE)
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE

@@ -1,7 +1,7 @@
 """django-q2 entry points: each a few lines calling a service. Tasks are enqueued through
 convoys/log/queue.py (by dotted name), so nothing below imports this module."""
 
-from convoys.services import escalation, feeding, notify, timekeeping
+from convoys.services import deadlines, escalation, feeding, notify, timekeeping
 
 
 def feed_town() -> list[str]:
@@ -19,6 +19,7 @@ def catch_up() -> feeding.CatchUp:
 def stranded_scan() -> feeding.ScanSummary:
     summary = feeding.stranded_scan()
     summary["escalated"] = escalation.escalate_stuck()  # idempotent: conditional updates
+    summary["deadlines"] = [t.state for t in deadlines.check()]  # the same
     return summary
 
 

@@ -1,6 +1,7 @@
 """What a number or a JSON document sent by a client may be: one rule for every entry (query
 strings, forms, API bodies, websocket frames), so no input reaches int() or the JSON decoder
-in a shape they fail on with anything but a refusal. No Django.
+in a shape they fail on with anything but a refusal. No Django. A due time (`due_time`) is
+an RFC 3339 time with its zone.
 
 - A whole number is written in ASCII digits 0-9 (surrounding spaces allowed) and fits its
   bound: `²`, `٣` and `𝟗` are digits to str.isdigit() but int() refuses or misreads them, and
@@ -11,6 +12,7 @@ in a shape they fail on with anything but a refusal. No Django.
 """
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 BIGINT = 2**63 - 1  # the largest value of a bigint column (sequence numbers, row ids)
@@ -53,3 +55,16 @@ def _deeper_than(value: Any, limit: int) -> bool:
             return True
         stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return False
+
+
+def due_time(text: str) -> datetime:
+    """An RFC 3339 time with its zone ("2026-12-24T17:00Z", "…+01:00"), in UTC; ValueError
+    says what is wrong in a few words."""
+    value = (text or "").strip()
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value[:40]!r} is not a time like 2026-12-24T17:00Z") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{value[:40]!r} has no time zone: end it with Z or an offset (+01:00)")
+    return moment.astimezone(UTC)

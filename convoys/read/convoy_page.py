@@ -10,8 +10,10 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Q
+from django.utils import timezone
 
 from convoys.core import dag as dagmod
+from convoys.core import forecast
 from convoys.core.formatting import several
 from convoys.core.parsing import whole_number
 from convoys.models import (
@@ -25,7 +27,6 @@ from convoys.models import (
     Worker,
 )
 from convoys.read import snapshots
-from convoys.read.eta import estimate, samples
 from convoys.read.graph import (
     Dag,
     bead_url_maker,
@@ -48,7 +49,8 @@ from convoys.read.sizes import (
 )
 from convoys.read.summaries import Params, Summary, convoy_summary, segment_of
 from convoys.rules import causes as causemod
-from convoys.rules import merging, stranding
+from convoys.rules import forecasting, merging, stranding
+from convoys.rules.forecasting import estimate, samples
 from convoys.rules.rows import TrackedRow
 
 
@@ -142,6 +144,16 @@ class ConvoyPage:
             out.update(nodes[bead_id].blocks)
         return out
 
+    @cached_property
+    def deadline(self) -> dict[str, Any] | None:
+        """Its due time, what it says now and in words (`forecasting.deadline_of`)."""
+        due = self.convoy.due_at
+        if due is None:
+            return None
+        now = timezone.now()
+        state, found = forecasting.deadline_of(self.convoy, now)
+        return {"due": due, "state": state, "words": forecast.described(due, state, found, now)}
+
     @property
     def strategy(self) -> str:
         """How its work reaches the target: direct, mr or local (`merging.strategy`)."""
@@ -213,7 +225,9 @@ def convoy_page(
         critical=[(i, href(i)) for i in (critical[:CRITICAL_LISTED] if overview else critical)],
         critical_length=len(critical),
         can_show_all=len(tracked) <= settings.CONVOY_SHOW_ALL_MAX,
-        eta=estimate(samples(beads.values()), len(critical), now)
+        eta=estimate(
+            samples(beads.values()), len(critical), now, convoy, summary["total"] - summary["done"]
+        )
         if critical and no_estimate == ""
         else None,
         no_estimate=no_estimate,

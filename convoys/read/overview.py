@@ -23,7 +23,7 @@ from convoys.core import ids
 from convoys.core.formatting import several
 from convoys.core.parsing import whole_number
 from convoys.models import DONE_STATUSES, Bead, BeadFacts, Convoy, ConvoyFacts, Event, TrackedBead
-from convoys.read import convoy_page, eta, projection, snapshots, summaries, timeline
+from convoys.read import convoy_page, projection, snapshots, summaries, timeline
 from convoys.read.convoy_page import ConvoyPage
 from convoys.read.graph import (
     Dag,
@@ -43,7 +43,7 @@ from convoys.read.sizes import (
     WAVE_DRAWN,
 )
 from convoys.read.summaries import Params
-from convoys.rules import capacity, stranding
+from convoys.rules import capacity, forecasting, stranding
 from convoys.rules import causes as causemod
 from convoys.rules.rows import read_rows
 
@@ -160,7 +160,13 @@ def page(
         critical=[(i, href(i)) for i in critical[:CRITICAL_LISTED]],
         critical_length=len(critical),
         can_show_all=summary["total"] <= settings.CONVOY_SHOW_ALL_MAX,
-        eta=eta.estimate(_samples(convoy, snapshot), len(critical), now)
+        eta=forecasting.estimate(
+            _samples(convoy, snapshot),
+            len(critical),
+            now,
+            convoy,
+            summary["total"] - summary["done"],
+        )
         if critical and no_estimate == ""
         else None,
         no_estimate=no_estimate,
@@ -296,7 +302,7 @@ def _causes(
     return ordered, any(kind == "waiting-for-capacity" for kind, _ in ordered)
 
 
-def _samples(convoy: Convoy, window: snapshots.Snapshot) -> eta.Samples:
+def _samples(convoy: Convoy, window: snapshots.Snapshot) -> forecasting.Samples:
     """The ETA's samples: the convoy's latest SAMPLES closes (and the window's rigs)."""
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     closed = read_rows(
@@ -304,7 +310,7 @@ def _samples(convoy: Convoy, window: snapshots.Snapshot) -> eta.Samples:
         .exclude(closed_at=None)
         .order_by("-closed_at")[:SAMPLES]
     )
-    return eta.samples([*closed.values(), *_open_rows(window.beads.values())])
+    return forecasting.samples([*closed.values(), *_open_rows(window.beads.values())])
 
 
 def _open_rows(rows: Iterable[Any]) -> list[Any]:

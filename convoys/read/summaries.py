@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, TypedDict
 from django.db.models import Max
 from django.utils import timezone
 
+from convoys.core import forecast
 from convoys.core.formatting import percent_done
 from convoys.models import (
     ACTIVE_WORK_STATUSES,
@@ -23,7 +24,7 @@ from convoys.models import (
     status_symbol,
 )
 from convoys.read import projection, snapshots
-from convoys.rules import breaker, merging, stranding
+from convoys.rules import breaker, forecasting, merging, stranding
 from convoys.rules import causes as causemod
 from convoys.rules.readiness import ready_beads
 from convoys.rules.rows import TrackedRow, failed_beads
@@ -322,6 +323,7 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
         "status": convoy.status,
         "owner": convoy.owner,
         "merge_strategy": merging.strategy(convoy),
+        "deadline": deadline_json(convoy, *forecasting.deadline_of(convoy, timezone.now())),
         "source": origin.source if origin else None,
         "missing_from_source": bool(origin and origin.missing_since),
         "tracked": items,
@@ -329,6 +331,21 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
         "total": len(every),
         "progress": progress_json(convoy_summaries([convoy])[convoy.pk]),
         "causes": dict(causemod.counts(cause_of)),
+    }
+
+
+def deadline_json(
+    convoy: Convoy, state: str, found: forecast.Forecast | None
+) -> dict[str, Any] | None:
+    """A convoy's due time, its state (on-track, at-risk, overdue, landed-on-time,
+    landed-late) and the forecast it rests on; None without a due time."""
+    if convoy.due_at is None:
+        return None
+    return {
+        "id": convoy.pk,
+        "due_at": convoy.due_at.isoformat(),
+        "state": state,
+        "forecast": found.as_json() if found is not None else None,
     }
 
 

@@ -9,6 +9,7 @@ import re
 import secrets
 import string
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 
 from django.contrib.auth import get_user_model
@@ -16,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, Max, OuterRef
 from django.utils import timezone
 
+from convoys.core import parsing
 from convoys.core.ids import name_problem, target_problem, unwrap_external
 from convoys.log.events import record
 from convoys.models import (
@@ -237,8 +239,11 @@ def create(
     from_epic: str | None = None,
     actor: str = "",
     max_in_flight: int | None = None,
+    due: str | datetime | None = None,
 ) -> Convoy:
-    """`convoy create`: name + beads, or `--from-epic` (slingable leaves, sub-epics recursed)."""
+    """`convoy create`: name + beads, or `--from-epic` (slingable leaves, sub-epics recursed);
+    `due`: when it should land (`due_at`)."""
+    due_at = due_time_of(due)
     ids = list(bead_ids)
     if merge and merge not in Convoy.MERGE_STRATEGIES:
         raise ServiceError(f'invalid --merge value "{merge}": must be direct, mr, or local')
@@ -282,6 +287,7 @@ def create(
         description=f"Convoy tracking {len(ids)} issues",
         max_in_flight=max_in_flight,
         labels=["gt:owned"] if owned else [],
+        due_at=due_at,
     )
     record(
         "convoy.created",
@@ -520,7 +526,22 @@ EDITABLE = (
     "molecule",
     "max_in_flight",
     "close_reason",
+    "due_at",
 )
+
+
+def due_time_of(due: str | datetime | None) -> datetime | None:
+    """A due time given as text (`--due`, a form, the API) or a time; "" or None: none."""
+    if due is None or due == "":
+        return None
+    if isinstance(due, datetime):
+        if timezone.is_naive(due):
+            raise ServiceError("due time has no time zone")
+        return due
+    try:
+        return parsing.due_time(due)
+    except ValueError as exc:
+        raise ServiceError(f"--due {exc}") from None
 
 
 @transaction.atomic
@@ -537,12 +558,16 @@ def update_fields(convoy_id: str, *, actor: str = "", **fields: Any) -> Convoy:
     limit = fields.get("max_in_flight")
     if limit is not None and not (isinstance(limit, int) and limit >= 1):
         raise ServiceError(f"max_in_flight must be at least 1 (or empty), got {limit!r}")
+    if "due_at" in fields:
+        fields["due_at"] = due_time_of(fields["due_at"])
     convoy = get_convoy(convoy_id, lock=True)
     changes: dict[str, list[Any]] = {}
     for name, value in fields.items():
         if getattr(convoy, name) != value:
-            changes[name] = [getattr(convoy, name), value]
+            changes[name] = [_stored(getattr(convoy, name)), _stored(value)]
             setattr(convoy, name, value)
+    if "due_at" in changes:
+        convoy.deadline = ""  # a new due time: told afresh
     if not changes:
         return convoy
     if "owned" in changes:
@@ -557,6 +582,11 @@ def update_fields(convoy_id: str, *, actor: str = "", **fields: Any) -> Convoy:
         data={"status": convoy.status, "title": convoy.title, "changes": changes},
     )
     return convoy
+
+
+def _stored(value: Any) -> Any:
+    """A value as the event's data keeps it (times as RFC 3339 text)."""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 @transaction.atomic

@@ -83,6 +83,7 @@ class ScanSummary(TypedDict, total=False):
     landed: list[str]
     stuck: list[str]
     escalated: list["Escalated"]  # added by the task (tasks.stranded_scan)
+    deadlines: list[str]  # the deadline states told by the task (tasks.stranded_scan)
 
 
 class Report(NamedTuple):

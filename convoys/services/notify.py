@@ -133,6 +133,14 @@ def notify_action_needed(convoy: Convoy, subject: str, body: str) -> list[Notifi
     return _deliver(convoy, ACTION_NEEDED, subject, body, recipients(convoy), timezone.now())
 
 
+def notify_deadline(
+    convoy: Convoy, kind: str, subject: str, body: str, now: datetime
+) -> list[Notification]:
+    """A convoy at risk or overdue (services/deadlines.py), in the caller's transaction."""
+    subject = " ".join(subject.split())[:600]
+    return _deliver(convoy, kind, subject, body, recipients(convoy), now)
+
+
 def notify_escalation(convoy: Convoy, subject: str, body: str, now: datetime) -> list[Notification]:
     """A stuck convoy's escalation (services/escalation.py), in the caller's transaction."""
     subject = " ".join(subject.split())[:600]

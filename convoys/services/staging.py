@@ -8,6 +8,7 @@ the size of the epic.
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
@@ -30,7 +31,7 @@ from convoys.models import (
     Rig,
     TrackedBead,
 )
-from convoys.services.convoys import get_convoy, new_convoy_id, set_status
+from convoys.services.convoys import due_time_of, get_convoy, new_convoy_id, set_status
 from convoys.services.errors import ServiceError
 
 log = logging.getLogger("convoys.staging")
@@ -310,12 +311,18 @@ def analyze(ids: Sequence[str], title: str | None = None) -> Plan:
 
 
 def stage(
-    ids: Sequence[str], title: str | None = None, actor: str = "cli", merge: str = ""
+    ids: Sequence[str],
+    title: str | None = None,
+    actor: str = "cli",
+    merge: str = "",
+    due: str | datetime | None = None,
 ) -> Plan:
     """Analyse, then create or update the staged convoy (nothing is written on errors).
-    `merge`: its merge strategy (direct, mr, local; "" keeps it, or the town's default)."""
+    `merge`: its merge strategy (direct, mr, local; "" keeps it, or the town's default);
+    `due`: when it should land (None keeps it)."""
     if merge and merge not in Convoy.MERGE_STRATEGIES:
         raise ServiceError(f'invalid --merge value "{merge}": must be direct, mr, or local')
+    due_at = due_time_of(due)
     plan = analyze(ids, title)
     if plan.errors:
         return plan
@@ -353,7 +360,8 @@ def stage(
                 extra_plan["root"] = previous.get("root", extra_plan["root"])
             convoy.extra = {**convoy.extra, "plan": extra_plan}
             convoy.merge_strategy = merge or convoy.merge_strategy
-            convoy.save(update_fields=["title", "description", "extra", "merge_strategy"])
+            convoy.due_at = due_at or convoy.due_at
+            convoy.save(update_fields=["title", "description", "extra", "merge_strategy", "due_at"])
             wanted = set(slingable)
             tracked = dict(TrackedBead.objects.filter(convoy=convoy).values_list("bead_id", "pk"))
             stale = [pk for bead_id, pk in tracked.items() if bead_id not in wanted]
@@ -379,6 +387,7 @@ def stage(
                 description=f"{summary} Staged at {stamp.isoformat()}",
                 extra={"plan": extra_plan},
                 merge_strategy=merge,
+                due_at=due_at,
             )
             bulk.insert(
                 TrackedBead,

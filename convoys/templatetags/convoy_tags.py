@@ -10,10 +10,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from convoys.core import formatting
+from convoys.core import forecast, formatting
 from convoys.core.ids import quoted_url_segment
 from convoys.models import Convoy, Event
-from convoys.read.dashboard import DashboardRow
+from convoys.read.dashboard import DashboardRow, deadline_shown
 from convoys.read.summaries import status_class
 from convoys.rules import causes
 from convoys.templatetags.bar_tags import bar
@@ -63,6 +63,7 @@ register.filter("event_words", formatting.event_words)
 register.filter("person", formatting.person)
 register.filter("page_fix", formatting.page_fix)
 register.filter("cause_word", causes.word)
+register.filter("deadline_word", lambda state: forecast.WORDS.get(state, state))
 register.filter("actor_words", formatting.actor_words)
 register.filter("convoy_title", formatting.convoy_title)
 
@@ -166,6 +167,13 @@ def convoy_row(context: Context, row: DashboardRow) -> SafeString:
         tags += (
             '\n      <span class="tag bad" title="a bead was dispatched more than 3 times in an '
             'hour">spin</span>'
+        )
+    deadline = deadline_shown(c, context.get("now") or timezone.now())
+    if deadline:
+        due = c.due_at.strftime("%Y-%m-%d %H:%M UTC") if c.due_at else ""
+        tags += (
+            f'\n      <span class="tag deadline {deadline}" title="due {due}">'
+            f"{forecast.WORDS[deadline]}</span>"
         )
     waiting = (
         f' <span class="submitted-count" title="closed, waiting to merge">'

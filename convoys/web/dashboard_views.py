@@ -28,6 +28,14 @@ DASHBOARD_SORTS = [
     ("progress", "Least done"),
     ("-progress", "Most done"),
     ("id", "ID"),
+    ("due", "Due soonest"),
+]
+DASHBOARD_DEADLINES = [
+    ("", "any"),
+    ("at-risk", "At risk"),
+    ("overdue", "Overdue"),
+    ("on-track", "On track"),
+    ("none", "No due time"),
 ]
 
 
@@ -68,6 +76,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "params": params,
         "sorts": DASHBOARD_SORTS,
         "statuses": DASHBOARD_STATUSES,
+        "deadlines": DASHBOARD_DEADLINES,
         "capacity": capacity.panel(),
     }
     fragments = [

@@ -13,15 +13,17 @@ from typing import Any
 
 from django.utils import timezone
 
+from convoys.core import forecast
 from convoys.core.formatting import convoy_title, render_launch, status_words
 from convoys.management.base import ServiceCommand, error
 from convoys.models import CONVOY_OPEN, LANDED_REASON, STAGED_STATUSES, Convoy, status_symbol
 from convoys.read import projection, summaries
-from convoys.rules import breaker, capacity, causes, stranding
+from convoys.rules import breaker, capacity, causes, forecasting, stranding
 from convoys.services import controls, escalation, feeding, launch, staging, timekeeping
 from convoys.services import convoys as convoy_service
 from convoys.services.notify import format_duration
 
+DUE_HELP = "When it should land: an RFC 3339 time with its zone, e.g. 2026-12-24T17:00Z"
 MERGE_HELP = (
     "Merge strategy: direct (push to main), mr (merge queue: a closed bead is done once its "
     "change is merged), local (keep on branch); default CONVOY_MERGE_STRATEGY (direct)"
@@ -67,6 +69,15 @@ class Command(ServiceCommand):
         p.add_argument(
             "--max-in-flight", type=int, default=None, help="Most tracked beads in progress at once"
         )
+        p.add_argument("--due", default=None, help=DUE_HELP)
+        self.add_json(p)
+        p = sub.add_parser("update", help="Change a convoy's due time, merge strategy or title")
+        p.add_argument("convoy")
+        due = p.add_mutually_exclusive_group()
+        due.add_argument("--due", default=None, help=DUE_HELP)
+        due.add_argument("--no-due", action="store_true", help="Remove its due time")
+        p.add_argument("--merge", default=None, help=MERGE_HELP)
+        p.add_argument("--title", default=None)
         self.add_json(p)
         p = sub.add_parser(
             "add",
@@ -103,6 +114,11 @@ class Command(ServiceCommand):
         p.add_argument("--all", action="store_true", help="Show all convoys (open and closed)")
         p.add_argument("--status", default=None, help="Filter by status (open, closed, staged_*)")
         p.add_argument("--tree", action="store_true", help="Show convoy + child status tree")
+        p.add_argument(
+            "--at-risk",
+            action="store_true",
+            help="Only open convoys whose forecast lands after their due time",
+        )
         self.add_json(p)
         p = sub.add_parser(
             "close",
@@ -167,6 +183,9 @@ class Command(ServiceCommand):
             "stranded",
             help="Find stranded convoys (ready work, stuck, or empty) needing attention",
         )
+        p.add_argument(
+            "--overdue", action="store_true", help="Only open convoys past their due time"
+        )
         self.add_json(p)
         for name in ("stage", "launch"):
             p = sub.add_parser(name, help=f"{name} an epic, a list of beads or a staged convoy")
@@ -177,6 +196,7 @@ class Command(ServiceCommand):
             if name == "stage":
                 p.add_argument("--launch", action="store_true")
                 p.add_argument("--merge", default="", help=MERGE_HELP)
+                p.add_argument("--due", default=None, help=DUE_HELP)
         p = sub.add_parser("pause", help="stop every path from dispatching a convoy's beads")
         p.add_argument("convoy")
         p.add_argument("--reason", default="", help="why (shown on the page and in status)")
@@ -230,6 +250,7 @@ class Command(ServiceCommand):
         from_epic: str | None,
         max_in_flight: int | None,
         json: bool,
+        due: str | None = None,
         **_: Any,
     ) -> None:
         convoy = convoy_service.create(
@@ -244,6 +265,7 @@ class Command(ServiceCommand):
             from_epic=from_epic,
             actor="cli",
             max_in_flight=max_in_flight,
+            due=due,
         )
         if json:
             self.write_json(summaries.convoy_status_json(convoy))
@@ -401,6 +423,9 @@ class Command(ServiceCommand):
                 f"  Source: {data['source']}"
                 + ("   ⚠ missing from its source" if data["missing_from_source"] else "")
             )
+        due_line = _due_line(row)
+        if due_line:
+            self.stdout.write(due_line)
         paused = controls.pause_summary(row)
         if paused:
             self.stdout.write(_pause_line(paused))
@@ -508,7 +533,18 @@ class Command(ServiceCommand):
                 f"at {row.acknowledged_at:%Y-%m-%d %H:%M:%S} UTC"
             )
 
-    def do_list(self, all: bool, status: str | None, tree: bool, json: bool, **_: Any) -> None:
+    def do_list(
+        self,
+        all: bool,
+        status: str | None,
+        tree: bool,
+        json: bool,
+        at_risk: bool = False,
+        **_: Any,
+    ) -> None:
+        if at_risk:
+            self.do_late(forecast.AT_RISK, json)
+            return
         queryset = Convoy.objects.order_by("id")
         if status:
             queryset = queryset.filter(status=convoy_service.normalize_status(status))
@@ -551,7 +587,47 @@ class Command(ServiceCommand):
                     f"{bead.title if bead else ''}".rstrip()
                 )
 
-    def do_stranded(self, json: bool, **_: Any) -> None:
+    def do_update(
+        self,
+        convoy: str,
+        due: str | None,
+        no_due: bool,
+        merge: str | None,
+        title: str | None,
+        json: bool,
+        **_: Any,
+    ) -> None:
+        fields: dict[str, Any] = {"due_at": "" if no_due else due, "merge_strategy": merge}
+        fields["title"] = title
+        changed = {k: v for k, v in fields.items() if v is not None}
+        if not changed:
+            raise error("give --due, --no-due, --merge or --title")
+        row = convoy_service.update_fields(convoy, actor="cli", **changed)
+        if json:
+            self.write_json(summaries.convoy_status_json(row))
+            return
+        self.stdout.write(f"✓ Updated 🚚 {row.id}: {convoy_title(row.title)}")
+        self.stdout.write(_due_line(row) or "  No due time")
+
+    def do_late(self, state: str, json: bool) -> None:
+        """`list --at-risk`, `stranded --overdue`: the open convoys in that deadline state."""
+        rows = [
+            (c, found)
+            for c, said, found in forecasting.open_deadlines(timezone.now())
+            if said == state
+        ]
+        if json:
+            self.write_json([summaries.deadline_json(c, state, found) for c, found in rows])
+            return
+        if not rows:
+            self.stdout.write(f"No convoys {forecast.WORDS[state]}.")
+        for row, _ in rows:
+            self.stdout.write(f"🚚 {row.id}: {convoy_title(row.title)}\n{_due_line(row)}")
+
+    def do_stranded(self, json: bool, overdue: bool = False, **_: Any) -> None:
+        if overdue:
+            self.do_late(forecast.OVERDUE, json)
+            return
         rows = feeding.stranded()
         if json:
             # The original's shape: kind, cause and reason are ours.
@@ -577,7 +653,7 @@ class Command(ServiceCommand):
         self, ids: list[str], title: str | None, force: bool, json: bool, **options: Any
     ) -> None:
         and_launch = options.get("launch", False)
-        plan = staging.stage(ids, title, merge=options.get("merge", ""))
+        plan = staging.stage(ids, title, merge=options.get("merge", ""), due=options.get("due"))
         if json:
             if plan.errors or not and_launch:
                 self.write_json(plan.as_json())
@@ -678,6 +754,16 @@ def _cause_words(cause: Mapping[str, Any] | None) -> str:
     when = cause.get("until") or cause.get("rescue_by")
     at = f" ({'until' if cause.get('until') else 'by'} {when[11:19]} UTC)" if when else ""
     return f"  — {cause['kind']}: {cause['text']}{at}"
+
+
+def _due_line(convoy: Convoy) -> str:
+    """ "  Due: … · at risk: …" for a convoy with a due time; "" without one."""
+    if convoy.due_at is None:
+        return ""
+    now = timezone.now()
+    state, found = forecasting.deadline_of(convoy, now)
+    words = forecast.described(convoy.due_at, state, found, now)
+    return f"  Due: {convoy.due_at:%Y-%m-%d %H:%M} UTC · {words}"
 
 
 def _pause_line(paused: Mapping[str, Any]) -> str:
