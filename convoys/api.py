@@ -43,7 +43,7 @@ from convoys.core.formatting import person
 from convoys.core.parsing import NotJson, json_document
 from convoys.models import Bead, Convoy, SourcedRecord
 from convoys.read import bead_page, dashboard, graph, pages, summaries
-from convoys.rules import causes, merging
+from convoys.rules import causes, forecasting, merging
 from convoys.services import beads as bead_service
 from convoys.services import controls, escalation, feeding, launch, merges, staging, tokens
 from convoys.services.errors import NotFound, ServiceError
@@ -387,7 +387,7 @@ def _convoy_out(convoy: Convoy, summary: summaries.Summary) -> dict[str, Any]:
         "owner": person(convoy.owner),
         "merge_strategy": merging.strategy(convoy),
         "due_at": convoy.due_at,
-        "deadline": dashboard.deadline_shown(convoy, timezone.now()),
+        "deadline": forecasting.told_state(convoy, timezone.now()),
         "created_at": convoy.created_at,
         "closed_at": convoy.closed_at,
         "close_reason": convoy.close_reason,

@@ -2,12 +2,10 @@
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from convoys.core.forecast import AT_RISK, ON_TRACK, OVERDUE
 from convoys.core.formatting import ACTOR_CHANNELS, person
 from convoys.models import (
     CONVOY_OPEN,
@@ -18,6 +16,7 @@ from convoys.models import (
     Rig,
 )
 from convoys.read.summaries import Params, Summary, convoy_summaries
+from convoys.rules import forecasting
 
 # --- page read models: one per page, used for the full page and for its live fragments -------
 DASHBOARD_SORTS = {
@@ -87,7 +86,7 @@ def dashboard_convoys(params: Params) -> QuerySet[Convoy]:
     params = {key: filter_text(params.get(key) or "") for key in keys}
     queryset = convoys_with_status(params["status"] or "active")
     if params["deadline"]:
-        queryset = queryset.filter(deadline_q(params["deadline"], timezone.now()))
+        queryset = queryset.filter(forecasting.told_q(params["deadline"], timezone.now()))
     if params.get("rig"):
         rig_beads = Bead.objects.filter(rig_id=params["rig"]).values("id")
         queryset = queryset.filter(tracked__bead_id__in=rig_beads).distinct()
@@ -98,32 +97,6 @@ def dashboard_convoys(params: Params) -> QuerySet[Convoy]:
         q = params["q"]
         queryset = queryset.filter(Q(id__icontains=q) | Q(title__icontains=q))
     return queryset
-
-
-def deadline_q(state: str, now: datetime) -> Q:
-    """The convoys in a deadline state by what the deadline scan last told
-    (`Convoy.deadline`, `services.deadlines`) and the clock: overdue is an open convoy past
-    its due time; at risk, one the scan found at risk and not yet due; on track, the rest
-    that have a due time. Any other word selects the convoys without a due time."""
-    due = Q(due_at__isnull=False, status=CONVOY_OPEN)
-    overdue = due & Q(due_at__lt=now)
-    at_risk = due & Q(deadline=AT_RISK) & ~overdue
-    if state == OVERDUE:
-        return overdue
-    if state == AT_RISK:
-        return at_risk
-    if state == ON_TRACK:
-        return due & ~overdue & ~at_risk
-    return Q(due_at__isnull=True)
-
-
-def deadline_shown(convoy: Convoy, now: datetime) -> str:
-    """The dashboard row's deadline word: `deadline_q`'s rule for one convoy ("" none)."""
-    if convoy.due_at is None or convoy.status != CONVOY_OPEN:
-        return ""
-    if convoy.due_at < now:
-        return OVERDUE
-    return AT_RISK if convoy.deadline == AT_RISK else ON_TRACK
 
 
 def dashboard_rows(params: Params, only: Iterable[str] | None = None) -> list[DashboardRow]:

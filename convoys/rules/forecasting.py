@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db.models import Min
+from django.db.models import Min, Q
 
 from convoys.core import forecast
 from convoys.core.formatting import duration
@@ -134,3 +134,31 @@ def open_deadlines(now: datetime) -> list[tuple[Convoy, str, forecast.Forecast |
     soonest due first."""
     convoys = Convoy.objects.filter(status=CONVOY_OPEN, due_at__isnull=False).order_by("due_at")
     return [(c, *deadline_of(c, now)) for c in convoys]
+
+
+def told_q(state: str, now: datetime) -> Q:
+    """The convoys in a deadline state by what the deadline scan last told
+    (`Convoy.deadline`, `services.deadlines`) and the clock: overdue is an open convoy past
+    its due time; at risk, one the scan found at risk and not yet due; on track, the rest
+    that have a due time; "none", the convoys without one; any other word, every convoy."""
+    due = Q(due_at__isnull=False, status=CONVOY_OPEN)
+    overdue = due & Q(due_at__lt=now)
+    at_risk = due & Q(deadline=forecast.AT_RISK) & ~overdue
+    if state == forecast.OVERDUE:
+        return overdue
+    if state == forecast.AT_RISK:
+        return at_risk
+    if state == forecast.ON_TRACK:
+        return due & ~overdue & ~at_risk
+    if state == "none":
+        return Q(due_at__isnull=True)
+    return Q()
+
+
+def told_state(convoy: Convoy, now: datetime) -> str:
+    """The dashboard row's deadline word: `told_q`'s rule for one convoy ("" none)."""
+    if convoy.due_at is None or convoy.status != CONVOY_OPEN:
+        return ""
+    if convoy.due_at < now:
+        return forecast.OVERDUE
+    return forecast.AT_RISK if convoy.deadline == forecast.AT_RISK else forecast.ON_TRACK

@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from convoys.core import forecast
 from convoys.core.formatting import convoy_title, duration
 from convoys.core.ids import name_problem
 from convoys.log import queue
@@ -30,6 +31,7 @@ from convoys.models import (
     Subscription,
     status_symbol,
 )
+from convoys.rules import forecasting
 from convoys.services.errors import ServiceError
 
 if TYPE_CHECKING:
@@ -388,12 +390,28 @@ def _send_digest(user_id: int, cutoff: datetime, now: datetime) -> int:
         if not notes:
             return 0
         Notification.objects.filter(pk__in=[n.pk for n in notes]).update(digested_at=now)
-        subject, body = digest_message(notes, cutoff)
+        subject, body = digest_message(notes, cutoff, deadline_lines(now))
         send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, [user.email])
     return 1
 
 
-def digest_message(notes: Sequence[Notification], cutoff: datetime) -> tuple[str, str]:
+def deadline_lines(now: datetime) -> list[str]:
+    """One line per open convoy at risk or overdue (`forecasting.told_q`), the soonest due
+    first: the digest lists them."""
+    late = Convoy.objects.filter(
+        forecasting.told_q(forecast.AT_RISK, now) | forecasting.told_q(forecast.OVERDUE, now)
+    ).order_by("due_at", "id")
+    return [
+        f"{convoy.pk}  {forecast.WORDS[forecasting.told_state(convoy, now)]}, due "
+        f"{convoy.due_at:%Y-%m-%d %H:%M} UTC  {' '.join(convoy_title(convoy.title).split())}"
+        for convoy in late[:DIGEST_LIMIT]
+    ]
+
+
+def digest_message(
+    notes: Sequence[Notification], cutoff: datetime, late: Sequence[str] = ()
+) -> tuple[str, str]:
+    """The digest e-mail: the receipts waiting, then the convoys at risk or overdue."""
     count = len(notes)
     subject = f"🚚 convoyweb daily digest: {count} receipt{'s' if count != 1 else ''}"
     lines = [f"Receipts up to {cutoff:%Y-%m-%d %H:%M} UTC ({count}):", ""]
@@ -406,4 +424,6 @@ def digest_message(notes: Sequence[Notification], cutoff: datetime) -> tuple[str
         "Each one is in your inbox. Change how you hear about receipts on the",
         "Subscriptions page.",
     ]
+    if late:
+        lines += ["", f"Convoys at risk or overdue ({len(late)}):", *(f"  {x}" for x in late)]
     return subject, "\n".join(lines)

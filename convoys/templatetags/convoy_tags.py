@@ -13,9 +13,9 @@ from django.utils.safestring import SafeString, mark_safe
 from convoys.core import forecast, formatting
 from convoys.core.ids import quoted_url_segment
 from convoys.models import Convoy, Event
-from convoys.read.dashboard import DashboardRow, deadline_shown
+from convoys.read.dashboard import DashboardRow
 from convoys.read.summaries import status_class
-from convoys.rules import causes
+from convoys.rules import causes, forecasting
 from convoys.templatetags.bar_tags import bar
 
 register = template.Library()
@@ -168,7 +168,7 @@ def convoy_row(context: Context, row: DashboardRow) -> SafeString:
             '\n      <span class="tag bad" title="a bead was dispatched more than 3 times in an '
             'hour">spin</span>'
         )
-    deadline = deadline_shown(c, context.get("now") or timezone.now())
+    deadline = forecasting.told_state(c, context.get("now") or timezone.now())
     if deadline:
         due = c.due_at.strftime("%Y-%m-%d %H:%M UTC") if c.due_at else ""
         tags += (
