@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Merge, Notification
-from convoys.rules import causes, merging
+from convoys.rules import causes, merging, stranding
 from convoys.rules.readiness import ready_among
 from convoys.services import convoys, escalation, jsonl, merges, staging
 from convoys.services.errors import NeedsForce, NotFound, ServiceError
@@ -392,13 +392,13 @@ def test_a_convoy_stuck_on_merges_alone_escalates_as_waiting_to_merge(routes, cl
     merges.record("gt-a", Change("open", "gitlab", ref="!12", branch="polecat/nux/gt-a"))
     cause = causes.for_bead("gt-a")
     assert cause["kind"] == "waiting-to-merge"
-    assert cause["text"] == "waiting to merge: !12 polecat/nux/gt-a"
+    assert cause["text"] == "!12 polecat/nux/gt-a"
     assert ConvoyFacts.objects.get(pk=convoy.pk).causes == {"waiting-to-merge": 1}
     sent = escalation.escalate_stuck(now=started(convoy) + STUCK + timedelta(minutes=1))
     assert [s["id"] for s in sent] == [convoy.pk]
     notice = Notification.objects.get(kind="escalation", convoy_id=convoy.pk)
     assert notice.subject.startswith("⚠ Convoy waiting to merge for ")
-    assert "gt-a (waiting to merge): waiting to merge: !12 polecat/nux/gt-a" in notice.body
+    assert "gt-a (waiting to merge): !12 polecat/nux/gt-a" in notice.body
 
 
 def test_a_merge_is_progress_for_the_escalation_clock(routes, closing):
@@ -420,7 +420,7 @@ def test_the_bead_page_shows_a_submitted_bead_and_its_change(routes, closing):
     page = html.unescape(logged_in(viewer("vera")).get("/beads/gt-a/").content.decode())
     assert '<dd class="b-status">submitted, waiting to merge</dd>' in page
     assert 'submitted · <a href="https://forge/3" rel="noopener noreferrer">#3</a>' in page
-    assert "CI pending" in page and "waiting to merge: #3" in page
+    assert "CI pending" in page and "waiting to merge" in page
 
 
 def test_staging_puts_a_merge_blocked_bead_in_a_later_wave(routes):
@@ -446,3 +446,20 @@ def test_causes_say_what_waits_for_a_merge_and_what_was_abandoned(routes, closin
     cause = causes.for_bead("gt-a")  # reopened: it needs work again, and says why
     assert cause["abandoned"] == "closed without merge"
     assert cause["text"].endswith("(its change was abandoned: closed without merge)")
+
+
+def test_a_convoy_whose_work_waits_on_a_merge_is_stuck_waiting_on_merges(routes, closing):
+    bead("gt-b0")
+    bead("gt-b1")
+    blocks("gt-b0", "gt-b1", "merge-blocks")
+    convoy = mr_convoy(["gt-b0", "gt-b1"])
+    closing("gt-b0")
+    for verdict in (
+        stranding.classify_one(Convoy.objects.get(pk=convoy.pk)),
+        ConvoyFacts.objects.get(pk=convoy.pk),
+    ):
+        assert verdict.code == "merging", verdict
+        assert verdict.reason == "gt-b0, gt-b1 waiting on merges"
+    page = logged_in(viewer("vera")).get(f"/convoys/{convoy.pk}/").content.decode()
+    assert "waiting on merges" in page and "dependency cycle" not in page
+    assert "on hold" not in page

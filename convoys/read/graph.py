@@ -21,6 +21,7 @@ from convoys.models import (
 from convoys.read import projection, snapshots
 from convoys.read.sizes import CRITICAL_DRAWN, OPEN_MAX, WAVE_DRAWN
 from convoys.read.summaries import Params, Summary, convoy_summary, status_class
+from convoys.rules import merging
 from convoys.rules.rows import TrackedRow
 
 
@@ -220,7 +221,7 @@ class Dag:
         return layout.node(self.geometry, bead_id, title, state, status_class, self.href)
 
     def overlay(self) -> str:
-        return layout.overlay(self.geometry, self.marks, self.critical)
+        return layout.overlay(self.geometry, self.marks, self.critical, self.merge_edges)
 
     def drawn(self, bead_ids: Iterable[str]) -> list[str]:
         """Those of `bead_ids` that are drawn as nodes (not in a collapsed wave)."""
@@ -232,6 +233,7 @@ def wave_tasks(convoy: Convoy) -> tuple[ConvoyGraph, Summary, list[dict[str, Any
     found = convoy_graph(convoy)
     summary, _ = convoy_summary(convoy, found.tracked, found.beads)
     nodes = found.graph.nodes
+    waiting = merging.awaiting_among([i for i, n in nodes.items() if n.status == "closed"])
     waves = [
         {
             "number": number,
@@ -239,7 +241,7 @@ def wave_tasks(convoy: Convoy) -> tuple[ConvoyGraph, Summary, list[dict[str, Any
                 {
                     "id": i,
                     "title": nodes[i].title,
-                    "status": nodes[i].status,
+                    "status": merging.SUBMITTED if i in waiting else nodes[i].status,
                     "rig": nodes[i].rig,
                     "blocked_by": sorted(nodes[i].blocked_by),
                 }

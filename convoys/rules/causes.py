@@ -526,14 +526,13 @@ def _waiting_to_merge(closed: Sequence[str]) -> dict[str, Cause]:
     for bead_id in waiting:
         change = changes.get(bead_id)
         since = closed_at.get(bead_id)
-        text = "waiting to merge"
         where = [p for p in (change.ref, change.branch) if p] if change else []
         if change and change.state == Merge.ABANDONED:
-            text += f"; its last change was abandoned: {change.reason or 'closed without merge'}"
+            text = f"its last change was abandoned: {change.reason or 'closed without merge'}"
         elif where:
-            text += f": {' '.join(where)}"
+            text = " ".join(where)
         else:
-            text += ": no change reported yet"
+            text = "no change reported yet"
         cause: Cause = {"kind": WAITING_TO_MERGE, "text": text, "since": since}
         if change and change.link:
             cause["link"] = change.link

@@ -48,7 +48,6 @@ STRANDED_KINDS = (FEEDABLE, STUCK, EMPTY)
 # Root causes, most actionable first; the first present names a stuck convoy.
 CAUSES = (
     "complete",
-    "merging",
     "paused",
     "dispatch_failing",
     "parked_rig",
@@ -57,6 +56,7 @@ CAUSES = (
     "no_rig",
     "not_dispatchable",
     "held",
+    "merging",  # closed beads waiting for their merge, and beads that wait on them
     "unknown",
 )
 CAUSE_WORDS = {
@@ -346,11 +346,16 @@ def _explain(
         target_types = dict(Bead.objects.filter(pk__in=targets).values_list("id", "issue_type"))
         rig_states = dict(Rig.objects.values_list("name", "state"))
     parked = parked_among(sorted(cooling)) if cooling else {}  # cooling: a few recent failures
+    shown = {i for i, row in info.items() if row[0] == merging.SUBMITTED}
+    waiting = merging.awaiting_among([i for i, row in info.items() if row[0] == "closed"]) | shown
     for convoy_id, ids in per_convoy.items():
         verdict = verdicts[convoy_id]
         members = set(ids)
         found: dict[str, list[tuple[str, str]]] = {}
         for bead_id in ids:
+            if bead_id in waiting:
+                found.setdefault("merging", []).append((bead_id, ""))
+                continue
             bead = info.get(bead_id)
             if bead is not None and not _stalled(bead_id, bead[0], ready, cooling):
                 continue
@@ -358,6 +363,9 @@ def _explain(
             if bead_id in cooling:
                 failing = "parked" if bead_id in parked else "cooling"
             cause = _cause(bead_id, bead, blockers, target_types, members, rig_states, failing)
+            held_up = blockers.get(bead_id, [])
+            if cause is None and held_up and all(t in waiting for t in held_up):
+                cause = ("merging", ", ".join(held_up))  # it waits for those to merge
             if cause is not None:
                 found.setdefault(cause[0], []).append((bead_id, cause[1]))
         causes = [_summarise(code, found[code]) for code in CAUSES if code in found]
@@ -423,6 +431,7 @@ def _summarise(code: str, items: Sequence[tuple[str, str]]) -> Cause:
         "not_dispatchable": f"{shown} cannot be dispatched (type {what})",
         "held": f"{shown} {'is' if len(ids) == 1 else 'are'} {what}",
         "unknown": f"{shown} not in the database",
+        "merging": f"{shown} waiting on merges",
     }[code]
     return Cause(code, text, ids)
 

@@ -75,7 +75,7 @@ def svg(
             title, status = nodes.get(bead_id, ("", "unknown"))
             out.append(node(geometry, bead_id, title, status, status_class, href))
     out.append("</g>")
-    out.append(overlay(geometry, marks or {}, critical))
+    out.append(overlay(geometry, marks or {}, critical, merge_edges))
     out.append("</svg>")
     return "".join(out)
 
@@ -140,7 +140,10 @@ def node(
 
 
 def overlay(
-    geometry: Geometry, marks: Mapping[str, Collection[str]], critical: Iterable[str]
+    geometry: Geometry,
+    marks: Mapping[str, Collection[str]],
+    critical: Iterable[str],
+    merge_edges: Collection[tuple[str, str]] = frozenset(),
 ) -> str:
     """The state drawn over the graph: the critical path (edges and node outlines) and the
     gated (⊘), parked-rig (∥) and stranded (⚠) marks. One element, id `dag-overlay`."""
@@ -150,7 +153,8 @@ def overlay(
     out = [f'<g class="overlay" id="{OVERLAY_ID}" aria-hidden="true">']
     for a, b, d, reverse in geometry["edges"]:
         if (a, b) in steps:
-            out.append(_edge(a, b, d, reverse, " critical"))
+            extra = " critical merge" if (a, b) in merge_edges else " critical"
+            out.append(_edge(a, b, d, reverse, extra))
     for bead_id in path:
         x, y = pos[bead_id]
         out.append(

@@ -18,7 +18,7 @@ from convoys.core.formatting import convoy_title, render_launch, status_words
 from convoys.management.base import ServiceCommand, error
 from convoys.models import CONVOY_OPEN, LANDED_REASON, STAGED_STATUSES, Convoy, status_symbol
 from convoys.read import projection, summaries
-from convoys.rules import breaker, capacity, causes, forecasting, stranding
+from convoys.rules import breaker, capacity, causes, forecasting, merging, stranding
 from convoys.services import controls, escalation, feeding, launch, staging, timekeeping
 from convoys.services import convoys as convoy_service
 from convoys.services.notify import format_duration
@@ -273,6 +273,9 @@ class Command(ServiceCommand):
         tracked = convoy.tracked.count()
         self.stdout.write(f"✓ Created convoy 🚚 {convoy.id}: {convoy.title}")
         self.stdout.write(f"  Tracking {tracked} issue(s)")
+        self.stdout.write(f"  Merge: {merging.strategy(convoy)}")
+        if convoy.due_at is not None:
+            self.stdout.write(f"  Due: {convoy.due_at:%Y-%m-%d %H:%M} UTC")
         self.stdout.write(
             "  Owned convoy: caller manages lifecycle via convoy land"
             if owned
@@ -575,8 +578,9 @@ class Command(ServiceCommand):
         details = convoy_service.tracked_details(rows) if tree else {}
         for row in rows:
             s = by_convoy[row.id]
+            waiting = f" (◐ {s['submitted']} submitted)" if s["submitted"] else ""
             self.stdout.write(
-                f"🚚 {row.id}  {status_words(row.state):<24} {s['done']}/{s['total']}  "
+                f"🚚 {row.id}  {status_words(row.state):<24} {s['done']}/{s['total']}{waiting}  "
                 f"{convoy_title(row.title)}"
             )
             for index, (bead_id, bead) in enumerate(details.get(row.id, [])):
