@@ -697,3 +697,77 @@ class ConvoyFacts(models.Model):
     critical = models.JSONField(default=list, blank=True)  # the critical path's beads not done
     graph_seq = models.BigIntegerField(default=0)  # the event that last changed its graph
     seq = models.BigIntegerField(default=0)
+
+
+# --- outbound webhooks and chat (convoys/services/hooks.py) -------------------------------------
+class WebhookTarget(models.Model):
+    """Where events go out: a signed webhook (an http(s) URL) or a chat (an Apprise URL), for
+    one user's own convoys, one convoy, or the whole town, and the kinds it asked for."""
+
+    USER, CONVOY, TOWN = "user", "convoy", "town"
+    SCOPES = (USER, CONVOY, TOWN)
+
+    url = models.TextField()
+    secret = models.CharField(max_length=120)  # whsec_… (Standard Webhooks)
+    scope = models.CharField(max_length=10)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="webhook_targets",
+    )
+    convoy = models.ForeignKey(Convoy, null=True, blank=True, on_delete=models.CASCADE)
+    kinds = models.CharField(max_length=200)  # ",landed,closed," (core.webhooks.stored_kinds)
+    created_by = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField()
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.pk}: {self.url[:60]}"
+
+    @property
+    def owner(self) -> str:
+        """What the target is for, in a word: a username, a convoy id or "town"."""
+        if self.scope == self.USER:
+            return self.user.get_username() if self.user is not None else ""
+        return (self.convoy_id or "") if self.scope == self.CONVOY else "town"
+
+
+class WebhookDelivery(models.Model):
+    """One event sent to one target: its body as sent every time, and how its attempts went.
+    The row is the state: a restarted cluster retries what is due from here."""
+
+    target = models.ForeignKey(WebhookTarget, on_delete=models.CASCADE, related_name="deliveries")
+    event_id = models.CharField(max_length=64)  # webhook-id: the same for every retry
+    kind = models.CharField(max_length=20)
+    body = models.JSONField()
+    created_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    status_code = models.IntegerField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    gave_up_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["target", "event_id"], name="unique_webhook_delivery")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} -> {self.target_id}"
+
+    @property
+    def state(self) -> str:
+        if self.delivered_at:
+            return "delivered"
+        if self.gave_up_at:
+            return "gave up"
+        return "retrying" if self.attempts else "queued"

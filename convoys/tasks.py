@@ -1,7 +1,7 @@
 """django-q2 entry points: each a few lines calling a service. Tasks are enqueued through
 convoys/log/queue.py (by dotted name), so nothing below imports this module."""
 
-from convoys.services import deadlines, escalation, feeding, notify, timekeeping
+from convoys.services import deadlines, escalation, feeding, hooks, notify, timekeeping
 
 
 def feed_town() -> list[str]:
@@ -33,3 +33,11 @@ def send_notification_emails(notification_ids: list[int]) -> int:
 
 def pass_time() -> dict[str, object]:
     return timekeeping.pass_time()
+
+
+def deliver_webhooks(delivery_ids: list[int]) -> int:
+    return hooks.deliver(delivery_ids)
+
+
+def deliver_due_webhooks() -> int:
+    return hooks.deliver_due()

@@ -421,6 +421,15 @@ CONVOY_ABANDONED_REASONS = env_list(
 CONVOY_GITHUB_SECRET = os.environ.get("CONVOY_GITHUB_SECRET", "")
 CONVOY_GITLAB_TOKEN = os.environ.get("CONVOY_GITLAB_TOKEN", "")
 CONVOY_GITEA_SECRET = os.environ.get("CONVOY_GITEA_SECRET", "")
+# Outbound webhooks and chat (convoys/services/hooks.py): a failed delivery is tried again after
+# CONVOY_WEBHOOK_RETRY_BASE seconds, then twice as long each time, for 24 hours; each attempt may
+# take CONVOY_WEBHOOK_TIMEOUT seconds. Targets on loopback, link-local or private addresses are
+# refused unless CONVOY_WEBHOOK_ALLOW_PRIVATE. CONVOY_PUBLIC_URL is the site's address, for the
+# links in what is sent.
+CONVOY_WEBHOOK_RETRY_BASE = env_float("CONVOY_WEBHOOK_RETRY_BASE", 30.0, minimum=0.001)
+CONVOY_WEBHOOK_TIMEOUT = env_float("CONVOY_WEBHOOK_TIMEOUT", 10.0, minimum=0.1)
+CONVOY_WEBHOOK_ALLOW_PRIVATE = env_bool("CONVOY_WEBHOOK_ALLOW_PRIVATE", False)
+CONVOY_PUBLIC_URL = os.environ.get("CONVOY_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 # A load balancer probes over plain HTTP, straight to the process.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 

@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.support.browser",
     "tests.support.factories",
     "tests.support.pages",
+    "tests.support.receiver",
     "tests.support.sync",
 ]
 

@@ -80,6 +80,8 @@ def test_installing_again_or_on_a_database_without_permissions_gives_the_same_gr
     roles.install(loader.project_state(("convoys", "0022_roles")).apps)
     merges = loader.project_state(("convoys", "0024_merges")).apps
     roles.extend(merges, "default", ["merge", "forgedelivery"])
+    webhooks = loader.project_state(("convoys", "0025_webhook_targets")).apps
+    roles.extend(webhooks, "default", ["webhooktarget", "webhookdelivery"])
     assert {name: perms(name) for name in before} == before
 
 

@@ -89,3 +89,16 @@ def send_emails_on_commit(notification_ids: Sequence[int]) -> None:
             lambda: enqueue("convoys.tasks.send_notification_emails", ids, group="email"),
             robust=True,
         )
+
+
+def deliver_webhooks_on_commit(delivery_ids: Sequence[int]) -> None:
+    """After the caller's transaction commits: try these webhook deliveries. A lost enqueue
+    is no loss: the ticker's webhook pass sends whatever is due."""
+    ids = list(delivery_ids)
+    if ids:
+        transaction.on_commit(
+            lambda: _enqueue_logged(
+                "webhook deliveries", "convoys.tasks.deliver_webhooks", ids, group="webhooks"
+            ),
+            robust=True,
+        )

@@ -41,6 +41,7 @@ from convoys.models import (
 )
 from convoys.rules import breaker, capacity
 from convoys.rules.readiness import worker_dead
+from convoys.services import hooks
 from convoys.services.notify import notify_action_needed
 
 log = logging.getLogger("convoys.dispatch")
@@ -223,6 +224,12 @@ def claim(
             "previous_assignee": bead.assignee,
             **({"forced": True} if forced else {}),
         },
+    )
+    hooks.bead_event(
+        "dispatched",
+        bead,
+        [convoy_id] if convoy_id else [],
+        {"status": "hooked", "assignee": worker, "rig": bead.rig_id},
     )
     return Claim(bead.pk, bead.title, bead.rig_id, convoy_id, worker, path, attempt.pk, bead.status)
 

@@ -27,7 +27,7 @@ from convoys.log.events import record as record_event
 from convoys.models import CONVOY_CLOSED, Bead, Convoy, ForgeDelivery, Merge, SourcedRecord
 from convoys.rules import merging
 from convoys.services import beads as bead_service
-from convoys.services import notify
+from convoys.services import hooks, notify
 from convoys.services.errors import NotFound, ServiceError
 
 SOURCES = ("bd", "github", "gitlab", "gitea", "api", "cli")
@@ -101,6 +101,12 @@ def record(bead_id: str, change: Change, actor: str = "") -> bool:
         )
         if kind == "bead.merged":
             queue.handle_closes_on_commit([event.seq])
+            hooks.bead_event(
+                "merged",
+                bead,
+                [],
+                {"ref": row.ref, "link": row.link, "branch": row.branch, "target": row.target},
+            )
         elif kind == "merge.abandoned":
             _needs_work(bead, row, actor or change.source, reopen=change.source != "bd")
     return True

@@ -32,6 +32,7 @@ from convoys.models import (
     status_symbol,
 )
 from convoys.rules import forecasting
+from convoys.services import hooks
 from convoys.services.errors import ServiceError
 
 if TYPE_CHECKING:
@@ -232,6 +233,10 @@ def _deliver(
         ]
     )
     queue.send_emails_on_commit([n.pk for n in notifications if n.email_wanted])
+    # Outbound webhooks and chat: the convoy's and the town's targets, each recipient's own.
+    hooks.notified(
+        convoy, kind, subject, body, [n.user_id for n in notifications if n.user_id], now
+    )
     return notifications
 
 

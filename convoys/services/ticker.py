@@ -1,7 +1,7 @@
 """The clock for the periodic jobs. django-q2's scheduler wakes only every ~30 s and its finest
 schedule is one minute, so a thread in each task-cluster process enqueues the catch-up feeder
 every CONVOY_FEED_INTERVAL seconds and the stranded scan every CONVOY_STRANDED_INTERVAL
-seconds, and with CONVOY_SYNC_SOURCES set a sync pass (convoys/services/bdsync/) every
+seconds, the webhook retries that are due every CONVOY_FEED_INTERVAL seconds, and with CONVOY_SYNC_SOURCES set a sync pass (convoys/services/bdsync/) every
 CONVOY_SYNC_INTERVAL seconds. A lease per job keeps several clusters from enqueueing the same
 tick twice (and a lease per sync source keeps two passes over one source apart).
 
@@ -35,6 +35,7 @@ JOBS: tuple[Job, ...] = (
     ("time", "convoys.tasks.pass_time", "CONVOY_FEED_INTERVAL"),
     ("stranded-scan", "convoys.tasks.stranded_scan", "CONVOY_STRANDED_INTERVAL"),
     ("digest", "convoys.tasks.send_digests", "CONVOY_DIGEST_INTERVAL"),
+    ("webhooks", "convoys.tasks.deliver_due_webhooks", "CONVOY_FEED_INTERVAL"),
 )
 FEED_TICKS = ("tick:catch-up", "tick:time")  # the leases of the jobs on CONVOY_FEED_INTERVAL
 LEASE_SHARE = 0.8  # a tick's lease runs this share of its interval
