@@ -64,6 +64,17 @@ urlpatterns = [
     path("beads/<id:bead_id>/<str:action>/", bead_views.bead_action, name="bead-action"),
     path("inbox/", inbox_views.inbox, name="inbox"),
     path("subscriptions/", inbox_views.subscriptions, name="subscriptions"),
+    path("subscriptions/hooks/", inbox_views.hook_add, name="hook-add"),
+    path(
+        "subscriptions/hooks/<int:target_id>/<str:action>/",
+        inbox_views.hook_action,
+        name="hook-action",
+    ),
+    path(
+        "subscriptions/deliveries/<int:delivery_id>/redeliver/",
+        inbox_views.redeliver,
+        name="hook-redeliver",
+    ),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/", api.urls),

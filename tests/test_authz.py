@@ -174,6 +174,21 @@ PAGES = {
         ("POST", "/subscriptions/", {"convoy": MISSING}, (L, 403, 302, 302, 302)),
         ("POST", "/subscriptions/", {}, (L, 403, 302, 302, 302)),
     ],
+    # webhooks and chat: one's own targets (a refused URL is said on the page, 302); a
+    # target or delivery of someone else's is 403 (tests/test_outbound_hooks_page.py)
+    "subscriptions/hooks/": [
+        ("GET", "/subscriptions/hooks/", None, (405,) * 5),
+        ("POST", "/subscriptions/hooks/", {"url": "not a url"}, (L, 403, 302, 302, 302)),
+    ],
+    "subscriptions/hooks/<int:target_id>/<str:action>/": [
+        ("GET", "/subscriptions/hooks/99/test/", None, (405,) * 5),
+        ("POST", "/subscriptions/hooks/99/test/", {}, (L, 403, 404, 404, 404)),
+        ("POST", "/subscriptions/hooks/99/remove/", {}, (L, 403, 404, 404, 404)),
+    ],
+    "subscriptions/deliveries/<int:delivery_id>/redeliver/": [
+        ("GET", "/subscriptions/deliveries/99/redeliver/", None, (405,) * 5),
+        ("POST", "/subscriptions/deliveries/99/redeliver/", {}, (L, 403, 404, 404, 404)),
+    ],
     "^api/": [
         ("GET", "/api/beads/", None, (404,) * 5),
         ("POST", "/api/beads/a/b/c", {}, (404,) * 5),

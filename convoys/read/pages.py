@@ -1,13 +1,15 @@
 """The small read models: epics to stage, a user's subscriptions, finding beads by id or title,
 and the town's minute that `serve` prints."""
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
 from django.contrib.auth.models import User
 from django.db.models import Q
 
+from convoys.core import webhooks
 from convoys.log.events import last_seq
 from convoys.models import (
     CONVOY_OPEN,
@@ -17,10 +19,12 @@ from convoys.models import (
     Dispatch,
     Event,
     Subscription,
+    WebhookDelivery,
+    WebhookTarget,
 )
 from convoys.rules import capacity
 from convoys.rules.readiness import ready_beads
-from convoys.services import notify
+from convoys.services import hooks, notify
 
 
 def epics_to_stage(limit: int = 500) -> list[tuple[str, str]]:
@@ -34,6 +38,14 @@ class SubscriptionsPage:
     subs: list[Subscription]  # to one convoy each
     all_sub: Subscription | None  # to every convoy
     delivery: notify.Preference
+    hooks: list["HookRow"] = field(default_factory=list)  # webhooks and chat the user manages
+
+
+class HookRow(NamedTuple):
+    target: WebhookTarget
+    kinds: tuple[str, ...]
+    chat: bool
+    deliveries: list[tuple[WebhookDelivery, str]]  # the recent ones, each with its body shown
 
 
 def subscriptions_page(user: User) -> SubscriptionsPage:
@@ -42,7 +54,25 @@ def subscriptions_page(user: User) -> SubscriptionsPage:
         subs=[s for s in subs if s.convoy_id],
         all_sub=next((s for s in subs if s.convoy_id is None), None),
         delivery=notify.preference(user),
+        hooks=hook_rows(user),
     )
+
+
+def hook_rows(user: User) -> list[HookRow]:
+    """The user's own targets and, with change_convoy, every convoy's and the town's, each
+    with its latest deliveries."""
+    rows = []
+    for target in hooks.targets(user, others=user.has_perm("convoys.change_convoy")):
+        recent = hooks.deliveries(target, hooks.RECENT)
+        rows.append(
+            HookRow(
+                target,
+                webhooks.kinds_of(target.kinds),
+                webhooks.is_chat(target.url),
+                [(d, json.dumps(d.body, indent=2, ensure_ascii=False)) for d in recent],
+            )
+        )
+    return rows
 
 
 def find_beads(

@@ -2,16 +2,19 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
 
+from convoys.core import webhooks
 from convoys.core.ids import text_problem
 from convoys.core.parsing import whole_number
-from convoys.models import Convoy, DeliveryPreference
+from convoys.models import Convoy, DeliveryPreference, WebhookDelivery, WebhookTarget
 from convoys.read import pages
-from convoys.services import escalation, notify
-from convoys.services.errors import ServiceError
-from convoys.web.access import VIEW, AuthenticatedHttpRequest, refusal, viewer
+from convoys.services import escalation, hooks, notify
+from convoys.services.errors import NotFound, ServiceError
+from convoys.web.access import VIEW, AuthenticatedHttpRequest, actor, refusal, viewer
 from convoys.web.context import fields_of, page_context
 from convoys.web.fragments import Fragment, respond, unread
 
@@ -58,10 +61,80 @@ def subscriptions(request: AuthenticatedHttpRequest) -> HttpResponse:
     context = page_context(request)
     context |= fields_of(pages.subscriptions_page(request.user))
     context["delivery_choices"] = DeliveryPreference
+    context["hook_kinds"] = webhooks.KINDS
+    context["default_hook_kinds"] = webhooks.DEFAULT_KINDS
     fragments = [
         Fragment("delivery", "convoys/_delivery.html"),
         Fragment("subs-all", "convoys/_subs_all.html"),
         Fragment("subs-list", "convoys/_subs_list.html"),
+        Fragment("hooks", "convoys/_hooks.html"),
         unread(),
     ]
     return respond(request, "convoys/subscriptions.html", context, fragments)
+
+
+# --- webhooks and chat (the "Webhooks and chat" card) ------------------------------------------
+def _managed(request: AuthenticatedHttpRequest, target: WebhookTarget | None) -> WebhookTarget:
+    """The target, if the user may manage it: their own, or with change_convoy a convoy's or
+    the town's (403 otherwise; 404 when there is none)."""
+    if target is None:
+        raise Http404("no such webhook target")
+    if not hooks.may_manage(request.user, target):
+        raise PermissionDenied("You may manage only your own webhooks.")
+    return target
+
+
+def _said(row: WebhookDelivery) -> str:
+    status = row.status_code if row.status_code is not None else "no answer"
+    latency = f", {row.latency_ms:.0f} ms" if row.latency_ms is not None else ""
+    if row.delivered_at:
+        return f"Delivered to target {row.target_id}: status {status}{latency}."
+    return f"Target {row.target_id} did not take it: {row.error or status}{latency}."
+
+
+@require_POST
+@viewer
+def hook_add(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Add a target of one's own (convoy and town targets: `manage.py hooks add`)."""
+    try:
+        added = hooks.add_target(
+            request.POST.get("url", ""),
+            user=request.user,
+            kinds=request.POST.getlist("kinds") or None,
+            actor=actor(request),
+        )
+    except ServiceError as exc:
+        messages.error(request, refusal(exc))
+        return redirect("subscriptions")
+    messages.success(
+        request,
+        f"Added target {added.target.pk}. Its secret, shown once, to verify signatures: "
+        f"{added.secret}",
+    )
+    return redirect("subscriptions")
+
+
+@require_POST
+@viewer
+def hook_action(request: AuthenticatedHttpRequest, target_id: int, action: str) -> HttpResponse:
+    target = _managed(request, WebhookTarget.objects.filter(pk=target_id).first())
+    if action == "test":
+        messages.info(request, _said(hooks.send_test(target, actor(request))))
+    elif action == "remove":
+        hooks.remove_target(target.pk)
+        messages.success(request, f"Removed target {target_id}.")
+    else:
+        raise Http404("no such action")
+    return redirect("subscriptions")
+
+
+@require_POST
+@viewer
+def redeliver(request: AuthenticatedHttpRequest, delivery_id: int) -> HttpResponse:
+    row = WebhookDelivery.objects.select_related("target").filter(pk=delivery_id).first()
+    _managed(request, row.target if row else None)
+    try:
+        messages.info(request, _said(hooks.redeliver(delivery_id)))
+    except NotFound:
+        raise Http404("no such delivery")
+    return redirect("subscriptions")
