@@ -5,6 +5,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from standardwebhooks import Webhook
 from django.core.management.base import CommandError
 from django.db.models import F
 from django.utils import timezone
@@ -12,7 +13,7 @@ from django.utils import timezone
 from convoys.core import forecast
 from convoys.models import Bead, Convoy, Dispatch, Event, Notification
 from convoys.rules import forecasting
-from convoys.services import convoys, deadlines, notify
+from convoys.services import convoys, deadlines, hooks, notify
 
 from .support.factories import bead, blocks, command, launched
 from .support.users import logged_in, user_with, viewer
@@ -216,3 +217,30 @@ def test_the_api_carries_the_due_time_and_stages_with_one(routes, closing):
         content_type="application/json",
     )
     assert refused.status_code == 400 and "is not a time like" in refused.json()["detail"]
+
+
+# --- told through webhooks and chat too -------------------------------------------------------
+def test_at_risk_and_overdue_reach_webhooks_and_chat_once(
+    routes, closing, receiver, second_receiver, settings, django_capture_on_commit_callbacks
+):
+    settings.CONVOY_WEBHOOK_ALLOW_PRIVATE = True  # the receivers listen on 127.0.0.1
+    convoy, _ = chain_with_history(closing)
+    signed = hooks.add_target(receiver.url, convoy_id=convoy.pk, kinds="at-risk,overdue")
+    hooks.add_target(f"json://127.0.0.1:{second_receiver.port}/", town=True, kinds="at-risk")
+    now = timezone.now()
+    convoys.update_fields(convoy.pk, due_at=now + timedelta(minutes=30), actor="test")
+    with django_capture_on_commit_callbacks(execute=True):
+        deadlines.check(now)
+        deadlines.check(now)  # told once
+    (body,) = [Webhook(signed.secret).verify(b, h) for _, _, h, b, _ in receiver.requests]
+    assert body["type"] == "convoy.at_risk" and body["data"]["convoy"]["id"] == convoy.pk
+    (chat,) = second_receiver.bodies()
+    assert "at risk" in json.dumps(chat).lower()
+    Convoy.objects.filter(pk=convoy.pk).update(due_at=now - timedelta(minutes=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        deadlines.check()  # past due: overdue
+    assert [json.loads(r[3])["type"] for r in receiver.requests] == [
+        "convoy.at_risk",
+        "convoy.overdue",
+    ]
+    assert len(second_receiver.requests) == 1  # the chat asked for at-risk only

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('convoys', '0024_merges'),
+        ('convoys', '0025_webhook_targets'),
     ]
 
     operations = [
