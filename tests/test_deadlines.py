@@ -5,10 +5,10 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from standardwebhooks import Webhook
 from django.core.management.base import CommandError
 from django.db.models import F
 from django.utils import timezone
+from standardwebhooks import Webhook
 
 from convoys.core import forecast
 from convoys.models import Bead, Convoy, Dispatch, Event, Notification
