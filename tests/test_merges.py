@@ -463,3 +463,30 @@ def test_a_convoy_whose_work_waits_on_a_merge_is_stuck_waiting_on_merges(routes,
     page = logged_in(viewer("vera")).get(f"/convoys/{convoy.pk}/").content.decode()
     assert "waiting on merges" in page and "dependency cycle" not in page
     assert "on hold" not in page
+
+
+def test_a_merge_stays_merged_when_a_later_request_for_it_is_cleaned_up(routes, tmp_path):
+    lines = (FIXTURES / "merge-requests.jsonl").read_text().splitlines()
+    lines.append(
+        json.dumps(
+            {
+                "id": "mq-mr-a2",
+                "title": "Merge: mq-a again",
+                "description": "branch: polecat/nux/mq-a\ntarget: main\nsource_issue: mq-a",
+                "status": "closed",
+                "priority": 2,
+                "issue_type": "merge-request",
+                "created_at": "2026-11-01T12:00:00Z",
+                "updated_at": "2026-11-01T14:00:00Z",
+                "closed_at": "2026-11-01T14:00:00Z",
+                "close_reason": "Stale MR - cleanup",
+            }
+        )
+    )
+    town = tmp_path / "town.jsonl"
+    town.write_text("\n".join(lines) + "\n")
+    jsonl.import_file(town)
+    assert Merge.objects.get(pk="mq-a").state == "merged"
+    before = Event.objects.count()
+    jsonl.import_file(town)  # again: nothing toggles
+    assert Event.objects.count() == before

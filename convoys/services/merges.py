@@ -219,13 +219,24 @@ def from_store(bead_ids: Collection[str] | None = None, actor: str = "bd") -> di
         if change and fields.get("source_issue"):
             wanted.append((fields["source_issue"], change))
     known = _existing([bead_id for bead_id, _ in wanted])
-    for bead_id, change in wanted:
+    for bead_id, change in _final(wanted).items():
         if bead_id not in known:
             counts["no source"] += 1
             continue
         recorded += record(bead_id, change, actor)
     recorded += _self_merged(bead_ids, actor)
     return counts | {"recorded": recorded}
+
+
+def _final(changes: Sequence[tuple[str, Change]]) -> dict[str, Change]:
+    """Each bead's one change from its merge requests, oldest first: the latest decides,
+    except that a merge stays merged (a later stale request's cleanup undoes no merge).
+    Recording only this, not every request in turn, keeps a second pass from toggling."""
+    final: dict[str, Change] = {}
+    for bead_id, change in changes:
+        if final.get(bead_id, change).state != Merge.MERGED or change.state == Merge.MERGED:
+            final[bead_id] = change
+    return final
 
 
 def _store_change(
