@@ -244,3 +244,13 @@ def test_at_risk_and_overdue_reach_webhooks_and_chat_once(
         "convoy.overdue",
     ]
     assert len(second_receiver.requests) == 1  # the chat asked for at-risk only
+
+
+def test_convoy_feed_once_runs_the_deadline_check(routes):
+    user_with("alice", "view_convoy")
+    past = convoys.create("Was due", [], owner="alice", due=timezone.now() - timedelta(hours=1))
+    out = command("convoy", "feed", "--once")
+    assert f"⏰ Convoy {past.pk}: overdue" in out
+    assert Notification.objects.filter(kind="overdue", convoy_id=past.pk).count() == 1
+    listed = json.loads(command("convoy", "list", "--json"))
+    assert [(c["id"], c["deadline"]) for c in listed] == [(past.pk, "overdue")]

@@ -343,6 +343,7 @@ def deadline_json(
         return None
     return {
         "id": convoy.pk,
+        "title": convoy.title,
         "due_at": convoy.due_at.isoformat(),
         "state": state,
         "forecast": found.as_json() if found is not None else None,

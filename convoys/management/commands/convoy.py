@@ -19,7 +19,15 @@ from convoys.management.base import ServiceCommand, error
 from convoys.models import CONVOY_OPEN, LANDED_REASON, STAGED_STATUSES, Convoy, status_symbol
 from convoys.read import projection, summaries
 from convoys.rules import breaker, capacity, causes, forecasting, merging, stranding
-from convoys.services import controls, escalation, feeding, launch, staging, timekeeping
+from convoys.services import (
+    controls,
+    deadlines,
+    escalation,
+    feeding,
+    launch,
+    staging,
+    timekeeping,
+)
 from convoys.services import convoys as convoy_service
 from convoys.services.notify import format_duration
 
@@ -564,6 +572,8 @@ class Command(ServiceCommand):
                         "status": c.status,
                         "created_at": c.created_at,
                         "completed": by_convoy[c.id]["done"],
+                        "due_at": c.due_at,
+                        "deadline": forecasting.told_state(c, timezone.now()),
                         "total": by_convoy[c.id]["total"],
                         "progress": summaries.progress_json(by_convoy[c.id]),
                     }
@@ -711,9 +721,19 @@ class Command(ServiceCommand):
         catch = feeding.catch_up()
         scan = feeding.stranded_scan()
         escalated = escalation.escalate_stuck()
+        told = deadlines.check()
         if json:
-            self.write_json({"catch_up": catch, "stranded": scan, "escalated": escalated})
+            self.write_json(
+                {
+                    "catch_up": catch,
+                    "stranded": scan,
+                    "escalated": escalated,
+                    "deadlines": [{"id": t.convoy_id, "state": t.state} for t in told],
+                }
+            )
             return
+        for change in told:
+            self.stdout.write(f"⏰ Convoy {change.convoy_id}: {forecast.WORDS[change.state]}")
         for item in escalated:
             self.stdout.write(
                 f"⏰ Escalated stuck convoy {item['id']} ({item['escalation']} of "
