@@ -656,16 +656,7 @@ def report_merge(request: HttpRequest, bead_id: Text, payload: MergeIn) -> dict[
     by mr counts the bead done and may land) or `abandoned` (the bead needs work again).
     Reporting the same twice changes nothing (`changed`: false)."""
     need(request, "change_bead")
-    change = merges.Change(
-        payload.state,
-        "api",
-        ref=payload.ref,
-        link=payload.link,
-        branch=payload.branch,
-        target=payload.target,
-        ci=payload.ci,
-        reason=payload.reason,
-    )
+    change = merges.Change.of(payload.state, "api", payload)
     changed = merges.record(bead_id, change, actor=f"api:{request.user}")
     return {"id": bead_id, "changed": changed, "merge": summaries.merge_of(bead_id)}
 

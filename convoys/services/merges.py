@@ -39,6 +39,9 @@ KIND_OF = {
 }
 
 
+FIELDS = ("ref", "link", "branch", "target", "ci", "reason")  # what a change says but its state
+
+
 @dataclass(frozen=True)
 class Change:
     """What a source says of one bead's change."""
@@ -51,6 +54,11 @@ class Change:
     target: str = ""
     ci: str = ""
     reason: str = ""
+
+    @classmethod
+    def of(cls, state: str, source: str, said: Any) -> "Change":
+        """The change told by anything that holds FIELDS (a forge's report, an API body)."""
+        return cls(state, source, **{name: getattr(said, name) for name in FIELDS})
 
 
 def record(bead_id: str, change: Change, actor: str = "") -> bool:
@@ -72,7 +80,7 @@ def record(bead_id: str, change: Change, actor: str = "") -> bool:
         elif row.state == Merge.MERGED and change.state == Merge.OPEN:
             return False  # a late "opened" or CI report never undoes a merge
         row.state, row.source = change.state, change.source
-        for name in ("ref", "link", "branch", "target", "ci", "reason"):
+        for name in FIELDS:
             value = getattr(change, name)
             if value:
                 setattr(row, name, value[:255] if name not in ("link", "reason") else value)
@@ -88,16 +96,7 @@ def record(bead_id: str, change: Change, actor: str = "") -> bool:
             kind,
             bead_id=bead_id,
             actor=actor or change.source,
-            data={
-                "state": row.state,
-                "source": row.source,
-                "ref": row.ref,
-                "link": row.link,
-                "branch": row.branch,
-                "target": row.target,
-                "ci": row.ci,
-                "reason": row.reason,
-            },
+            data=_fields(row),
         )
         if kind == "bead.merged":
             queue.handle_closes_on_commit([event.seq])
@@ -113,10 +112,10 @@ def record(bead_id: str, change: Change, actor: str = "") -> bool:
 
 
 def _fields(row: Merge | None) -> dict[str, Any] | None:
+    """What the row says of the change (its event's data), None without a row."""
     if row is None:
         return None
-    names = ("state", "source", "ref", "link", "branch", "target", "ci", "reason")
-    return {name: getattr(row, name) for name in names}
+    return {name: getattr(row, name) for name in ("state", "source", *FIELDS)}
 
 
 def _needs_work(bead: Bead, row: Merge, actor: str, reopen: bool) -> None:
@@ -153,16 +152,7 @@ def receive(forge: str, delivery: str, report: Report) -> Received:
             if ForgeDelivery.objects.filter(forge=forge, delivery=delivery).exists():
                 return seen
             beads = core.named_ids(report.texts, known_ids)
-            change = Change(
-                report.state,
-                forge,
-                ref=report.ref,
-                link=report.link,
-                branch=report.branch,
-                target=report.target,
-                ci=report.ci,
-                reason=report.reason,
-            )
+            change = Change.of(report.state, forge, report)
             actor = f"{forge}:{report.sender}" if report.sender else forge
             recorded = [b for b in _receiving(beads, report) if record(b, change, actor[:255])]
             ForgeDelivery.objects.create(

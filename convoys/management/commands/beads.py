@@ -418,8 +418,7 @@ class Command(ServiceCommand):
             self.stdout.write(f"  confirmed the dispatch of {bead_id}")
 
     def do_merge(self, id: str, state: str, actor: str, json: bool, **options: Any) -> None:
-        names = ("ref", "link", "branch", "target", "ci", "reason")
-        change = merges.Change(state, "cli", **{name: options[name] for name in names})
+        change = merges.Change(state, "cli", **{name: options[name] for name in merges.FIELDS})
         changed = merges.record(id, change, actor=actor)
         if json:
             self.write_json({"id": id, "changed": changed, "merge": summaries.merge_of(id)})
