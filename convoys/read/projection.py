@@ -145,12 +145,14 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
     if not read:
         return {}
     rows = [(r.pk, r.status, r.assignee, r.updated_at) for r in read.values()]
+    unfinished = [r[0] for r in rows if r[1] not in DONE_STATUSES]
     if ids is None:
         ready = set(ready_beads(beads, now).values_list("pk", flat=True))
         failed = failed_beads(beads)
         submitted = set(merging.awaiting(beads).values_list("pk", flat=True))
     else:
-        ready, failed = ready_among(ids, now), failed_among(ids)
+        # A done bead is never ready nor failed: both rules ask only of the unfinished.
+        ready, failed = ready_among(unfinished, now), failed_among(unfinished)
         submitted = merging.awaiting_among([r[0] for r in rows if r[1] == "closed"])
     cooling = stranding.cooling_among(ready, now)
     cooldown = timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
@@ -163,7 +165,6 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
         .values_list("bead_id", "last")
     )
     cooling_until = {bead_id: last + cooldown for bead_id, last in recent}
-    unfinished = [r[0] for r in rows if r[1] not in DONE_STATUSES]
     blockers = (
         blocked_by(unfinished)
         if len(unfinished) <= CHUNK
