@@ -39,6 +39,14 @@ def test_a_chain_of_equal_beads_lands_exactly_and_the_spread_grows_with_variance
     assert varied.p90 > varied.p50
 
 
+def test_a_convoy_with_fewer_than_three_bead_times_draws_from_its_rigs():
+    def unread():
+        raise AssertionError("the rigs' times are read only when the convoy's own are too few")
+
+    assert forecast.pool([HOUR] * 3, unread) == ([HOUR] * 3, True)
+    assert forecast.pool([60.0, 60.0], lambda: [HOUR, 9 * HOUR]) == ([HOUR, 9 * HOUR], False)
+
+
 @pytest.mark.parametrize(
     ("critical", "remaining", "width", "steps"),
     [(3, 10, None, 3), (3, 10, 2, 5), (6, 10, 4, 6), (0, 0, 2, 0), (0, 1, None, 1)],

@@ -12,11 +12,13 @@ on every page and in every process for the same samples.
 import math
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 ROUNDS = 400
+LEAST_OWN = 3  # a convoy's own bead times it takes as its samples; with fewer, its rigs'
+WIDER = 500  # the rigs' most recent bead times taken then
 ON_TRACK, AT_RISK, OVERDUE, LANDED_ON_TIME, LANDED_LATE = (
     "on-track",
     "at-risk",
@@ -50,6 +52,15 @@ class Forecast:
             "samples": self.samples,
             "median_seconds": round(self.median, 1),
         }
+
+
+def pool(own: Sequence[float], wider: Callable[[], Sequence[float]]) -> tuple[list[float], bool]:
+    """The samples a forecast draws from, and whether they are the convoy's own: its own
+    bead times when it has LEAST_OWN of them, else the wider pool's (`wider()`: its rigs'
+    recent ones); a couple of quick beads say little of the one that will take a day."""
+    if len(own) >= LEAST_OWN:
+        return list(own), True
+    return list(wider()), False
 
 
 def steps_left(critical: int, remaining: int, width: int | None) -> int:

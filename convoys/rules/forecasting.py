@@ -36,7 +36,7 @@ class Samples(NamedTuple):
 
 
 def samples(tracked_rows: Iterable[TrackedRow]) -> Samples:
-    """The convoy's closed beads' times (else, with fewer than three, its rigs' recent ones)."""
+    """The convoy's closed beads' times (else its rigs' recent ones: `forecast.pool`)."""
     tracked_rows = list(tracked_rows)
     # A submitted bead (closed, waiting for its merge) took its time too.
     closed = [b for b in tracked_rows if b.status in ("closed", SUBMITTED) and b.closed_at]
@@ -51,25 +51,29 @@ def samples(tracked_rows: Iterable[TrackedRow]) -> Samples:
         for b in closed
         if b.pk in started and b.closed_at > started[b.pk]
     ]
-    if len(seconds) >= 3:
-        return Samples(seconds, "this convoy")
     rigs = {b.rig_id for b in tracked_rows if b.rig_id}
+    chosen, own = forecast.pool(seconds, lambda: _rigs_recent(rigs))
+    return Samples(chosen, "this convoy" if own else "its rigs")
+
+
+def _rigs_recent(rigs: set[str]) -> list[float]:
+    """The times of the rigs' `forecast.WIDER` most recently dispatched beads that closed."""
     recent = (
         Dispatch.objects.filter(rig__in=rigs, ok=True)
         .values("bead_id")
         .annotate(first=Min("created_at"))
-        .values_list("bead_id", "first")[:500]
+        .order_by("-first")
+        .values_list("bead_id", "first")[: forecast.WIDER]
     )
     firsts = dict(recent)
     closes = dict(
         Bead.objects.filter(pk__in=firsts, status="closed").values_list("id", "closed_at")
     )
-    seconds = [
+    return [
         (closes[i] - firsts[i]).total_seconds()
         for i in closes
         if closes[i] and closes[i] > firsts[i]
     ]
-    return Samples(seconds, "its rigs")
 
 
 def estimate(
