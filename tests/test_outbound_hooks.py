@@ -5,6 +5,7 @@ json:// and ntfy:// reach the same stand-in. Then `manage.py hooks`."""
 
 import io
 import json
+import socket
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from standardwebhooks import Webhook
 
+from convoys.infra import outbound
 from convoys.models import WebhookDelivery, WebhookTarget
 from convoys.services import hooks, merges, notify
 from convoys.services.errors import ServiceError
@@ -298,6 +300,63 @@ def test_a_failing_chat_is_retried_like_a_webhook(
     hooks.deliver_due(row.next_attempt_at)
     row.refresh_from_db()
     assert row.state == "delivered" and len(receiver.requests) == 2
+
+
+def rebinding(monkeypatch, names):
+    """A resolver that answers each of `names` ({host: [addresses, ...]}) with its next
+    answer (the last one from then on), and records what it was asked."""
+    real = outbound._lookup
+    asked = []
+
+    def lookup(host, port, *args, **kwargs):
+        asked.append(host)
+        if host in names:
+            answers = names[host]
+            address = answers.pop(0) if len(answers) > 1 else answers[0]
+            return real(address, port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(outbound, "_lookup", lookup)
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    return asked
+
+
+def test_chat_goes_to_the_address_checked_not_a_second_lookup(
+    receiver, routes, monkeypatch, django_capture_on_commit_callbacks
+):
+    # Checked when added and when sent; a third lookup (Apprise's own) would be answered
+    # with an address that is not the one checked.
+    asked = rebinding(monkeypatch, {"chat.example": ["127.0.0.1", "127.0.0.1", "192.0.2.1"]})
+    hooks.add_target(f"json://chat.example:{receiver.port}/", town=True)
+    bead("gt-a")
+    action_needed(launched(["gt-a"]), django_capture_on_commit_callbacks)
+    assert WebhookDelivery.objects.get().state == "delivered"
+    assert len(receiver.requests) == 1
+    assert asked.count("chat.example") == 2
+
+
+def test_a_vendor_chat_host_resolving_to_a_private_address_is_refused(
+    routes, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    hooks.add_target("ntfy://convoys-topic", town=True)  # the vendor's public ntfy service
+    settings.CONVOY_WEBHOOK_ALLOW_PRIVATE = False
+    rebinding(monkeypatch, {"ntfy.sh": ["10.9.8.7"]})
+    bead("gt-a")
+    action_needed(launched(["gt-a"]), django_capture_on_commit_callbacks)
+    row = WebhookDelivery.objects.get()
+    assert row.state == "retrying"
+    assert "10.9.8.7 is a private address" in row.error
+
+
+def test_chat_follows_no_redirect(
+    receiver, second_receiver, routes, django_capture_on_commit_callbacks
+):
+    hooks.add_target(f"json://127.0.0.1:{receiver.port}/", town=True)
+    receiver.plan = [("redirect", second_receiver.url + "/elsewhere")]
+    bead("gt-a")
+    action_needed(launched(["gt-a"]), django_capture_on_commit_callbacks)
+    assert WebhookDelivery.objects.get().state == "retrying"
+    assert len(receiver.requests) == 1 and second_receiver.requests == []
 
 
 # --- manage.py hooks ------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Outbound HTTP for webhooks and chat: a host's addresses, one POST to the checked address
-(never a redirect followed: http.client follows none), and one Apprise notification."""
+(never a redirect followed: http.client follows none), and one Apprise notification whose
+lookups are pinned to the checked address or checked as they are made."""
 
+import contextvars
 import http.client
 import importlib
 import logging
@@ -8,6 +10,8 @@ import re
 import socket
 import ssl
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -89,10 +93,58 @@ def post(url: str, body: bytes, headers: dict[str, str], address: str, timeout: 
     return Sent(status, latency, "" if ok else f"HTTP {status}", ok)
 
 
+# --- chat: every name Apprise looks up while it sends is answered here --------------------------
+Refuse = Callable[[str, list[str]], "str | None"]  # (host, its addresses) -> why not, or None
+_lookup = socket.getaddrinfo
+# (pins, refuse, refusals) while a chat message is sent: a context variable, as Apprise copies
+# its caller's context into the worker thread that sends.
+_rules: contextvars.ContextVar[tuple[dict[str, str], Refuse, list[str]] | None]
+_rules = contextvars.ContextVar("convoy_chat_lookups", default=None)
+
+
+def _checked_lookup(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+    """`socket.getaddrinfo`, but while a chat message is sent from this context: a pinned host
+    resolves to the address already checked (no second lookup between check and connection),
+    and any other host is resolved and refused like a target's (an OSError)."""
+    rules = _rules.get()
+    if rules is None or not isinstance(host, str):
+        return _lookup(host, port, *args, **kwargs)
+    pins, refuse, refusals = rules
+    pinned = pins.get(host.lower().rstrip("."))
+    if pinned is not None:
+        return _lookup(pinned, port, *args, **kwargs)
+    infos = _lookup(host, port, *args, **kwargs)
+    problem = refuse(host, sorted({str(info[4][0]) for info in infos}))
+    if problem:
+        refusals.append(problem)
+        raise OSError(problem)
+    return infos
+
+
+@contextmanager
+def _looked_up(pins: dict[str, str], refuse: Refuse) -> Iterator[list[str]]:
+    """Check this thread's lookups (`_checked_lookup`) while in the block; yields the
+    refusals made."""
+    socket.getaddrinfo = _checked_lookup  # installed once; a pass-through elsewhere
+    refusals: list[str] = []
+    pinned = {host.lower().rstrip("."): address for host, address in pins.items()}
+    token = _rules.set((pinned, refuse, refusals))
+    try:
+        yield refusals
+    finally:
+        _rules.reset(token)
+
+
+def _asset() -> "apprise.AppriseAsset":
+    """Apprise follows no redirect, as a webhook does not."""
+    asset: apprise.AppriseAsset = _apprise().AppriseAsset(http_redirects=False)
+    return asset
+
+
 def chat_plugin(url: str) -> "apprise.NotifyBase | None":
     """Apprise's notifier for `url` (None: Apprise knows no such URL)."""
     library = _apprise()
-    plugin = library.Apprise.instantiate(url, suppress_exceptions=True)
+    plugin = library.Apprise.instantiate(url, asset=_asset(), suppress_exceptions=True)
     return plugin if isinstance(plugin, library.NotifyBase) else None
 
 
@@ -110,8 +162,11 @@ def chat_host(url: str) -> tuple[str, int | None] | None:
     return host, int(port) if port else None
 
 
-def send_chat(url: str, title: str, body: str, timeout: float) -> Sent:
-    """One message through Apprise."""
+def send_chat(
+    url: str, title: str, body: str, timeout: float, pins: dict[str, str], refuse: Refuse
+) -> Sent:
+    """One message through Apprise; `pins`: {host: the address checked for it}, and any
+    other host it looks up is asked of `refuse`."""
     plugin = chat_plugin(url)
     started = time.monotonic()
     if plugin is None:
@@ -119,12 +174,14 @@ def send_chat(url: str, title: str, body: str, timeout: float) -> Sent:
     plugin.socket_connect_timeout = timeout
     plugin.socket_read_timeout = timeout
     library = _apprise()
-    sender = library.Apprise()
+    sender = library.Apprise(asset=_asset())
     sender.add(plugin)
     capture = library.LogCapture(level=logging.WARNING, fmt="%(message)s")
-    with capture as output:
+    with capture as output, _looked_up(pins, refuse) as refusals:
         ok = bool(sender.notify(body=body, title=title))
         said = output.getvalue().strip()
+    if refusals:
+        said = refusals[0]
     latency = (time.monotonic() - started) * 1000
     # Apprise reports no status, but its warning names the answer's code ("error=500.").
     code = re.search(r"error=(\d{3})\b", said)

@@ -88,9 +88,14 @@ def host_problem(host: str, port: int | None) -> str | None:
         found = outbound.addresses(host, port)
     except OSError:
         return f"cannot resolve the host '{host[:80]}'"
+    return refused(host, found)
+
+
+def refused(host: str, addresses: list[str]) -> str | None:
+    """Why a target may not reach `host` at `addresses` (a private one), or None."""
     if settings.CONVOY_WEBHOOK_ALLOW_PRIVATE:
         return None
-    return core.private_problem(host, found)
+    return core.private_problem(host, addresses)
 
 
 def add_target(
@@ -301,21 +306,21 @@ def send(target: WebhookTarget, event_id: str, body: dict[str, Any]) -> outbound
         where = reach(target.url)
     except ServiceError as exc:
         return outbound.Sent(None, 0.0, str(exc), False)
-    address = ""
+    address, pins = "", {}
     if where is not None:
         host, port = where
         try:
             found = outbound.addresses(host, port)
         except OSError:
             return outbound.Sent(None, 0.0, f"cannot resolve the host '{host[:80]}'", False)
-        if not settings.CONVOY_WEBHOOK_ALLOW_PRIVATE:
-            problem = core.private_problem(host, found)
-            if problem:
-                return outbound.Sent(None, 0.0, problem, False)
+        problem = refused(host, found)
+        if problem:
+            return outbound.Sent(None, 0.0, problem, False)
         address = found[0]
+        pins[host] = address
     if core.is_chat(target.url):
         title, text = core.chat_message(body)
-        return outbound.send_chat(target.url, title, text, timeout)
+        return outbound.send_chat(target.url, title, text, timeout, pins, refused)
     raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     headers = signed_headers(target, event_id, timezone.now(), raw)
     return outbound.post(target.url, raw, headers, address, timeout)
