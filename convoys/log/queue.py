@@ -18,6 +18,8 @@ from typing import Any
 
 from django.db import transaction
 from django_q.brokers import Broker, get_broker
+from django_q.brokers.orm import ORM
+from django_q.conf import Conf
 from django_q.tasks import async_task
 
 log = logging.getLogger("convoys.log.queue")
@@ -26,8 +28,15 @@ _brokers: dict[int, Broker] = {}
 
 def enqueue(func: str, *args: Any, **options: Any) -> Any:
     """`async_task` through this process's broker, now. Left to itself, django-q2 builds a
-    broker per task, which on Redis means a new connection (a third of a close's cost)."""
-    return async_task(func, *args, broker=broker(), **options)
+    broker per task, which on Redis means a new connection (a third of a close's cost). On
+    the database's own broker the task row is written in a transaction of its own: outside
+    one, the broker first closes the caller's connection (`close_old_connections`, meant for
+    the cluster's broker thread), and a served request then opens another just for the row."""
+    chosen = broker()
+    if isinstance(chosen, ORM):
+        with transaction.atomic(using=Conf.ORM):
+            return async_task(func, *args, broker=chosen, **options)
+    return async_task(func, *args, broker=chosen, **options)
 
 
 def broker() -> Broker:

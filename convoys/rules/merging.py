@@ -44,12 +44,17 @@ def merged_q() -> Q:
     return Exists(recorded) | own
 
 
+def _mr_tracking() -> QuerySet[TrackedBead]:
+    """The trackings by a convoy that is not closed and merges by `mr`."""
+    return TrackedBead.objects.filter(
+        convoy__in=Convoy.objects.filter(mr_convoys()).exclude(status=CONVOY_CLOSED)
+    )
+
+
 def awaiting_q() -> Q:
     """The bead (OuterRef('pk') or a Bead queryset's rows) is closed, tracked by a convoy that
     is not closed and merges by `mr`, and not merged: it is submitted."""
-    tracking = TrackedBead.objects.filter(bead_id=OuterRef("pk")).filter(
-        convoy__in=Convoy.objects.filter(mr_convoys()).exclude(status=CONVOY_CLOSED)
-    )
+    tracking = _mr_tracking().filter(bead_id=OuterRef("pk"))
     return Q(status="closed") & Exists(tracking) & ~merged_q()
 
 
@@ -62,7 +67,13 @@ def awaiting_among(bead_ids: Collection[str]) -> set[str]:
     """Those of `bead_ids` that are submitted."""
     if not bead_ids:
         return set()
-    closed = Bead.objects.filter(pk__in=list(bead_ids), status="closed")
+    # Most beads no `mr` convoy tracks: one plain query says so before the whole rule is asked.
+    tracked = set(
+        _mr_tracking().filter(bead_id__in=list(bead_ids)).values_list("bead_id", flat=True)
+    )
+    if not tracked:
+        return set()
+    closed = Bead.objects.filter(pk__in=sorted(tracked), status="closed")
     return set(awaiting(closed).values_list("pk", flat=True))
 
 
