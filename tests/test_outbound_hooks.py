@@ -383,6 +383,16 @@ def test_hooks_add_prints_the_id_and_a_generated_secret(receiver, routes):
     assert WebhookTarget.objects.filter(scope="convoy", convoy=convoy).exists()
 
 
+def test_hooks_add_of_a_chat_url_makes_no_secret_and_takes_none(receiver):
+    chat = f"json://127.0.0.1:{receiver.port}/"
+    out = command("hooks", "add", chat, "--town")
+    assert "(town):" in out and "secret" not in out
+    assert WebhookTarget.objects.get().secret == ""
+    problem = refused("hooks", "add", chat, "--town", "--secret", "whsec_" + "A" * 32)
+    assert "a chat URL takes no secret" in problem
+    assert WebhookTarget.objects.count() == 1
+
+
 @pytest.mark.parametrize(
     "args, problem",
     [

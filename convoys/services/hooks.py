@@ -117,6 +117,9 @@ def add_target(
         wanted = core.parse_kinds(kinds)
     except ValueError as exc:
         raise ServiceError(str(exc))
+    chat = core.is_chat(url)
+    if secret and chat:
+        raise ServiceError("a chat URL takes no secret: only webhooks (http, https) are signed")
     if secret:
         problem = core.secret_problem(secret)
         if problem:
@@ -127,7 +130,7 @@ def add_target(
         if convoy is None:
             raise NotFound(f"convoy '{convoy_id[:80]}' not found")
     check_url(url)
-    generated = "" if secret else core.new_secret()
+    generated = "" if secret or chat else core.new_secret()
     scope = WebhookTarget.USER if user else WebhookTarget.CONVOY if convoy else WebhookTarget.TOWN
     with transaction.atomic():
         target = WebhookTarget.objects.create(

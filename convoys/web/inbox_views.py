@@ -106,11 +106,10 @@ def hook_add(request: AuthenticatedHttpRequest) -> HttpResponse:
     except ServiceError as exc:
         messages.error(request, refusal(exc))
         return redirect("subscriptions")
-    messages.success(
-        request,
-        f"Added target {added.target.pk}. Its secret, shown once, to verify signatures: "
-        f"{added.secret}",
-    )
+    said = f"Added target {added.target.pk}."
+    if added.secret:
+        said += f" Its secret, shown once, to verify signatures: {added.secret}"
+    messages.success(request, said)
     return redirect("subscriptions")
 
 

@@ -94,9 +94,8 @@ class Command(ServiceCommand):
         )
         target = added.target
         kinds_shown = ",".join(webhooks.kinds_of(target.kinds))
-        self.stdout.write(
-            f"Added target {target.pk} ({target.scope} {target.owner}): {kinds_shown}"
-        )
+        whose = target.scope if target.scope == target.TOWN else f"{target.scope} {target.owner}"
+        self.stdout.write(f"Added target {target.pk} ({whose}): {kinds_shown}")
         if added.secret:
             self.stdout.write(f"secret: {added.secret}")
 
