@@ -1,0 +1,44 @@
+"""A command whose reader goes away (`manage.py beads list | head`) stops quietly: no
+traceback, no broken-pipe error on the way out."""
+
+import subprocess
+import sys
+
+import pytest
+from django.utils import timezone
+
+from convoys.infra import bulk
+from convoys.models import Bead
+
+from .support.paths import ROOT
+from .support.processes import child_env
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_listing_piped_into_head_stops_quietly():
+    now = timezone.now()
+    rows = [
+        {
+            "id": f"gt-pipe{i:05d}",
+            "title": "A bead with a long enough title to fill the pipe " * 2,
+            "status": "open",
+            "issue_type": "task",
+            "priority": 2,
+            "created_at": now,
+            "updated_at": now,
+        }
+        for i in range(3000)  # well past a pipe's 64 kB buffer
+    ]
+    bulk.insert(Bead, rows)
+    listing = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "beads", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+    )
+    assert listing.stdout is not None and listing.stderr is not None
+    assert listing.stdout.readline().startswith(b"gt-pipe")  # what `head -1` reads
+    listing.stdout.close()
+    said = listing.stderr.read().decode()
+    code = listing.wait(timeout=60)
+    assert (code, "Traceback" in said, "BrokenPipe" in said) == (1, False, False), said
