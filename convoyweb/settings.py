@@ -464,6 +464,9 @@ if LOG_FORMAT not in ("text", "json"):
 # The access line of every request; without it, workers' heartbeats and live pages' fetches
 # that succeed are not logged (convoyweb/logs.py).
 LOG_ACCESS = env_bool("LOG_ACCESS", False)
+# django-q2 gives its logger a handler and this level of its own when nothing else handles it
+# (the text format): "[Q] INFO Enqueued" would follow every close made from the command line.
+Q_CLUSTER["log_level"] = "INFO" if LOG_ACCESS else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,5 +1,6 @@
-"""A command whose reader goes away (`manage.py beads list | head`) stops quietly: no
-traceback, no broken-pipe error on the way out."""
+"""What a command line user sees on its streams: a command whose reader goes away
+(`manage.py beads list | head`) stops quietly, and a close says its line and nothing of the
+task queue behind it."""
 
 import subprocess
 import sys
@@ -10,8 +11,9 @@ from django.utils import timezone
 from convoys.infra import bulk
 from convoys.models import Bead
 
+from .support.factories import bead
 from .support.paths import ROOT
-from .support.processes import child_env
+from .support.processes import child_env, manage
 
 
 @pytest.mark.django_db(transaction=True)
@@ -42,3 +44,12 @@ def test_a_listing_piped_into_head_stops_quietly():
     said = listing.stderr.read().decode()
     code = listing.wait(timeout=60)
     assert (code, "Traceback" in said, "BrokenPipe" in said) == (1, False, False), said
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_close_from_the_command_line_says_one_line_and_nothing_on_stderr(routes):
+    bead("gt-said")
+    done = manage("beads", "close", "gt-said", "--reason", "done")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Closed gt-said") and done.stderr == ""
+    assert Bead.objects.get(pk="gt-said").status == "closed"
