@@ -173,6 +173,7 @@ def test_the_command_line_sets_shows_and_lists_due_times(routes, closing):
     [
         ("tomorrow", "'tomorrow' is not a time like 2026-12-24T17:00Z"),
         ("2026-12-24T17:00", "has no time zone: end it with Z or an offset"),
+        ("2026-12-24", "'2026-12-24' names a day but no time: say 2026-12-24T17:00Z"),
     ],
 )
 def test_a_bad_due_time_is_one_line_and_changes_nothing(routes, due, message):
@@ -182,6 +183,15 @@ def test_a_bad_due_time_is_one_line_and_changes_nothing(routes, due, message):
     with pytest.raises(CommandError, match=message):
         command("convoy", "stage", "gt-a", "--due", due)
     assert not Convoy.objects.exists()
+
+
+def test_update_refuses_an_empty_due_time_and_keeps_the_one_set(routes):
+    bead("gt-a")
+    convoy = convoys.create("Due", ["gt-a"], due=timezone.now() + timedelta(days=1))
+    for due, message in (("", "--due is empty: --no-due removes"), ("2026-12-24", "no time")):
+        with pytest.raises(CommandError, match=message):
+            command("convoy", "update", convoy.pk, "--due", due)
+    assert Convoy.objects.get(pk=convoy.pk).due_at == convoy.due_at
 
 
 def test_the_convoy_page_and_dashboard_say_the_deadline(routes, closing):

@@ -65,6 +65,8 @@ def due_time(text: str) -> datetime:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise ValueError(f"{value[:40]!r} is not a time like 2026-12-24T17:00Z") from None
+    if "T" not in value.upper() and " " not in value:
+        raise ValueError(f"{value[:40]!r} names a day but no time: say 2026-12-24T17:00Z")
     if moment.tzinfo is None:
         raise ValueError(f"{value[:40]!r} has no time zone: end it with Z or an offset (+01:00)")
     return moment.astimezone(UTC)

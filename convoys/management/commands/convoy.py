@@ -611,6 +611,8 @@ class Command(ServiceCommand):
         json: bool,
         **_: Any,
     ) -> None:
+        if due is not None and not due.strip():
+            raise error("--due is empty: --no-due removes a due time")
         fields: dict[str, Any] = {"due_at": "" if no_due else due, "merge_strategy": merge}
         fields["title"] = title
         changed = {k: v for k, v in fields.items() if v is not None}
