@@ -155,14 +155,18 @@ def _derive(beads: Any, ids: Sequence[str] | None, now: datetime) -> dict[str, d
         ready, failed = ready_among(unfinished, now), failed_among(unfinished)
         submitted = merging.awaiting_among([r[0] for r in rows if r[1] == "closed"])
     cooling = stranding.cooling_among(ready, now)
+    # A failed dispatch's cooldown holds back unfinished beads only: a done one has none.
     cooldown = timedelta(seconds=settings.CONVOY_RETRY_COOLDOWN)
+    among = unfinished if ids is not None else beads.exclude(status__in=DONE_STATUSES).values("pk")
     recent = (
-        Dispatch.objects.filter(
-            bead_id__in=beads.values("pk"), ok=False, created_at__gte=now - cooldown
+        (
+            Dispatch.objects.filter(bead_id__in=among, ok=False, created_at__gte=now - cooldown)
+            .values("bead_id")
+            .annotate(last=Max("created_at"))
+            .values_list("bead_id", "last")
         )
-        .values("bead_id")
-        .annotate(last=Max("created_at"))
-        .values_list("bead_id", "last")
+        if unfinished
+        else []
     )
     cooling_until = {bead_id: last + cooldown for bead_id, last in recent}
     blockers = (
@@ -777,7 +781,7 @@ def _replanned_by(flipped: Collection[str]) -> set[str]:
     gates = {b for b in flipped if (types.get(b) or "") not in SLINGABLE_TYPES}
     tasks = set(flipped) - gates
     out = _tracking(gates | _dependents(gates)) if gates else set()
-    if tasks:
+    if tasks and _tracking(tasks):  # a task no convoy tracks is in no plan
         done = set(
             BeadFacts.objects.filter(bead_id__in=sorted(tasks), segment="done").values_list(
                 "bead_id", flat=True
