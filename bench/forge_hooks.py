@@ -8,9 +8,11 @@ As in a served town, the connection is closed after each request (CONN_MAX_AGE i
 server's request_finished does it, the test client does not) while another connection holds
 the database open (the relay's, the task cluster's); without one, each close of the last
 connection checkpoints SQLite's WAL (`--alone` measures that).
-Goal: at least 200 deliveries a second on SQLite.
+Goal: at least 200 deliveries a second on SQLite. The known beads are tracked by no convoy;
+with --tracked each ten of them are the submitted beads of a convoy under `mr`, so every merge
+refreshes its convoy and every tenth lands one (its notice, its webhooks' rows).
 
-    .venv/bin/python bench/forge_hooks.py [--runs 3] [--deliveries 500]
+    .venv/bin/python bench/forge_hooks.py [--runs 3] [--deliveries 500] [--tracked]
 """
 
 import argparse
@@ -61,12 +63,12 @@ def signed(n, bead_id):
     return body, headers
 
 
-def build(beads):
+def build(beads, tracked=False):
     from django.utils import timezone
 
     from convoys.infra import bulk
     from convoys.models import Bead
-    from convoys.services import rigs
+    from convoys.services import convoys, rigs
 
     rigs.upsert_route("gt-", "gastown")
     now = timezone.now()
@@ -85,6 +87,10 @@ def build(beads):
         for i in range(beads)
     ]
     bulk.insert(Bead, rows)
+    if tracked:
+        ids = [row["id"] for row in rows]
+        for start in range(0, len(ids), 10):
+            convoys.create(f"Convoy {start}", ids[start : start + 10], merge="mr")
 
 
 def main():
@@ -92,6 +98,9 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--deliveries", type=int, default=500)
     parser.add_argument("--alone", action="store_true", help="no other connection open")
+    parser.add_argument(
+        "--tracked", action="store_true", help="the known beads in convoys under mr, ten each"
+    )
     args = parser.parse_args()
     os.environ["CONVOY_GITHUB_SECRET"] = SECRET
     url = setup()
@@ -101,8 +110,9 @@ def main():
     from convoys.models import ForgeDelivery, Merge
 
     count = args.deliveries
-    elapsed, _ = timed(build, args.runs * count // 2)
-    print(f"built {args.runs * count // 2:,} closed beads in {elapsed:.1f} s (SQLite)")
+    elapsed, _ = timed(build, args.runs * count // 2, args.tracked)
+    where = "in convoys under mr" if args.tracked else "in no convoy"
+    print(f"built {args.runs * count // 2:,} closed beads {where} in {elapsed:.1f} s (SQLite)")
     client = Client()
     neighbour = None if args.alone else sqlite3.connect(url.removeprefix("sqlite:///"))
     if neighbour is not None:
@@ -143,7 +153,7 @@ def main():
     assert ForgeDelivery.objects.count() == args.runs * count
     alone = "no other connection open" if args.alone else "another connection open"
     print(
-        f"\n{count} signed deliveries a round, half naming a known bead, {alone} "
+        f"\n{count} signed deliveries a round, half naming a known bead {where}, {alone} "
         f"(median of {args.runs})"
     )
     print(f"  deliveries/s        {median(rates):8.0f}   goal >= {GOAL:.0f}")
