@@ -15,7 +15,10 @@ from django.conf import settings
 from django.db import models
 
 # Statuses and types are free strings; these are the values the product knows.
-DONE_STATUSES = ("closed", "tombstone")
+# A skipped bead is closed as not needed: done for its dependents and for landing, counted
+# and shown apart from the beads that were done (services/actions.py sets it).
+SKIPPED = "skipped"
+DONE_STATUSES = ("closed", "tombstone", SKIPPED)
 KNOWN_STATUSES = (
     "open",
     "in_progress",
@@ -25,10 +28,12 @@ KNOWN_STATUSES = (
     "pinned",
     "closed",
     "tombstone",
+    SKIPPED,
 )
 # What a write (API, command line, admin) may set: an import keeps any status it reads, but a
 # person or tool sets one the product knows (`tombstone` included: bd's deletion, done for good).
-SETTABLE_STATUSES = KNOWN_STATUSES
+# A skip goes through its own action, which records why.
+SETTABLE_STATUSES = tuple(s for s in KNOWN_STATUSES if s != SKIPPED)
 ACTIVE_WORK_STATUSES = ("hooked", "in_progress")
 SLINGABLE_TYPES = ("task", "bug", "feature", "chore", "")
 BLOCKING_DEP_TYPES = ("blocks", "conditional-blocks", "waits-for", "merge-blocks")
@@ -134,9 +139,11 @@ class Bead(models.Model):
 
 
 def status_symbol(status: str) -> str:
-    """One symbol per state on every page, the CLI and e-mail: ✓ done, ◐ submitted (closed,
-    waiting to merge), ▶ in progress,
+    """One symbol per state on every page, the CLI and e-mail: ✓ done, ⤼ skipped (closed as
+    not needed), ◐ submitted (closed, waiting to merge), ▶ in progress,
     ● ready (`status` "ready": the readiness rule said so), ? unknown, ○ blocked."""
+    if status == SKIPPED:
+        return "⤼"
     if status in DONE_STATUSES:
         return "✓"
     if status == "submitted":  # closed, waiting for its merge
@@ -650,7 +657,7 @@ class BeadFacts(models.Model):
     bead_id = models.CharField(max_length=255, primary_key=True)
     segment = models.CharField(
         max_length=10
-    )  # done | submitted | active | failed | ready | blocked
+    )  # done | skipped | submitted | active | failed | ready | blocked
     ready = models.BooleanField(default=False)  # the readiness rule
     feedable = models.BooleanField(default=False)  # ready, not cooling down, not parked
     failed = models.BooleanField(default=False)  # its last dispatch failed
@@ -675,6 +682,7 @@ class ConvoyFacts(models.Model):
 
     convoy_id = models.CharField(max_length=64, primary_key=True)
     done = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)  # closed as not needed: not done
     submitted = models.PositiveIntegerField(default=0)  # closed, waiting to merge (`mr`)
     active = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)

@@ -34,6 +34,7 @@ def mixed(routes, settings):
 EXPECTED = {
     "total": 4,
     "complete": 1,
+    "skipped": 0,
     "submitted": 0,
     "inProgress": 1,
     "ready": 1,

@@ -31,7 +31,7 @@ from convoys.admin.base import (
 from convoys.core.ids import id_problem
 from convoys.models import (
     DONE_STATUSES,
-    KNOWN_STATUSES,
+    SETTABLE_STATUSES,
     Bead,
     Dependency,
 )
@@ -144,7 +144,7 @@ class BeadAdminForm(ServiceForm):
             return  # a sync source's bead: these fields are read-only
         for name in ("status", "issue_type", "priority"):
             self.fields[name].initial = getattr(bead, name)
-        choice_field(self, "status").choices = choices_keeping(KNOWN_STATUSES, bead.status)
+        choice_field(self, "status").choices = choices_keeping(SETTABLE_STATUSES, bead.status)
         choice_field(self, "issue_type").choices = choices_keeping(
             KNOWN_TYPES, bead.issue_type, blank_label="(none: slingable)"
         )

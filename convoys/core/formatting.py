@@ -247,6 +247,7 @@ STATUS_WORDS = {
     "hooked": "hooked (dispatched)",
     "tombstone": "deleted",
     "submitted": "submitted, waiting to merge",
+    "skipped": "skipped (not needed)",
     "unknown": "not in database",
 }
 EVENT_WORDS = {
@@ -255,6 +256,9 @@ EVENT_WORDS = {
     "bead.status": "status changed",
     "bead.closed": "bead closed",
     "bead.reopened": "bead reopened",
+    "bead.skipped": "bead skipped (not needed)",
+    "bead.released": "bead released back to ready",
+    "bead.reassigned": "bead reassigned",
     "bead.merged": "change merged",
     "merge.opened": "change submitted",
     "merge.abandoned": "change abandoned",

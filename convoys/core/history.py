@@ -23,7 +23,8 @@ from typing import Any
 
 from convoys.core.merges import self_merged
 
-DONE_STATUSES = ("closed", "tombstone")
+SKIPPED = "skipped"  # closed as not needed: done for what it blocks
+DONE_STATUSES = ("closed", "tombstone", SKIPPED)
 ACTIVE_STATUSES = ("hooked", "in_progress")
 BLOCKING_TYPES = ("blocks", "conditional-blocks", "waits-for", "merge-blocks")
 MERGE_KINDS = frozenset({"bead.merged", "merge.abandoned"})
@@ -59,7 +60,7 @@ def target_blocks(
     """Does an existing target with this status block along an edge of this type? The
     readiness rule's edge test, for rows and for replayed values alike: a `merge-blocks` edge
     waits for the target's merge, recorded (`merged`) or said by its own close reason."""
-    if dep_type not in BLOCKING_TYPES or status == "tombstone":
+    if dep_type not in BLOCKING_TYPES or status in ("tombstone", SKIPPED):
         return False
     if status == "closed":
         return dep_type == "merge-blocks" and not (merged or self_merged(close_reason or ""))
@@ -130,6 +131,8 @@ class Replay:
         status = self.status.get(bead)
         if status is None:
             return "unknown"
+        if status == SKIPPED:
+            return SKIPPED
         if status in DONE_STATUSES:
             return "done"
         if status in ACTIVE_STATUSES:

@@ -113,6 +113,25 @@ REGISTRY: dict[str, Kind] = {
         ),
         _kind("bead.parked", "the breaker parked a bead after failures in a row", BEAD),
         _kind("bead.retried", "a parked bead's failures were cleared", BEAD),
+        # The bead actions (services/actions.py): each names its actor and reason.
+        _kind(
+            "bead.skipped",
+            "a bead was closed as not needed: done for what it blocks, counted apart",
+            BEAD,
+            DONE,
+            FAILED,
+            PROGRESS,
+        ),
+        _kind(
+            "bead.released",
+            "a bead was taken from its worker, back to ready",
+            BEAD,
+            FAILED,
+            PROGRESS,
+        ),
+        _kind(
+            "bead.reassigned", "a bead was moved to another rig or worker", BEAD, FAILED, PROGRESS
+        ),
         _kind("worker.timed_out", "a bead's worker went silent past the timeout", BEAD, TIME),
         _kind("worker.back", "a silent worker reported again", BEAD, IN_FLIGHT),
         _kind("cooldown.ended", "a failed dispatch's cooldown ran out", BEAD, TIME),

@@ -123,7 +123,7 @@ class ConvoyPage:
     @property
     def unfinished(self) -> int:
         """Tracked beads not done (the close and land confirmations name how many)."""
-        return self.summary["total"] - self.summary["done"]
+        return self.summary["total"] - self.summary["done"] - self.summary["skipped"]
 
     @cached_property
     def subscribed(self) -> Subscription | None:
@@ -158,6 +158,11 @@ class ConvoyPage:
     def strategy(self) -> str:
         """How its work reaches the target: direct, mr or local (`merging.strategy`)."""
         return merging.strategy(self.convoy)
+
+    @property
+    def skips(self) -> bool:
+        """Some of its beads were skipped: the wave table counts them in a column."""
+        return bool(self.summary["skipped"])
 
     @property
     def merges(self) -> bool:
@@ -226,7 +231,11 @@ def convoy_page(
         critical_length=len(critical),
         can_show_all=len(tracked) <= settings.CONVOY_SHOW_ALL_MAX,
         eta=estimate(
-            samples(beads.values()), len(critical), now, convoy, summary["total"] - summary["done"]
+            samples(beads.values()),
+            len(critical),
+            now,
+            convoy,
+            summary["total"] - summary["done"] - summary["skipped"],
         )
         if critical and no_estimate == ""
         else None,
@@ -322,7 +331,7 @@ def _wave_rows(
 def _wave_counts(
     wave: list[str], beads: dict[str, TrackedRow], ready_ids: Set[str]
 ) -> dict[str, int]:
-    counts = {"done": 0, "submitted": 0, "active": 0, "ready": 0, "blocked": 0}
+    counts = {"done": 0, "skipped": 0, "submitted": 0, "active": 0, "ready": 0, "blocked": 0}
     for bead_id in wave:
         bead = beads.get(bead_id)
         counts[segment_of(bead, ready_ids) if bead else "blocked"] += 1
@@ -340,7 +349,9 @@ def _chip_plan(
         left = chips
     plan = []
     for wave, n in zip(waves, counts, strict=True):
-        shown = 0 if big and n["done"] == len(wave) else min(len(wave), CHIPS_PER_WAVE)
+        shown = (
+            0 if big and n["done"] + n["skipped"] == len(wave) else min(len(wave), CHIPS_PER_WAVE)
+        )
         shown = min(shown, max(left, 0))
         left -= shown
         plan.append(shown)
@@ -379,7 +390,7 @@ def _wave_row(
 
 def _frontier(wave_rows: list[dict[str, Any]]) -> int | None:
     for row in wave_rows:
-        if row["counts"]["done"] < row["total"]:
+        if row["counts"]["done"] + row["counts"].get("skipped", 0) < row["total"]:
             return int(row["number"])
     return None
 
@@ -516,7 +527,11 @@ def _shown_waves(
         return ShownWaves(set(), drawn, opened, bands, wave_pages, wpage)
     collapsed: set[int] = set()
     if len(facts.graph.nodes) > COLLAPSE_AT and params.get("expand") != "1":
-        collapsed = {r["number"] for r in parts.waves if r["counts"]["done"] == r["total"]}
+        collapsed = {
+            r["number"]
+            for r in parts.waves
+            if r["counts"]["done"] + r["counts"].get("skipped", 0) == r["total"]
+        }
         if focus in facts.wave_number:  # the focused bead is drawn
             collapsed.discard(facts.wave_number[focus])
     return ShownWaves(collapsed, None, [], parts.waves, 1, 1)

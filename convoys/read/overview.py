@@ -200,7 +200,10 @@ def page(
 
 
 def _wave_row(number: int, kept: Mapping[str, Any]) -> dict[str, Any]:
-    counts = {k: int(kept.get(k) or 0) for k in ("done", "submitted", "active", "ready", "blocked")}
+    counts = {
+        k: int(kept.get(k) or 0)
+        for k in ("done", "skipped", "submitted", "active", "ready", "blocked")
+    }
     total = int(kept.get("total") or 0)
     return {
         "number": number,

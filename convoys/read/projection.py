@@ -34,6 +34,7 @@ from convoys.models import (
     ACTIVE_WORK_STATUSES,
     CONVOY_OPEN,
     DONE_STATUSES,
+    SKIPPED,
     SLINGABLE_TYPES,
     Bead,
     BeadFacts,
@@ -63,7 +64,7 @@ from convoys.rules.rows import (
 Gate = tuple[str, str, str, str]  # (id, title, issue type, status) of a blocker that is no task
 Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[Gate]]
 
-SEGMENTS = ("done", "submitted", "active", "failed", "ready", "blocked", "unknown")
+SEGMENTS = ("done", "skipped", "submitted", "active", "failed", "ready", "blocked", "unknown")
 CHUNK = 500  # ids per query
 BULK = "projection-bulk"  # the cursor where a bulk load's unsettled range starts
 BEAD_FIELDS = (
@@ -81,6 +82,7 @@ BEAD_FIELDS = (
 Counted = tuple[str | None, bool | None, bool | None, str | None]
 CONVOY_FIELDS = (
     "done",
+    "skipped",
     "submitted",
     "active",
     "failed",
@@ -112,6 +114,8 @@ def segment_for(
     its merge, `merging.awaiting_q`)."""
     if status is None:
         return "unknown"
+    if status == SKIPPED:
+        return "skipped"
     if status in DONE_STATUSES:
         return "submitted" if bead_id in submitted_ids else "done"
     if status == "submitted":  # a page's row (`rows.read_rows(shown=True)`)
@@ -399,7 +403,7 @@ def derive_convoys(
         verdict = stranding.NOT_OPEN
         if convoy.status == CONVOY_OPEN:
             tally = stranding.Tally(
-                total, total - n["done"], dispatchable, n["active"], n["submitted"]
+                total, total - n["done"] - n["skipped"], dispatchable, n["active"], n["submitted"]
             )
             verdict = stranding.judge(convoy, stranding.first_pass(convoy, tally), town)
             if verdict.kind == stranding.STUCK and not verdict.code:
@@ -483,7 +487,13 @@ def _count(
         counts["causes"][kind] = counts["causes"].get(kind, 0) + n
     if wave is None:
         return
-    column = key if key in ("done", "submitted", "active") else "ready" if ready else "blocked"
+    column = (
+        key
+        if key in ("done", "skipped", "submitted", "active")
+        else "ready"
+        if ready
+        else "blocked"
+    )
     row = waves.setdefault(wave, _wave_tally())
     row[column] = row.get(column, 0) + n
     row["total"] += n
@@ -548,6 +558,7 @@ def _tracked_waves(bead_ids: Iterable[str]) -> list[tuple[str, str, int | None]]
 def _wave_tally() -> dict[str, Any]:
     return {
         "done": 0,
+        "skipped": 0,
         "submitted": 0,
         "active": 0,
         "ready": 0,

@@ -13,6 +13,7 @@ from convoys.core.formatting import percent_done
 from convoys.models import (
     ACTIVE_WORK_STATUSES,
     DONE_STATUSES,
+    SKIPPED,
     Bead,
     Convoy,
     ConvoyFacts,
@@ -38,6 +39,7 @@ class Summary(TypedDict):
     its beads last changed, the one stranded rule's verdict."""
 
     done: int
+    skipped: int  # closed as not needed: not done
     submitted: int  # closed, waiting to merge
     active: int
     failed: int
@@ -69,6 +71,7 @@ def progress_json(summary: Summary) -> dict[str, int]:
     return {
         "total": summary["total"],
         "complete": summary["done"],
+        "skipped": summary["skipped"],
         "submitted": summary["submitted"],
         "inProgress": summary["active"],
         "ready": summary["ready"],
@@ -215,6 +218,7 @@ def _summary(
     share = total or 1
     return Summary(
         done=n["done"],
+        skipped=n["skipped"],
         submitted=n["submitted"],
         active=n["active"],
         failed=n["failed"],
@@ -225,7 +229,7 @@ def _summary(
         last_activity=last_activity,
         spin=spin,
         percent={k: round(100 * n[k] / share, 2) for k in SEGMENTS},
-        percent_complete=percent_done(n["done"], total),
+        percent_complete=percent_done(n["done"] + n["skipped"], total),  # skips finish too
         state=verdict,
         stranded=stranded,
     )
@@ -311,10 +315,12 @@ def convoy_status_json(convoy: Convoy, window: slice | None = None) -> dict[str,
             }
         )
     if window is None:
-        completed = sum(1 for i in items if i["status"] in DONE_STATUSES)
+        completed = sum(1 for i in items if i["status"] in DONE_STATUSES and i["status"] != SKIPPED)
     else:
         tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-        done = Bead.objects.filter(pk__in=tracking, status__in=DONE_STATUSES)
+        done = Bead.objects.filter(pk__in=tracking, status__in=DONE_STATUSES).exclude(
+            status=SKIPPED
+        )
         completed = done.exclude(merging.awaiting_q()).count()
     origin = convoy.sourced
     return {
@@ -376,6 +382,8 @@ def last_activity(convoy_ids: Iterable[str]) -> dict[str, datetime]:
 def status_class(status: str) -> tuple[str, str]:
     """A node's (css class, icon) for a bead state."""
     icon = status_symbol(status)
+    if status == SKIPPED:
+        return "st-skipped", icon
     if status in DONE_STATUSES:
         return "st-done", icon
     if status == "submitted":
@@ -388,7 +396,7 @@ def status_class(status: str) -> tuple[str, str]:
 
 
 # A status of each drawn state, to name the state's icon once (`state_icons`).
-STATE_EXAMPLES = ("closed", "submitted", "in_progress", "ready", "open", "unknown")
+STATE_EXAMPLES = ("closed", "skipped", "submitted", "in_progress", "ready", "open", "unknown")
 
 
 def state_icons() -> dict[str, str]:

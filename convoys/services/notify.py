@@ -23,6 +23,7 @@ from convoys.core.ids import name_problem
 from convoys.log import queue
 from convoys.log.events import record_many
 from convoys.models import (
+    SKIPPED,
     Bead,
     Convoy,
     DeliveryPreference,
@@ -60,6 +61,12 @@ def landing_message(convoy: Convoy, pairs: Sequence[tuple[str, Bead | None]]) ->
     for bead_id, bead in pairs:
         status = bead.status if bead else "unknown"
         lines.append(f"  {status_symbol(status)} {bead_id}  {bead.title if bead else ''}".rstrip())
+    skipped = [(i, b) for i, b in pairs if b is not None and b.status == SKIPPED]
+    if skipped:
+        lines += ["", f"Skipped, not needed ({len(skipped)}):"]
+        for bead_id, bead in skipped:
+            why = f"  ({bead.close_reason})" if bead.close_reason else ""
+            lines.append(f"  {bead_id}  {bead.title}{why}".rstrip())
     merges = Merge.objects.filter(bead_id__in=[i for i, _ in pairs], state=Merge.MERGED).order_by(
         "bead_id"
     )

@@ -29,6 +29,7 @@ def bar(s: Mapping[str, Any]) -> SafeString:
     by a template: the dashboard draws two hundred."""
     label = (
         f"{s['done']} done, "
+        + (f"{s['skipped']} skipped, " if s.get("skipped") else "")
         + (f"{s['submitted']} submitted, waiting to merge, " if s.get("submitted") else "")
         + f"{s['active']} in progress, {s['failed']} failed, {s['ready']} ready, "
         f"{s['blocked']} blocked, {s['unknown']} unknown of {s['total']} "

@@ -180,6 +180,10 @@ def convoy_row(context: Context, row: DashboardRow) -> SafeString:
         f"◐ {s['submitted']} submitted</span>"
         if s.get("submitted")
         else ""
+    ) + (
+        f' <span class="skipped-count" title="closed as not needed">⤼ {s["skipped"]} skipped</span>'
+        if s.get("skipped")
+        else ""
     )
     href = escape(_convoy_url(context).replace("__ID__", quoted_url_segment(c.pk)))
     return mark_safe(  # noqa: S308 - each value above is escaped
