@@ -324,6 +324,10 @@ else:
 CONVOY_DISPATCHER = os.environ.get("CONVOY_DISPATCHER", "builtin")
 CONVOY_DISPATCH_COMMAND = os.environ.get("CONVOY_DISPATCH_COMMAND", "")
 CONVOY_DISPATCH_TIMEOUT = env_float("CONVOY_DISPATCH_TIMEOUT", 30.0)
+# With CONVOY_DISPATCHER=command: run to tell a worker it lost a bead (release, reassign).
+CONVOY_RELEASE_COMMAND = os.environ.get("CONVOY_RELEASE_COMMAND", "")
+# The most beads one bead action (`POST /api/beads/actions`, `beads skip A B …`) takes.
+CONVOY_ACTION_MAX_BEADS = env_int("CONVOY_ACTION_MAX_BEADS", 500, minimum=1)
 # A claim whose process has not called the dispatcher within this many seconds (or, once
 # called, not recorded its answer within CONVOY_DISPATCH_TIMEOUT plus this) is settled by the
 # next catch-up: released back to ready, unless its worker reported (services/dispatch.py).

@@ -10,6 +10,10 @@ any word naming one of SHELLS) is refused unless CONVOY_DISPATCH_SHELL is on; th
 value is quoted with `shlex.quote`, for one level of shell: write placeholders bare, never
 inside quotes of the shell's own command (`sh -c 'gt sling {bead}'`, not `"… '{bead}'"`).
 A dotted path names any class with the same `dispatch` method.
+
+A dispatcher may also have `release`: a bead taken back from its worker (the `release`,
+`reassign` and `skip` actions) is told to the worker through it. `command` runs
+CONVOY_RELEASE_COMMAND for it when set, with the same placeholders and the same rules.
 """
 
 import os
@@ -34,6 +38,23 @@ class Dispatcher(Protocol):
     """What CONVOY_DISPATCHER names: `dispatch` hands one claimed bead to its worker."""
 
     def dispatch(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> Outcome: ...
+
+
+class Releaser(Protocol):
+    """A dispatcher that can tell a worker it no longer has a bead (optional)."""
+
+    def release(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> Outcome: ...
+
+
+def release(
+    dispatcher: object, bead_id: str, rig: str, convoy_id: str, worker: str
+) -> Outcome | None:
+    """Tell `worker` through the dispatcher's `release`; None when it has none."""
+    hook = getattr(dispatcher, "release", None)
+    if hook is None:
+        return None
+    outcome: Outcome = hook(bead_id, rig, convoy_id, worker)
+    return outcome
 
 
 class BuiltinDispatcher:
@@ -67,8 +88,12 @@ class CommandDispatcher:
         template: str | None = None,
         timeout: float | None = None,
         shell: bool | None = None,
+        release_template: str | None = None,
     ) -> None:
         self.template = template if template is not None else settings.CONVOY_DISPATCH_COMMAND
+        self.release_template = (
+            release_template if release_template is not None else settings.CONVOY_RELEASE_COMMAND
+        )
         self.timeout = timeout if timeout is not None else settings.CONVOY_DISPATCH_TIMEOUT
         self.shell_allowed = shell if shell is not None else settings.CONVOY_DISPATCH_SHELL
         if not self.template.strip():
@@ -107,6 +132,23 @@ class CommandDispatcher:
             args = self.argv(bead_id, rig, convoy_id, worker)
         except ValueError as exc:
             return Outcome(False, str(exc))
+        return self._run(args)
+
+    def release(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> Outcome:
+        """Run CONVOY_RELEASE_COMMAND (as the dispatch command is run); with none set the
+        worker learns it from its next look at the bead."""
+        if not self.release_template.strip():
+            return Outcome(True, "", "no CONVOY_RELEASE_COMMAND: nothing run")
+        releasing = CommandDispatcher(self.release_template, self.timeout, self.shell_allowed, "")
+        try:
+            args = releasing.argv(bead_id, rig, convoy_id, worker)
+        except ValueError as exc:
+            return Outcome(
+                False, str(exc).replace("CONVOY_DISPATCH_COMMAND", "CONVOY_RELEASE_COMMAND")
+            )
+        return self._run(args)
+
+    def _run(self, args: list[str]) -> Outcome:
         try:
             done = subprocess.run(
                 args, capture_output=True, text=True, timeout=self.timeout, check=False
