@@ -44,8 +44,8 @@ from convoys.core.parsing import NotJson, json_document
 from convoys.models import Bead, Convoy, SourcedRecord
 from convoys.read import bead_page, dashboard, graph, pages, summaries
 from convoys.rules import causes, forecasting, merging
+from convoys.services import actions, controls, escalation, feeding, launch, merges, staging, tokens
 from convoys.services import beads as bead_service
-from convoys.services import controls, escalation, feeding, launch, merges, staging, tokens
 from convoys.services.errors import NotFound, ServiceError
 from convoys.web.access import database_unavailable
 
@@ -197,6 +197,7 @@ def need(request: HttpRequest, perm: str) -> None:
 class Progress(Schema):
     total: int
     done: int
+    skipped: int = 0  # closed as not needed (`beads skip`): not done
     submitted: int = 0  # closed, waiting for their merge (merge strategy mr): not done
     active: int
     ready: int
@@ -394,6 +395,7 @@ def _convoy_out(convoy: Convoy, summary: summaries.Summary) -> dict[str, Any]:
         "progress": {
             "total": summary["total"],
             "done": summary["done"],
+            "skipped": summary["skipped"],
             "submitted": summary["submitted"],
             "active": summary["active"],
             "ready": summary["ready"],
@@ -509,6 +511,55 @@ def list_beads(
     )
     origins = SourcedRecord.of(b.pk for b in rows)
     return [_bead_out(b, origins=origins) for b in rows]
+
+
+class ActionsIn(Body):
+    """One action on several beads (docs/actions.md)."""
+
+    action: Literal["retry", "skip", "release", "reassign", "reopen"]
+    ids: list[TextUpTo255] = Field(min_length=1, max_length=settings.CONVOY_ACTION_MAX_BEADS)
+    reason: TextUpTo500 = ""
+    dry_run: bool = False  # say what it would do, change nothing
+    rig: TextUpTo100 = ""  # reassign: to this rig
+    worker: TextUpTo255 = ""  # reassign: to this worker
+
+
+class ActionOutcome(Schema):
+    id: str
+    ok: bool  # done (dry run: would be)
+    words: str  # what it does, or why it is refused
+    refused: str
+    ready: list[str]  # beads it makes ready
+    lands: list[str]  # convoys it lands
+    stays_open: list[str]
+    told: str  # the dispatcher's release hook's answer, when a worker was told
+
+
+class ActionsOut(Schema):
+    action: str
+    dry_run: bool
+    done: int
+    refused: int
+    summary: str  # "3 skipped, 1 refused (gt-x: gt-x is closed)"
+    outcomes: list[ActionOutcome]
+    fed: list[str]  # dispatched by the feed pass after the batch
+
+
+@api.post("/beads/actions", response=responses(ActionsOut, 413), tags=["beads"])
+def bead_actions(request: HttpRequest, payload: ActionsIn) -> dict[str, Any]:
+    """Retry, skip, release, reassign or reopen several beads: each bead in its own
+    transaction (a refusal is an outcome; the rest are applied), then one feed. With
+    `dry_run` the same steps run and are rolled back: the preview."""
+    need(request, "change_bead")
+    return actions.run(
+        payload.action,
+        payload.ids,
+        actor=f"api:{request.user}",
+        reason=payload.reason,
+        dry_run=payload.dry_run,
+        rig=payload.rig,
+        worker=payload.worker,
+    ).as_json()
 
 
 @api.get("/beads/{bead_id}", response=responses(BeadOut, 404), tags=["beads"])

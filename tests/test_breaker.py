@@ -98,12 +98,13 @@ def test_three_failures_in_a_row_park_the_bead_on_every_path(convoy, failing):
     # The cause is fixed; `beads retry` clears the breaker and the next pass dispatches it.
     failing.unlink()
     out = command("beads", "retry", "gt-a")
-    assert "↻ gt-a: breaker cleared" in out
+    assert "↻ gt-a: clears the breaker (3 failed dispatches)" in out
     assert Event.objects.filter(kind="bead.retried", bead_id="gt-a").exists()
     command("convoy", "feed", "--once")
     dispatched = Bead.objects.get(pk="gt-a")
     assert (dispatched.status, dispatched.dispatch_failures) == ("hooked", 0)
-    assert "nothing to clear" in command("beads", "retry", "gt-a")
+    with pytest.raises(CommandError, match="gt-a has no failed dispatches to retry"):
+        command("beads", "retry", "gt-a")
     assert Notification.objects.filter(kind=ACTION_NEEDED).count() == 2
 
 

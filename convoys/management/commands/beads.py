@@ -1,5 +1,5 @@
 """`manage.py beads import|export|sync|show|create|update|close|reopen|dep|ready|heartbeat|retry|
-merge`."""
+skip|release|reassign|merge`."""
 
 from argparse import ArgumentParser
 from typing import Any
@@ -10,8 +10,21 @@ from convoys.management.base import ServiceCommand, error
 from convoys.models import Bead, Dependency, TrackedBead
 from convoys.read import bead_page, pages, summaries
 from convoys.rules import breaker, causes
-from convoys.services import bdsync, controls, jsonl, merges
+from convoys.services import actions, bdsync, jsonl, merges
 from convoys.services import beads as bead_service
+
+ACTION_HELP = {
+    "retry": "clear the breaker of failed or parked beads: they are dispatched again",
+    "skip": "close beads as not needed: done for their dependents, counted as skipped",
+    "release": "take beads back from their workers: ready again (the worker is told)",
+    "reassign": "move beads to another rig (--rig) or worker (--worker)",
+    "reopen": "reopen closed or skipped beads",
+}
+ACTION_MARKS = {"retry": "↻", "skip": "⤼", "release": "↩", "reassign": "→", "reopen": "↺"}
+ACTIONS_DESCRIPTION = (
+    "Each bead is changed in its own transaction (a refusal leaves the others applied), "
+    "then the convoys they belong to are fed once. --dry-run shows what would happen."
+)
 
 
 class Command(ServiceCommand):
@@ -72,9 +85,6 @@ class Command(ServiceCommand):
             "--force", action="store_true", help="close it though its blockers are not done"
         )
         self.add_json(p)
-        p = sub.add_parser("reopen", help="reopen a closed bead")
-        p.add_argument("id")
-        self.add_json(p)
         p = sub.add_parser("dep", help="add or remove a dependency")
         dep = p.add_subparsers(dest="dep_action", required=True)
         d = dep.add_parser("add", help="ISSUE depends on TARGET")
@@ -97,9 +107,18 @@ class Command(ServiceCommand):
         self.add_json(p)
         p = sub.add_parser("heartbeat", help="report that a worker is alive")
         p.add_argument("worker")
-        p = sub.add_parser("retry", help="clear a bead parked by the dispatch breaker")
-        p.add_argument("id")
-        p.add_argument("--actor", default="cli", help="who retries it (default: cli)")
+        for name, text in ACTION_HELP.items():
+            p = sub.add_parser(name, help=text, description=ACTIONS_DESCRIPTION)
+            p.add_argument("ids", nargs="+", metavar="ID")
+            p.add_argument("--reason", default="", help="why (kept in the bead's history)")
+            p.add_argument(
+                "--dry-run", action="store_true", help="say what it would do; change nothing"
+            )
+            p.add_argument("--actor", default="cli", help="who does it (default: cli)")
+            if name == "reassign":
+                p.add_argument("--rig", default="", help="to this rig")
+                p.add_argument("--worker", default="", help="to this worker")
+            self.add_json(p)
         p = sub.add_parser(
             "merge",
             help="report a bead's change: open (submitted), merged or abandoned",
@@ -349,9 +368,6 @@ class Command(ServiceCommand):
         bead = bead_service.close_bead(id, reason=reason, actor="cli", force=force)
         self._done(bead, json, "Closed")
 
-    def do_reopen(self, id: str, json: bool, **_: Any) -> None:
-        self._done(bead_service.reopen_bead(id, actor="cli"), json, "Reopened")
-
     def _done(self, bead: Bead, json: bool, verb: str) -> None:
         if json:
             self.write_json(jsonl.bead_record(bead))
@@ -433,9 +449,50 @@ class Command(ServiceCommand):
         else:
             self.stdout.write(f"{id}: already {words[state]}, nothing changed")
 
-    def do_retry(self, id: str, actor: str, **_: Any) -> None:
-        bead, changed = controls.retry(id, actor=actor)
-        if changed:
-            self.stdout.write(f"↻ {bead.id}: breaker cleared; every path may dispatch it again")
+    def do_retry(self, **options: Any) -> None:
+        self._act("retry", **options)
+
+    def do_skip(self, **options: Any) -> None:
+        self._act("skip", **options)
+
+    def do_release(self, **options: Any) -> None:
+        self._act("release", **options)
+
+    def do_reassign(self, **options: Any) -> None:
+        self._act("reassign", **options)
+
+    def do_reopen(self, **options: Any) -> None:
+        self._act("reopen", **options)
+
+    def _act(
+        self,
+        action: str,
+        ids: list[str],
+        reason: str,
+        dry_run: bool,
+        actor: str,
+        json: bool,
+        rig: str = "",
+        worker: str = "",
+        **_: Any,
+    ) -> None:
+        """One action on the beads `ids`: a line per bead and the summary; exit status 1
+        when any was refused (the others are applied all the same)."""
+        batch = actions.run(
+            action, ids, actor=actor, reason=reason, dry_run=dry_run, rig=rig, worker=worker
+        )
+        if json:
+            self.write_json(batch.as_json())
         else:
-            self.stdout.write(f"○ {bead.id} has no failed dispatches in a row: nothing to clear")
+            if dry_run:
+                self.stdout.write("Dry run: nothing is changed.")
+            for outcome in batch.outcomes:
+                mark = ACTION_MARKS[action] if outcome.ok else "✗"
+                words = outcome.words if outcome.ok else f"refused: {outcome.words}"
+                told = f" ({outcome.told})" if outcome.told else ""
+                self.stdout.write(f"{mark} {outcome.id}: {words}{told}")
+            if batch.fed:
+                self.stdout.write(f"  dispatched {', '.join(batch.fed)}")
+            self.stdout.write(batch.summary)
+        if batch.refused:
+            raise error(batch.summary)

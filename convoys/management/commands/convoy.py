@@ -422,7 +422,7 @@ class Command(ServiceCommand):
             f" · {progress['submitted']} submitted, waiting to merge"
             if progress["submitted"]
             else ""
-        )
+        ) + (f" · ⤼ {progress['skipped']} skipped" if progress.get("skipped") else "")
         self.stdout.write(
             f"  Status: {status_words(row.state)}   Progress: {data['completed']}/{data['total']}"
             f" done{waiting} ({progress['percentComplete']}%{failed})"
@@ -589,6 +589,7 @@ class Command(ServiceCommand):
         for row in rows:
             s = by_convoy[row.id]
             waiting = f" (◐ {s['submitted']} submitted)" if s["submitted"] else ""
+            waiting += f" (⤼ {s['skipped']} skipped)" if s["skipped"] else ""
             self.stdout.write(
                 f"🚚 {row.id}  {status_words(row.state):<24} {s['done']}/{s['total']}{waiting}  "
                 f"{convoy_title(row.title)}"
