@@ -4,6 +4,7 @@ from django.urls import path, re_path, register_converter
 from convoys.api import api, api_not_found
 from convoys.core.ids import from_url_segment, to_url_segment
 from convoys.web import (
+    action_views,
     bead_views,
     control_views,
     convoy_views,
@@ -59,6 +60,7 @@ urlpatterns = [
     path("convoys/<id:convoy_id>/staging/recheck/", edit_views.recheck, name="convoy-recheck"),
     path("rigs/<id:name>/restore/", edit_views.restore_rig, name="rig-restore"),
     path("stranded/", dashboard_views.stranded, name="stranded"),
+    path("beads/actions/", action_views.bead_actions, name="bead-actions"),
     path("beads/<id:bead_id>/", bead_views.bead_detail, name="bead"),
     path("beads/<id:bead_id>/retry/", control_views.retry, name="bead-retry"),
     path("beads/<id:bead_id>/<str:action>/", bead_views.bead_action, name="bead-action"),

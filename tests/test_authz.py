@@ -109,6 +109,10 @@ PAGES = {
         ("POST", "/convoys/{convoy}/visit/", {"seq": "1"}, (L, 403, 200, 200, 200)),
         ("POST", f"/convoys/{MISSING}/visit/", {"seq": "1"}, (L, 403, 404, 404, 404)),
     ],
+    "beads/actions/": [
+        ("GET", "/beads/actions/", None, (405,) * 5),
+        ("POST", "/beads/actions/", {"action": "retry", "ids": "gt-x"}, (L, 403, 403, 200, 200)),
+    ],
     "beads/<id:bead_id>/retry/": [
         ("GET", "/beads/gt-x/retry/", None, (405,) * 5),
         ("POST", "/beads/gt-x/retry/", {}, (L, 403, 403, 302, 302)),
@@ -334,6 +338,7 @@ API = [
     ("/api/convoys/{convoy}/ack", "POST", {}, (401, 403, 400, 400, 400)),
     ("/api/convoys/" + MISSING + "/ack", "POST", {}, (401, 403, 404, 404, 404)),
     ("/api/beads/gt-x/retry", "POST", {}, WRITE),
+    ("/api/beads/actions", "POST", {"action": "retry", "ids": ["gt-x"], "dry_run": True}, WRITE),
     ("/api/beads/gt-nope/retry", "POST", {}, (401, 403, 403, 404, 404)),
     ("/api/beads/gt-x/merge", "POST", {"state": "open", "branch": "b"}, WRITE),
     ("/api/beads/gt-nope/merge", "POST", {"state": "open"}, (401, 403, 403, 404, 404)),

@@ -64,13 +64,14 @@ def test_the_scripts_take_their_words_and_icons_from_the_page(demo):
     assert rules["relative"] == formatting.RELATIVE_WORDS
     assert rules["icons"] == {
         "done": status_symbol("closed"),
+        "skipped": status_symbol("skipped"),
         "submitted": status_symbol("submitted"),
         "active": status_symbol("in_progress"),
         "ready": status_symbol("ready"),
         "blocked": status_symbol("open"),
         "unknown": status_symbol("unknown"),
     }
-    for name in ("live.js", "dag.js", "history.js"):
+    for name in ("live.js", "dag.js", "history.js", "actions.js"):
         script = (ROOT / "static" / "convoys" / name).read_text()
         for words in [*RELATIVE_COPIES, *rules["icons"].values()]:
             assert f'"{words}"' not in script, (name, words)

@@ -10,6 +10,7 @@ from convoys.core.parsing import whole_number
 from convoys.read import bead_page
 from convoys.services import beads as bead_service
 from convoys.services.errors import ServiceError
+from convoys.web import action_views
 from convoys.web.access import actor, back, refusal, viewer
 from convoys.web.context import fields_of, page_context
 from convoys.web.fragments import Fragment, respond, unread
@@ -25,7 +26,10 @@ def bead_detail(request: HttpRequest, bead_id: str) -> HttpResponse:
     page = bead_page.bead_page(bead_id, _deps_page(request), context["now"])
     if page is None:
         raise Http404(f"bead '{bead_id}' not found")
-    context |= fields_of(page) | {"can_change": request.user.has_perm("convoys.change_bead")}
+    context |= fields_of(page) | {
+        "can_change": request.user.has_perm("convoys.change_bead"),
+        "action_choices": action_views.choices(),
+    }
     fragments = [
         Fragment("bead-head", "convoys/_bead_head.html"),
         Fragment("bead-actions", "convoys/_bead_actions.html"),

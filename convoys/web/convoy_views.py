@@ -21,6 +21,7 @@ from convoys.rules.rows import Changes, changes_since
 from convoys.services import convoys as convoy_service
 from convoys.services import feeding, launch, notify
 from convoys.services.errors import ServiceError
+from convoys.web import action_views
 from convoys.web.access import VIEW, AuthenticatedHttpRequest, actor, back, refusal, viewer
 from convoys.web.context import page_context
 from convoys.web.fragments import Fragment, respond, since, unread
@@ -46,6 +47,7 @@ def convoy_detail(request: AuthenticatedHttpRequest, convoy_id: str) -> HttpResp
         "page": page,
         "convoy": convoy,
         "can_change": user.has_perm("convoys.change_convoy"),
+        "action_choices": action_views.choices(),
     }
     if page.dag is not None:
         context["dag_svg"] = lambda: mark_safe(page.dag.svg())

@@ -1,0 +1,97 @@
+"""The bead actions from the pages: the action bar on the bead page and the convoy page,
+a preview that changes nothing, a confirm that applies, with and without the page's script."""
+
+import pytest
+
+from convoys.models import Bead, Event
+from convoys.services import convoys
+
+from .support.factories import bead, blocks
+from .support.users import signed_in
+
+pytestmark = pytest.mark.django_db
+URL = "/beads/actions/"
+
+
+@pytest.fixture
+def convoy(routes):
+    for bead_id in ("gt-p1", "gt-p2", "gt-p3"):
+        bead(bead_id)
+    blocks("gt-p1", "gt-p3")
+    blocks("gt-p2", "gt-p3")
+    return convoys.create("Pages", ["gt-p1", "gt-p2", "gt-p3"])
+
+
+@pytest.fixture
+def editor(convoy):
+    return signed_in("editor", "view_bead", "view_convoy", "change_bead")
+
+
+def test_the_pages_offer_the_action_bar_only_with_the_permission(convoy, editor):
+    page = editor.get(f"/convoys/{convoy.pk}/").content.decode()
+    assert 'id="bead-action-form"' in page and 'data-pick aria-label="Select gt-p1"' in page
+    assert 'data-pick-wave="1"' in page and "convoys/actions.js" in page
+    assert 'id="bead-action-form"' in editor.get("/beads/gt-p1/").content.decode()
+    viewer = signed_in("viewer", "view_bead", "view_convoy")
+    assert "bead-action-form" not in viewer.get(f"/convoys/{convoy.pk}/").content.decode()
+    assert viewer.post(URL, {"action": "skip", "ids": ["gt-p1"]}).status_code == 403
+    assert Bead.objects.get(pk="gt-p1").status == "open"
+
+
+def test_preview_then_confirm_without_the_script(convoy, editor):
+    seq = Event.objects.count()
+    body = {
+        "action": "skip",
+        "ids": ["gt-p1", "gt-p2"],
+        "reason": "moot",
+        "next": f"/convoys/{convoy.pk}/",
+    }
+    preview = editor.post(URL, body)
+    html = preview.content.decode()
+    assert preview.status_code == 200 and Event.objects.count() == seq
+    assert "Preview: 2 would be skipped" in html and "makes gt-p3 ready" in html
+    assert 'name="confirm" value="1"' in html and "Confirm: skip 2 beads" in html
+    done = editor.post(URL, body | {"confirm": "1"})
+    assert done.status_code == 302 and done["Location"] == f"/convoys/{convoy.pk}/"
+    assert set(Bead.objects.filter(status="skipped").values_list("id", flat=True)) == {
+        "gt-p1",
+        "gt-p2",
+    }
+    page = editor.get(f"/convoys/{convoy.pk}/").content.decode()
+    assert "2 skipped" in page  # the message, and the counts
+    assert "⤼ 2 skipped" in page
+
+
+def test_the_script_gets_the_result_as_a_fragment(convoy, editor):
+    answer = editor.post(URL, {"action": "retry", "ids": ["gt-p1"]}, HTTP_X_LIVE="1").json()
+    assert "gt-p1 has no failed dispatches to retry" in answer["fragments"]["action-result"]
+    assert "action-confirm" not in answer["fragments"]["action-result"]  # nothing to confirm
+    none = editor.post(URL, {"action": "skip"}, HTTP_X_LIVE="1")
+    assert (
+        none.status_code == 400
+        and "ids: give at least one bead id" in none.json()["fragments"]["action-result"]
+    )
+    odd = editor.post(URL, {"action": "explode", "ids": ["gt-p1"]}, HTTP_X_LIVE="1")
+    assert (
+        odd.status_code == 400
+        and "action: one of retry" in odd.json()["fragments"]["action-result"]
+    )
+
+
+def test_next_never_leaves_the_site(convoy, editor):
+    html = editor.post(
+        URL, {"action": "skip", "ids": ["gt-p1"], "next": "javascript:alert(1)"}
+    ).content.decode()
+    assert "javascript:" not in html
+    done = editor.post(
+        URL, {"action": "skip", "ids": ["gt-p1"], "confirm": "1", "next": "//evil.example/"}
+    )
+    assert done.status_code == 302 and "evil" not in done["Location"]
+
+
+def test_the_bead_history_names_who_and_why(convoy, editor):
+    editor.post(
+        URL, {"action": "skip", "ids": ["gt-p1"], "reason": "done upstream", "confirm": "1"}
+    )
+    page = editor.get("/beads/gt-p1/").content.decode()
+    assert "bead skipped (not needed)" in page and "done upstream" in page
