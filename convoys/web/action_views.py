@@ -89,6 +89,6 @@ def choices() -> list[tuple[str, str]]:
 
 def _answer(request: HttpRequest, context: dict[str, Any], status: int = 200) -> HttpResponse:
     if is_live(request):
-        html = render_to_string("convoys/_action_result.html", context, request=request)
+        html = render_to_string("convoys/_action_result.html", context, request=request).strip()
         return JsonResponse({"seq": last_seq(), "fragments": {RESULT: html}}, status=status)
     return render(request, "convoys/actions.html", page_context(request) | context, status=status)

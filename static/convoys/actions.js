@@ -79,8 +79,10 @@
     causes();
   }
 
+  // Not `form.action`: the form's own field named "action" shadows it.
+  const target = form.getAttribute("action");
   async function send(data) {
-    const response = await fetch(form.action, {
+    const response = await fetch(target, {
       method: "POST",
       body: data,
       headers: { "X-Live": "1" },

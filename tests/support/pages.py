@@ -96,7 +96,8 @@ def inline_code(html):
 
 # The page's main content, and the same of a fresh render of its URL, normalised alike: times
 # are relative to the moment of rendering, CSRF tokens are masked afresh, dag.js sizes the
-# drawing to the window, and history.js's slider and visit marks are the viewer's own.
+# drawing to the window, and history.js's slider and visit marks and actions.js's preview are
+# the viewer's own.
 COMPARE = """async () => {
   const normal = (main) => {
     const root = main.cloneNode(true);
@@ -108,6 +109,8 @@ COMPARE = """async () => {
     // Per viewer, not the page's state: the time slider and "since your last visit" marks.
     root.querySelectorAll("#history-card").forEach((e) => e.remove());
     root.querySelectorAll(".since-visit").forEach((e) => e.classList.remove("since-visit"));
+    // The viewer's own bead action: its preview or summary, and the causes actions.js lists.
+    root.querySelectorAll("#action-result, #pick-cause, #action-picked").forEach((e) => e.replaceChildren());
     return root.innerHTML;
   };
   const response = await fetch(location.href, { credentials: "same-origin", cache: "no-store" });
