@@ -15,7 +15,7 @@ from convoys.infra.dispatchers import Outcome
 from convoys.log.events import last_seq
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Rig, TrackedBead
 from convoys.read import projection, summaries
-from convoys.services import beads, controls, convoys, dispatch, feeding, rigs, timekeeping
+from convoys.services import actions, beads, controls, convoys, dispatch, feeding, rigs, timekeeping
 from convoys.services.errors import ServiceError
 
 from .support.factories import bead, blocks, command
@@ -117,6 +117,14 @@ def _reopen(bead_id, *_):
     beads.reopen_bead(bead_id, actor="manager")
 
 
+def _bead_action(bead_id, _, rng, *__):
+    """A bead action on a few beads (skip, release, reassign, retry, reopen), fed once."""
+    chosen = [bead_id, *rng.sample(IDS, k=rng.randint(0, 2))]
+    action = rng.choice(actions.ACTIONS)
+    target = {"rig": rng.choice(["gastown", "beads"])} if action == "reassign" else {}
+    actions.run(action, chosen, actor="manager", **target)
+
+
 def _feed(_, convoy_id, *__):
     feeding.feed_convoy(Convoy.objects.get(pk=convoy_id), "event")
 
@@ -180,6 +188,7 @@ def _scan(*_):
 ACTIONS_BY_NAME = {
     "close": _close,
     "reopen": _reopen,
+    "bead action": _bead_action,
     "feed": _feed,
     "failed dispatch": _fail,
     "pause/resume": _pause,
