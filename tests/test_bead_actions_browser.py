@@ -8,7 +8,7 @@ from convoys.models import Bead, Event
 from convoys.services import convoys
 
 from .support.browser import login, shot, wait_js, wait_live
-from .support.factories import bead
+from .support.factories import bead, command
 from .support.pages import assert_live_equals_reload
 from .support.users import full_staff
 
@@ -61,5 +61,20 @@ def test_retry_a_range_of_beads_with_a_preview(browser, server, routes):
     }
     assert Bead.objects.get(pk="gt-k4").dispatch_failures == 3  # not selected: untouched
     assert_live_equals_reload({"convoy": page}, "the retry")
+
+    # A skip from elsewhere (the command line) shows live on the convoy page and the bead page.
+    bead_page = ctx.new_page()
+    bead_page.goto(server + "/beads/gt-k4/")
+    wait_live(bead_page)
+    pages = {"convoy": page, "bead": bead_page}
+    command("beads", "skip", "gt-k4", "--reason", "not needed after all")
+    wait_js(
+        page,
+        "document.querySelector('#bead-row-gt-k4 .b-status').textContent.includes('skipped')",
+    )
+    wait_js(page, "document.querySelector('#wave-1 .c-skipped')")
+    wait_js(bead_page, "document.getElementById('bead-history').textContent.includes('skipped')")
+    assert "⤼ 1 skipped" in page.inner_text("#convoy-head")
+    assert_live_equals_reload(pages, "the skip")
     shot(page, "bead-actions-done")  # last: a full-page shot leaves style="" on the page
     ctx.close()

@@ -94,4 +94,25 @@ def test_the_bead_history_names_who_and_why(convoy, editor):
         URL, {"action": "skip", "ids": ["gt-p1"], "reason": "done upstream", "confirm": "1"}
     )
     page = editor.get("/beads/gt-p1/").content.decode()
-    assert "bead skipped (not needed)" in page and "done upstream" in page
+    assert "bead skipped (not needed)" in page
+    assert '<span class="actor">by editor</span> <span class="did">— closes it as skipped' in page
+    assert '<q class="why">done upstream</q>' in page
+
+
+def test_every_part_of_the_convoy_page_draws_a_skipped_bead(convoy, editor):
+    Bead.objects.filter(pk="gt-p1").update(dispatch_failures=3)
+    editor.post(URL, {"action": "skip", "ids": ["gt-p1"], "confirm": "1"})
+    page = editor.get(f"/convoys/{convoy.pk}/")
+    html = page.content.decode()
+    assert page.status_code == 200 and 'class="c-skipped">1<' in html
+    assert 'id="bead-row-gt-p1" class="st-skipped"' in html and "skipped (not needed)" in html
+    steps = (
+        Event.objects.filter(convoy_id=convoy.pk).count()
+        + Event.objects.filter(bead_id__startswith="gt-p").count()
+    )
+    for step in range(1, steps + 1):
+        answer = editor.get(f"/convoys/{convoy.pk}/history/?step={step}")
+        assert answer.status_code in (200, 400), step
+    assert editor.get(f"/convoys/{convoy.pk}/?wave=1").status_code == 200
+    assert editor.get("/").status_code == 200
+    assert editor.get("/beads/gt-p1/").status_code == 200

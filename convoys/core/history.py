@@ -31,7 +31,7 @@ MERGE_KINDS = frozenset({"bead.merged", "merge.abandoned"})
 # Convoy events after which its ready beads are expected to be taken.
 LAUNCH_KINDS = frozenset({"convoy.launched", "convoy.reopened"})
 STOP_KINDS = frozenset({"convoy.landed", "convoy.closed"})
-PHASES = ("waiting", "ready", "active", "done", "unknown")
+PHASES = ("waiting", "ready", "active", "done", SKIPPED, "unknown")
 Blocking = Mapping[str, Sequence[tuple[str, str]]]  # {bead: [(target, dependency type)]}
 
 

@@ -229,7 +229,7 @@ def _summary(
         last_activity=last_activity,
         spin=spin,
         percent={k: round(100 * n[k] / share, 2) for k in SEGMENTS},
-        percent_complete=percent_done(n["done"] + n["skipped"], total),  # skips finish too
+        percent_complete=percent_done(n["done"], total),  # a skipped bead is not done
         state=verdict,
         stranded=stranded,
     )

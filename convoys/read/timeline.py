@@ -29,6 +29,7 @@ PHASE_WORDS = {
     "ready": "ready, nobody took it (idle)",
     "active": "in progress",
     "done": "done",
+    "skipped": "skipped (not needed)",
     "unknown": "unknown",
 }
 

@@ -134,6 +134,10 @@ def _timeline_item(context: Context, event: Event) -> str:
     out.append(" ")
     if event.actor:
         out.append(f'<span class="actor">by {escape(formatting.actor_words(event.actor))}</span>')
+    if data.get("action") and data.get("words"):  # a bead action: what it did, and why
+        out.append(f' <span class="did">— {escape(_text(data["words"]))}</span>')
+        if data.get("reason"):
+            out.append(f' <q class="why">{escape(_text(data["reason"]))}</q>')
     out.append("</li>")
     return "".join(out)
 

@@ -95,6 +95,7 @@ def _convoy_fragments(
         or changes.dependencies
         or "rig.state" in changes.kinds
         or "bead.reopened" in changes.kinds
+        or "bead.skipped" in changes.kinds  # the wave table may gain its Skipped column
         or bool(changes.kinds & FEEDING_KINDS)
         or (page.waiting and bool(changes.beads))
         or bool(changes.beads & set(page.watch_beads))
@@ -121,7 +122,7 @@ def _convoy_fragments(
 def _wave_fragments(page: convoy_page.ConvoyPage, affected: Iterable[str]) -> list[Fragment]:
     numbers = {page.wave_of[i] for i in affected if i in page.wave_of}
     rows = [w for w in page.waves if w["number"] in numbers]
-    if any(w["counts"]["done"] == w["total"] for w in rows):
+    if any(w["counts"]["done"] + w["counts"].get("skipped", 0) == w["total"] for w in rows):
         # A wave completed: the frontier moves and (on big convoys) links move between waves.
         return [Fragment("wave-card", "convoys/_convoy_waves.html")]
     return [Fragment(f"wave-{w['number']}", "convoys/_wave_row.html", {"w": w}) for w in rows]
