@@ -116,3 +116,13 @@ def test_every_part_of_the_convoy_page_draws_a_skipped_bead(convoy, editor):
     assert editor.get(f"/convoys/{convoy.pk}/?wave=1").status_code == 200
     assert editor.get("/").status_code == 200
     assert editor.get("/beads/gt-p1/").status_code == 200
+
+
+def test_a_skipped_bead_offers_reopen_on_its_page(convoy, editor):
+    editor.post(URL, {"action": "skip", "ids": ["gt-p1"], "confirm": "1"})
+    page = editor.get("/beads/gt-p1/").content.decode()
+    assert 'id="reopen-bead"' in page and 'id="close-bead"' not in page
+    assert editor.post("/beads/gt-p1/reopen/").status_code == 302
+    row = Bead.objects.get(pk="gt-p1")
+    assert (row.status, row.close_reason) == ("open", "")
+    assert Event.objects.filter(kind="bead.reopened", bead_id="gt-p1").exists()

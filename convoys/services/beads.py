@@ -148,7 +148,7 @@ def create_bead(
 def _status_event_kind(old: str, new: str) -> str:
     if new == "closed" and old != "closed":
         return CLOSED
-    if old in ("closed", "tombstone") and new not in ("closed", "tombstone"):
+    if old in DONE_STATUSES and new not in DONE_STATUSES:
         return "bead.reopened"
     return "bead.status"
 
@@ -209,7 +209,7 @@ def update_bead(
         bead.closed_at = now
     elif bead.status != "closed":
         bead.closed_at = None
-        if old_status == "closed":
+        if old_status in DONE_STATUSES:
             bead.close_reason = ""
     bead.save()
     if "status" in changes:
@@ -259,7 +259,7 @@ def close_bead(bead_id: str, reason: str = "", actor: str = "", force: bool = Fa
 
 def reopen_bead(bead_id: str, actor: str = "") -> Bead:
     bead = get_bead(bead_id)
-    if bead.status not in ("closed", "tombstone"):
+    if bead.status not in DONE_STATUSES:
         raise ServiceError(f"bead '{bead_id}' is not closed (status: {bead.status})")
     # The worker that closed it is gone: reopened work waits to be dispatched again.
     return update_bead(bead_id, status="open", assignee="", actor=actor)
