@@ -44,7 +44,17 @@ from convoys.core.parsing import NotJson, json_document
 from convoys.models import Bead, Convoy, SourcedRecord
 from convoys.read import bead_page, dashboard, graph, pages, summaries
 from convoys.rules import causes, forecasting, merging
-from convoys.services import actions, controls, escalation, feeding, launch, merges, staging, tokens
+from convoys.services import (
+    actions,
+    controls,
+    escalation,
+    feeding,
+    launch,
+    merges,
+    staging,
+    tokens,
+    worklog,
+)
 from convoys.services import beads as bead_service
 from convoys.services.errors import NotFound, ServiceError
 from convoys.web.access import database_unavailable
@@ -274,6 +284,8 @@ class BeadOut(Schema):
     cause: dict[str, Any] | None = (
         None  # why it is not moving: {"kind": …, …} (detail; None when done)
     )
+    # Every dispatch attempt, newest first (detail): when, path, rig, worker, outcome, output.
+    attempts: list[dict[str, Any]] | None = None
 
 
 def plain_text(value: str) -> str:
@@ -333,6 +345,16 @@ class CloseIn(Body):
 
 class HeartbeatIn(Body):
     worker: NonEmptyUpTo255
+
+
+class LogIn(Body):
+    lines: list[Text] = Field(min_length=1)  # cut to CONVOY_LOG_LINE_CHARS each
+
+
+class LogLineOut(Schema):
+    id: int
+    at: datetime
+    text: str
 
 
 class StageIn(Body):
@@ -434,6 +456,7 @@ def _bead_out(
             "ready": state.ready,
             "blocked_by": state.blocked_by,
             "cause": causes.jsonable(state.cause),
+            "attempts": [a.as_json() for a in bead_page.attempts(bead.pk)],
         }
     return data
 
@@ -721,3 +744,22 @@ def retry_bead(request: HttpRequest, bead_id: Text) -> dict[str, Any]:
     no_body(request)
     bead, changed = controls.retry(bead_id, actor=f"api:{request.user}")
     return {"id": bead.pk, "changed": changed, "dispatch_failures": bead.dispatch_failures}
+
+
+@api.post("/beads/{bead_id}/log", response=responses(dict, 404, 413), tags=["workers"])
+def append_log(request: HttpRequest, bead_id: Text, payload: LogIn) -> dict[str, Any]:
+    """A worker appends lines to its bead's log (the oldest dropped past the bounds)."""
+    need(request, "change_bead")
+    done = worklog.append(bead_id, payload.lines, actor=f"api:{request.user}")
+    return {"id": bead_id, **done._asdict()}
+
+
+@api.get("/beads/{bead_id}/log", response=responses(list[LogLineOut], 404), tags=["beads"])
+def read_log(
+    request: HttpRequest, bead_id: Text, after: int = query(0, ge=0, le=2**63 - 1)
+) -> list[dict[str, Any]]:
+    """The bead's kept log lines after line id `after`, oldest first."""
+    need(request, "view_bead")
+    if not bead_page.exists(bead_id):
+        raise NotFound(f"bead '{bead_id}' not found")
+    return [{"id": x.pk, "at": x.at, "text": x.text} for x in bead_page.log_after(bead_id, after)]

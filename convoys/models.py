@@ -668,6 +668,9 @@ class BeadFacts(models.Model):
     # Why it is not moving (`causes.decide`'s kind, "" when done), the town's and the convoys'
     # capacity aside: a bead past the free slots is kept as "ready" (pages ask the queue).
     cause = models.CharField(max_length=30, blank=True, default="")
+    # The last line its worker logged (services.worklog keeps it; no rule derives it, so a
+    # rebuild leaves it as it is): the convoy page shows it beside a bead in progress.
+    last_log = models.TextField(blank=True, default="")
     seq = models.BigIntegerField(default=0)  # the event that last refreshed it
 
     class Meta:
@@ -779,3 +782,47 @@ class WebhookDelivery(models.Model):
         if self.gave_up_at:
             return "gave up"
         return "retrying" if self.attempts else "queued"
+
+
+# --- the worker's own words and saved views ------------------------------------------------
+class LogLine(models.Model):
+    """One line a bead's worker logged (`services.worklog`): appended, and the oldest dropped
+    once a bead holds more than CONVOY_LOG_LINES lines or CONVOY_LOG_BYTES bytes."""
+
+    bead_id = models.CharField(max_length=255)
+    text = models.TextField()
+    size = models.PositiveIntegerField()  # its length in UTF-8 bytes
+    actor = models.CharField(max_length=255, blank=True, default="")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["bead_id", "id"], name="logline_bead")]
+
+
+class SavedView(models.Model):
+    """A page's filters saved under a name by one user (`services.views`): the dashboard's or
+    the stranded page's query string. Opened by its id, it shows anyone who may see the page
+    the same filters; one per user and page may be the default."""
+
+    PAGES = ("dashboard", "stranded")
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    page = models.CharField(max_length=20)
+    name = models.CharField(max_length=80)
+    query = models.TextField(blank=True, default="")
+    default = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "page", "name"], name="unique_saved_view"),
+            models.UniqueConstraint(
+                fields=["user", "page"],
+                condition=models.Q(default=True),
+                name="one_default_view",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.name}"

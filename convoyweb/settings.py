@@ -370,6 +370,11 @@ CONVOY_WS_TOPICS = env_int("CONVOY_WS_TOPICS", 20, minimum=1)
 CONVOY_WS_FRAMES_PER_S = env_float("CONVOY_WS_FRAMES_PER_S", 5.0, minimum=0.1)
 CONVOY_WS_RECHECK = env_float("CONVOY_WS_RECHECK", 60.0, minimum=1.0)
 CONVOY_IMPORT_MAX_LINE = env_int("CONVOY_IMPORT_MAX_LINE", 8 * 1024 * 1024)
+# A worker's log (convoys/services/worklog.py): the longest line kept (longer ones are cut), and
+# how many lines and bytes one bead keeps before its oldest lines are dropped.
+CONVOY_LOG_LINE_CHARS = env_int("CONVOY_LOG_LINE_CHARS", 2000, minimum=1)
+CONVOY_LOG_LINES = env_int("CONVOY_LOG_LINES", 1000, minimum=1)
+CONVOY_LOG_BYTES = env_int("CONVOY_LOG_BYTES", 256 * 1024, minimum=1)
 # `beads sync` sources the task cluster syncs continuously (a bd JSONL path or `cmd:<command>`)
 CONVOY_SYNC_SOURCES = env_list("CONVOY_SYNC_SOURCES", [])
 CONVOY_SYNC_INTERVAL = env_float("CONVOY_SYNC_INTERVAL", 10.0)

@@ -64,5 +64,11 @@ def test_each_kind_says_what_it_touches():
 def test_the_derived_sets_follow_the_touches():
     assert "bead.closed" in kinds.BEAD_KINDS and "convoy.tracked" not in kinds.BEAD_KINDS
     assert "bead.closed" not in kinds.ROW_ONLY_KINDS
-    assert kinds.NOTE_KINDS == {"spin", "stranded.found", "notification", "process.restarted"}
+    assert kinds.NOTE_KINDS == {
+        "spin",
+        "stranded.found",
+        "notification",
+        "process.restarted",
+        "bead.log",
+    }
     assert "convoy.paused" in kinds.FEEDING_KINDS and "convoy.paused" not in kinds.LISTING_KINDS

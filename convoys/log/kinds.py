@@ -136,6 +136,8 @@ REGISTRY: dict[str, Kind] = {
         _kind("worker.back", "a silent worker reported again", BEAD, IN_FLIGHT),
         _kind("cooldown.ended", "a failed dispatch's cooldown ran out", BEAD, TIME),
         _kind("spin", "a bead was dispatched too often in an hour", NOTE),
+        # The lines are in their own table (services.worklog); the event says how many.
+        _kind("bead.log", "a bead's worker logged lines", NOTE),
         _kind("stranded.found", "the stranded scan found ready work nobody took", NOTE),
         _kind("notification", "a notice was sent to people", NOTE),
         _kind("process.restarted", "serve started a child process again after it exited", NOTE),
@@ -198,3 +200,5 @@ GRAPH_KINDS = touching(GRAPH, TRACKING)
 PROGRESS_KINDS = touching(PROGRESS)
 FEEDING_KINDS = touching(FEEDING)
 NOTE_KINDS = only(NOTE)
+# The worker's log lines: pages tail them; they change no derived fact and no timeline.
+LOG = "bead.log"

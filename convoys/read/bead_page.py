@@ -4,12 +4,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
+
+from convoys.log.kinds import LOG
 from convoys.models import (
     Bead,
     Convoy,
     Dependency,
     Dispatch,
     Event,
+    LogLine,
     Merge,
 )
 from convoys.rules import causes as causemod
@@ -50,7 +54,9 @@ class BeadPage:
     incoming: list[tuple[Dependency, Bead | None]]  # this page of its dependents
     convoys: list[Convoy]
     events: list[Event]
-    dispatches: list[Dispatch]
+    attempts: list["Attempt"]  # newest first, the first ATTEMPTS_SHOWN
+    attempts_total: int
+    log: "Log"
     watch: str  # the live topics of what the page shows
     status: str = ""  # as pages show it: "submitted" for a closed bead waiting to merge
     merge: Merge | None = None  # its change, when a source reported one
@@ -89,8 +95,10 @@ def bead_page(bead_id: str, deps_page: int, now: datetime) -> BeadPage | None:
         outgoing=[(d, others.get(d.depends_on_id)) for d in outgoing],
         incoming=[(d, others.get(d.issue_id)) for d in incoming],
         convoys=convoys,
-        events=list(Event.objects.filter(bead_id=bead.pk).order_by("-seq")[:100]),
-        dispatches=list(Dispatch.objects.filter(bead_id=bead.pk)[:20]),
+        events=list(Event.objects.filter(bead_id=bead.pk).exclude(kind=LOG).order_by("-seq")[:100]),
+        attempts=attempts(bead.pk, ATTEMPTS_SHOWN),
+        attempts_total=Dispatch.objects.filter(bead_id=bead.pk).count(),
+        log=bead_log(bead.pk),
         watch=",".join(watch),
         status=merging.SUBMITTED if _waits(state.cause) else bead.status,
         merge=Merge.objects.filter(pk=bead.pk).first(),
@@ -99,3 +107,118 @@ def bead_page(bead_id: str, deps_page: int, now: datetime) -> BeadPage | None:
 
 def _waits(cause: dict[str, Any] | None) -> bool:
     return bool(cause) and cause is not None and cause["kind"] == WAITING_TO_MERGE
+
+
+# --- every dispatch attempt ---------------------------------------------------------------
+ATTEMPTS_SHOWN = 200
+# Dispatch.PATHS as people call them.
+PATH_WORDS = {
+    "launch": "launch",
+    "event": "feeder (a close)",
+    "stranded": "stranded scan",
+    "manual": "sling",
+    "batch": "sling (several beads)",
+}
+
+
+@dataclass
+class Attempt:
+    """One dispatch attempt as the bead page, the API and `beads show` tell it."""
+
+    number: int  # 1 for the bead's first attempt
+    at: datetime
+    path: str  # Dispatch.PATHS
+    path_words: str
+    retry: bool  # an attempt after one that did not take
+    forced: bool
+    rig: str
+    worker: str
+    convoy_id: str
+    duration_ms: float | None
+    outcome: str  # ok | confirmed | failed | abandoned | released | pending
+    outcome_words: str
+    error: str
+    output: str
+
+    def as_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["at"] = self.at.isoformat()
+        return out
+
+
+# What an attempt tells as its dispatch row holds it.
+COPIED = ("path", "forced", "rig", "worker", "convoy_id", "duration_ms", "error", "output")
+OUTCOME_WORDS = {
+    "ok": "taken by its worker",
+    "confirmed": "no answer, but its worker reported",
+    "failed": "failed",
+    "abandoned": "abandoned: its process stopped before sending it",
+    "released": "released: no answer and no word from its worker",
+    "pending": "unknown outcome: no answer yet",
+}
+
+
+def _outcome(d: Dispatch) -> str:
+    if d.resolution in ("abandoned", "released", "confirmed"):
+        return d.resolution
+    if d.ok is None:
+        return "pending"
+    return "ok" if d.ok else "failed"
+
+
+def attempts(bead_id: str, limit: int = ATTEMPTS_SHOWN) -> list[Attempt]:
+    """The bead's newest `limit` dispatch attempts, newest first, numbered from its first."""
+    rows = Dispatch.objects.filter(bead_id=bead_id).order_by("-created_at", "-pk")
+    newest = list(rows[: limit + 1])  # one more: whether the oldest shown is a retry
+    total = len(newest) if len(newest) <= limit else rows.count()
+    out = []
+    for index, d in enumerate(newest[:limit]):
+        before = newest[index + 1] if index + 1 < len(newest) else None
+        outcome = _outcome(d)
+        out.append(
+            Attempt(
+                number=total - index,
+                at=d.created_at,
+                path_words=PATH_WORDS.get(d.path, d.path),
+                retry=before is not None and _outcome(before) not in ("ok", "confirmed"),
+                outcome=outcome,
+                outcome_words=OUTCOME_WORDS[outcome],
+                **{name: getattr(d, name) for name in COPIED},
+            )
+        )
+    return out
+
+
+# --- the worker's log ----------------------------------------------------------------------
+LOG_SHOWN = 200
+
+
+@dataclass
+class Log:
+    lines: list[LogLine]  # the newest LOG_SHOWN, oldest first
+    total: int  # lines kept
+
+
+def bead_log(bead_id: str, shown: int = LOG_SHOWN) -> Log:
+    kept = LogLine.objects.filter(bead_id=bead_id)
+    lines = list(kept.order_by("-id")[:shown])
+    lines.reverse()
+    total = len(lines) if len(lines) < shown else kept.count()
+    return Log(lines, total)
+
+
+def log_after(bead_id: str, after: int = 0, limit: int | None = None) -> list[LogLine]:
+    """The bead's kept lines after line id `after`, oldest first (all of them: at most
+    CONVOY_LOG_LINES)."""
+    rows = LogLine.objects.filter(bead_id=bead_id, id__gt=after).order_by("id")
+    return list(rows[: limit or settings.CONVOY_LOG_LINES])
+
+
+def exists(bead_id: str) -> bool:
+    return Bead.objects.filter(pk=bead_id).exists()
+
+
+def only_log_since(seq: int, upto: int) -> bool:
+    """Whether every event after `seq` (up to `upto`) is a log append: a live bead page then
+    redraws its log alone."""
+    return not Event.objects.filter(seq__gt=seq, seq__lte=upto).exclude(kind=LOG).exists()

@@ -16,8 +16,11 @@ from convoys.core import dag as dagmod
 from convoys.core import forecast
 from convoys.core.formatting import several
 from convoys.core.parsing import whole_number
+from convoys.log.kinds import LOG
 from convoys.models import (
+    ACTIVE_WORK_STATUSES,
     DONE_STATUSES,
+    BeadFacts,
     Convoy,
     Event,
     Rig,
@@ -110,12 +113,23 @@ class ConvoyPage:
         origins = SourcedRecord.of(r["id"] for r in rows)
         assignees = {r["bead"].assignee for r in rows if r["bead"] and r["bead"].assignee}
         seen = dict(Worker.objects.filter(name__in=assignees).values_list("name", "last_seen"))
+        working = [r["id"] for r in rows if r["bead"] and r["bead"].status in ACTIVE_WORK_STATUSES]
+        said = (
+            dict(
+                BeadFacts.objects.filter(bead_id__in=working)
+                .exclude(last_log="")
+                .values_list("bead_id", "last_log")
+            )
+            if working
+            else {}
+        )
         return [
             row
             | {
                 "blocked_by": self.blockers.get(row["id"], []),
                 "sourced": origins.get(row["id"]),
                 "worker_seen": seen.get(row["bead"].assignee) if row["bead"] else None,
+                "last_log": said.get(row["id"], ""),
             }
             for row in rows
         ]
@@ -540,5 +554,5 @@ def _shown_waves(
 def _timeline(convoy: Convoy) -> list[Event]:
     """The convoy's last TIMELINE events: its own and its tracked beads'."""
     tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
-    events = Event.objects.filter(Q(convoy_id=convoy.pk) | Q(bead_id__in=tracked))
+    events = Event.objects.filter(Q(convoy_id=convoy.pk) | Q(bead_id__in=tracked)).exclude(kind=LOG)
     return list(events.order_by("-seq")[:TIMELINE])

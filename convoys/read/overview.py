@@ -22,6 +22,7 @@ from convoys.core import dag as dagmod
 from convoys.core import ids
 from convoys.core.formatting import several
 from convoys.core.parsing import whole_number
+from convoys.log.kinds import LOG
 from convoys.models import DONE_STATUSES, Bead, BeadFacts, Convoy, ConvoyFacts, Event, TrackedBead
 from convoys.read import convoy_page, projection, snapshots, summaries, timeline
 from convoys.read.convoy_page import ConvoyPage
@@ -144,9 +145,9 @@ def page(
     by_cause, waiting = _causes(convoy, facts, now)
     tracking = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     events = list(
-        Event.objects.filter(Q(convoy_id=convoy.pk) | Q(bead_id__in=tracking)).order_by("-seq")[
-            :TIMELINE
-        ]
+        Event.objects.filter(Q(convoy_id=convoy.pk) | Q(bead_id__in=tracking))
+        .exclude(kind=LOG)
+        .order_by("-seq")[:TIMELINE]
     )
     overview = ConvoyPage(
         convoy=convoy,

@@ -13,7 +13,9 @@ from convoys.services.errors import ServiceError
 from convoys.web import action_views
 from convoys.web.access import actor, back, refusal, viewer
 from convoys.web.context import fields_of, page_context
-from convoys.web.fragments import Fragment, respond, unread
+from convoys.web.fragments import Fragment, respond, since, unread
+
+LOG = Fragment("bead-log", "convoys/_bead_log.html")
 
 
 def _deps_page(request: HttpRequest) -> int:
@@ -22,7 +24,14 @@ def _deps_page(request: HttpRequest) -> int:
 
 @viewer
 def bead_detail(request: HttpRequest, bead_id: str) -> HttpResponse:
-    context = page_context(request)
+    context = page_context(request) | {"bead_id": bead_id}
+    seq = since(request)
+    if seq is not None and bead_page.only_log_since(seq, context["as_of"]):
+        # Only lines were logged since: the log alone, without reading the rest of the page.
+        if not bead_page.exists(bead_id):
+            raise Http404(f"bead '{bead_id}' not found")
+        context["log"] = bead_page.bead_log(bead_id)
+        return respond(request, "convoys/bead.html", context, [LOG, unread()])
     page = bead_page.bead_page(bead_id, _deps_page(request), context["now"])
     if page is None:
         raise Http404(f"bead '{bead_id}' not found")
@@ -34,6 +43,8 @@ def bead_detail(request: HttpRequest, bead_id: str) -> HttpResponse:
         Fragment("bead-head", "convoys/_bead_head.html"),
         Fragment("bead-actions", "convoys/_bead_actions.html"),
         Fragment("bead-relations", "convoys/_bead_relations.html"),
+        Fragment("bead-attempts", "convoys/_bead_attempts.html"),
+        LOG,
         Fragment("bead-history", "convoys/_bead_history.html"),
         unread(),
     ]

@@ -1,6 +1,8 @@
-"""`manage.py beads import|export|sync|show|create|update|close|reopen|dep|ready|heartbeat|retry|
-skip|release|reassign|merge`."""
+"""`manage.py beads import|export|sync|show|create|update|close|reopen|dep|ready|heartbeat|log|
+retry|skip|release|reassign|merge`."""
 
+import argparse
+import time
 from argparse import ArgumentParser
 from typing import Any
 
@@ -107,6 +109,11 @@ class Command(ServiceCommand):
         self.add_json(p)
         p = sub.add_parser("heartbeat", help="report that a worker is alive")
         p.add_argument("worker")
+        p = sub.add_parser("log", help="print a bead's log (its worker's own lines)")
+        p.add_argument("id")
+        p.add_argument("--follow", "-f", action="store_true", help="print new lines until Ctrl-C")
+        p.add_argument("--every", type=float, default=1.0, help="seconds between polls (1)")
+        p.add_argument("--for", dest="seconds", type=float, default=None, help=argparse.SUPPRESS)
         for name, text in ACTION_HELP.items():
             p = sub.add_parser(name, help=text, description=ACTIONS_DESCRIPTION)
             p.add_argument("ids", nargs="+", metavar="ID")
@@ -268,6 +275,7 @@ class Command(ServiceCommand):
                 blocked_by=blockers,
                 cause=causes.jsonable(state.cause),
                 convoys=convoys,
+                attempts=[a.as_json() for a in bead_page.attempts(bead.id)],
                 dependents=[
                     {
                         "id": d.issue_id,
@@ -315,6 +323,27 @@ class Command(ServiceCommand):
                     )
         if convoys:
             self.stdout.write(f"  tracked by: {', '.join(convoys)}")
+        tried = bead_page.attempts(bead.id)
+        if tried:
+            self.stdout.write(f"  dispatch attempts ({len(tried)}, newest first):")
+            for a in tried:
+                self.stdout.write(f"    {attempt_line(a)}")
+
+    def do_log(self, id: str, follow: bool, every: float, seconds: float | None, **_: Any) -> None:
+        bead_service.get_bead(id)  # a one-line error for an unknown bead
+        after = 0
+        stop = None if seconds is None else time.monotonic() + seconds
+        try:
+            while True:
+                for line in bead_page.log_after(id, after):
+                    self.stdout.write(line.text)
+                    after = line.pk
+                self.stdout.flush()
+                if not follow or (stop is not None and time.monotonic() >= stop):
+                    return
+                time.sleep(max(every, 0.05))
+        except KeyboardInterrupt:
+            return
 
     def do_create(
         self,
@@ -496,3 +525,14 @@ class Command(ServiceCommand):
             self.stdout.write(batch.summary)
         if batch.refused:
             raise error(batch.summary)
+
+
+def attempt_line(a: bead_page.Attempt) -> str:
+    """One dispatch attempt in a line: #, when, path, rig, worker, how long, outcome."""
+    took = f"{a.duration_ms:.0f} ms" if a.duration_ms is not None else "-"
+    marks = (" (retry)" if a.retry else "") + (" (forced)" if a.forced else "")
+    error = f": {a.error.splitlines()[0][:120]}" if a.error else ""
+    return (
+        f"#{a.number} {a.at:%Y-%m-%d %H:%M:%S} {a.path_words}{marks}  rig {a.rig or '-'}  "
+        f"worker {a.worker or '-'}  {took}  {a.outcome_words}{error}"
+    )
