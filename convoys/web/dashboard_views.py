@@ -6,6 +6,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from convoys.log.kinds import LOG
 from convoys.read.dashboard import (
     DASHBOARD_LIVE_SORTS,
     DashboardRow,
@@ -58,6 +59,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         return render(request, "convoys/bad_filter.html", {"problem": problem}, status=422)
     seq = since(request)
     changes = changes_since(seq, context["as_of"]) if seq is not None else None
+    if changes is not None and changes.kinds <= {LOG}:
+        # Only workers' log lines: nothing the dashboard shows.
+        return respond(request, "convoys/dashboard.html", context, [unread()])
     if (
         changes is not None
         and not changes.touches_listing()
