@@ -14,6 +14,7 @@ from convoys.web import (
     history_views,
     inbox_views,
     ops_views,
+    saved_views,
     stage_views,
 )
 
@@ -61,6 +62,9 @@ urlpatterns = [
     path("rigs/<id:name>/restore/", edit_views.restore_rig, name="rig-restore"),
     path("stranded/", dashboard_views.stranded, name="stranded"),
     path("beads/actions/", action_views.bead_actions, name="bead-actions"),
+    path("views/save/", saved_views.save_view, name="view-save"),
+    path("views/<int:view_id>/", saved_views.open_view, name="view"),
+    path("views/<int:view_id>/<str:action>/", saved_views.change_view, name="view-action"),
     path("beads/<id:bead_id>/", bead_views.bead_detail, name="bead"),
     path("beads/<id:bead_id>/retry/", control_views.retry, name="bead-retry"),
     path("beads/<id:bead_id>/<str:action>/", bead_views.bead_action, name="bead-action"),

@@ -155,6 +155,19 @@ PAGES = {
         ("GET", "/stranded/", None, (L, 403, 200, 200, 200)),
         ("POST", "/stranded/", {}, (L, 403, 200, 200, 200)),
     ],
+    # saved views: whoever may view convoys saves their own and opens anyone's by its link
+    "views/save/": [
+        ("GET", "/views/save/", None, (405,) * 5),
+        ("POST", "/views/save/", {"page": "dashboard", "name": "v", "query": "status=all"}, (L, 403, 302, 302, 302)),
+    ],
+    "views/<int:view_id>/": [
+        ("GET", "/views/999999/", None, (L, 403, 404, 404, 404)),
+        ("POST", "/views/999999/", {}, (405,) * 5),
+    ],
+    "views/<int:view_id>/<str:action>/": [
+        ("GET", "/views/999999/delete/", None, (405,) * 5),
+        ("POST", "/views/999999/delete/", {}, (L, 403, 302, 302, 302)),
+    ],
     "beads/<id:bead_id>/": [
         ("GET", "/beads/gt-a/", None, (L, 403, 200, 200, 200)),
         ("POST", "/beads/gt-a/", {}, (L, 403, 200, 200, 200)),
@@ -330,6 +343,10 @@ API = [
     ("/api/beads/gt-x", "PATCH", {"assignee": "someone"}, WRITE),
     ("/api/beads/gt-x/close", "POST", {"reason": "done"}, WRITE),
     ("/api/heartbeat", "POST", {"worker": "w1"}, WRITE),
+    ("/api/beads/gt-x/log", "POST", {"lines": ["hi"]}, WRITE),
+    ("/api/beads/gt-nope/log", "POST", {"lines": ["hi"]}, (401, 403, 403, 404, 404)),
+    ("/api/beads/gt-x/log", "GET", None, READ),
+    ("/api/beads/gt-nope/log", "GET", None, (401, 403, 404, 404, 404)),
     ("/api/stranded", "GET", None, READ),
     ("/api/stage", "POST", {"ids": ["gt-x"]}, WRITE),
     ("/api/launch", "POST", {"ids": ["{staged}"], "force": True}, WRITE),

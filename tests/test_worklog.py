@@ -247,4 +247,4 @@ def test_a_log_append_redraws_nothing_on_the_dashboard(routes):
     client = signed_in("ann", "view_convoy", "view_bead")
     seq = as_of(client.get("/").content.decode())
     worklog.append("gt-g", ["quiet"], actor="t")
-    assert set(live(client, "/", since=seq)["fragments"]) == {"unread"}
+    assert set(live(client, "/", since=seq)["fragments"]) == {"unread", "feeding-stopped"}

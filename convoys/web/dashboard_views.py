@@ -3,8 +3,9 @@ stranded page."""
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
 
 from convoys.log.kinds import LOG
 from convoys.read.dashboard import (
@@ -15,12 +16,13 @@ from convoys.read.dashboard import (
     filter_text,
     status_filter_problem,
 )
+from convoys.read.saved_views import STRANDED_KINDS, card, default_of, stranded_filtered
 from convoys.rules import capacity
 from convoys.rules.rows import changes_since
 from convoys.services import feeding, ticker
 from convoys.web.access import viewer
 from convoys.web.context import page_context
-from convoys.web.fragments import Fragment, respond, since, unread
+from convoys.web.fragments import Fragment, is_live, respond, since, unread
 
 DASHBOARD_SORTS = [
     ("age", "Newest"),
@@ -49,8 +51,21 @@ DASHBOARD_STATUSES = [
 ]
 
 
+def _default_view(request: HttpRequest, page: str) -> HttpResponse | None:
+    """A page opened with no query at all shows the user's default view (`?all=1`: none)."""
+    if request.GET or is_live(request):
+        return None
+    default = default_of(request.user, page)
+    if default is None or not default.query:
+        return None
+    return HttpResponseRedirect(f"{reverse(page)}?{default.query}")
+
+
 @viewer
 def dashboard(request: HttpRequest) -> HttpResponse:
+    default = _default_view(request, "dashboard")
+    if default is not None:
+        return default
     context = page_context(request) | {"feeding": _feeding()}
     params = request.GET
     status = filter_text(params.get("status") or "") or "active"
@@ -61,7 +76,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     changes = changes_since(seq, context["as_of"]) if seq is not None else None
     if changes is not None and changes.kinds <= {LOG}:
         # Only workers' log lines: nothing the dashboard shows.
-        return respond(request, "convoys/dashboard.html", context, [unread()])
+        return respond(request, "convoys/dashboard.html", context, [unread(), FEEDING])
     if (
         changes is not None
         and not changes.touches_listing()
@@ -82,6 +97,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "statuses": DASHBOARD_STATUSES,
         "deadlines": DASHBOARD_DEADLINES,
         "capacity": capacity.panel(),
+        "saved": card(request.user, "dashboard", params.urlencode()),
     }
     fragments = [
         Fragment("dashboard-filters", "convoys/_dashboard_filters.html"),
@@ -121,6 +137,15 @@ def _row_fragment(row: DashboardRow) -> Fragment:
 
 @viewer
 def stranded(request: HttpRequest) -> HttpResponse:
-    context = page_context(request) | {"rows": feeding.stranded()}
+    default = _default_view(request, "stranded")
+    if default is not None:
+        return default
+    params = request.GET
+    context = page_context(request) | {
+        "rows": stranded_filtered(feeding.stranded(), params),
+        "params": params,
+        "kinds": STRANDED_KINDS,
+        "saved": card(request.user, "stranded", params.urlencode()),
+    }
     fragments = [Fragment("stranded-table", "convoys/_stranded_table.html"), unread()]
     return respond(request, "convoys/stranded.html", context, fragments)
