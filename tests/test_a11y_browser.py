@@ -8,6 +8,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from convoys.models import Bead, Convoy
+from convoys.services import savedviews, worklog
 
 from .support.browser import sign_in
 from .support.factories import big_convoy
@@ -60,6 +61,11 @@ def serious(page, what):
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_no_page_has_a_serious_accessibility_violation(browser, demo, overview, server, scheme):
     urls = pages(overview)
+    # The parts a page shows only once there is something: a worker's log, saved views.
+    logged = Bead.objects.exclude(issue_type="epic").order_by("id").first()
+    worklog.append(logged.pk, ["cloning", "running the tests"], actor="test")
+    for page_name in ("dashboard", "stranded"):
+        savedviews.save(demo, page_name, "Mine", "q=a")
     # axe injects its script the way Playwright evaluates any: the pages' CSP is not in question
     # here (tests/test_headers_browser.py checks it), so this context bypasses it.
     context = browser.new_context(
