@@ -248,3 +248,24 @@ def test_a_log_append_redraws_nothing_on_the_dashboard(routes):
     seq = as_of(client.get("/").content.decode())
     worklog.append("gt-g", ["quiet"], actor="t")
     assert set(live(client, "/", since=seq)["fragments"]) == {"unread", "feeding-stopped"}
+
+
+def test_log_lines_are_no_step_of_the_convoys_story(routes):
+    bead("gt-h")
+    plan = staging.stage(["gt-h"], actor="test")
+    launch_staged(plan.convoy_id, actor="test")
+    client = signed_in("ann", "view_convoy", "view_bead")
+    url = f"/convoys/{plan.convoy_id}/"
+
+    def steps():
+        page = client.get(url).content.decode()
+        return re.search(r'id="gantt-card" data-steps="(\d+)"', page).group(1), page
+
+    before, page = steps()
+    client.post(f"{url}visit/", {"seq": str(as_of(page))})
+    worklog.append("gt-h", ["one", "two"], actor="t")
+    after, page = steps()
+    assert after == before
+    # The next visit: no bead changed since the last one.
+    report = client.post(f"{url}visit/", {"seq": str(as_of(page))}).json()
+    assert report["changed"] == []

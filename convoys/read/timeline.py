@@ -14,6 +14,7 @@ from convoys.core import dag as dagmod
 from convoys.core import history
 from convoys.core.formatting import percent_done
 from convoys.core.parsing import whole_number
+from convoys.log.kinds import LOG
 from convoys.models import Convoy, ConvoyVisit, Event, TrackedBead
 from convoys.read.convoy_page import ConvoyPage, _wave_rows
 from convoys.read.graph import bead_url_maker
@@ -71,7 +72,8 @@ def stream(convoy: Convoy, targets: Sequence[str] = ()) -> tuple[QuerySet[Event]
     about_beads = Event.objects.filter(bead_id__in=tracked)
     if targets:
         about_beads = Event.objects.filter(Q(bead_id__in=tracked) | Q(bead_id__in=list(targets)))
-    return about_beads, Event.objects.filter(convoy_id=convoy.pk, bead_id="")
+    # A worker's log lines change no state: no step of the story.
+    return about_beads.exclude(kind=LOG), Event.objects.filter(convoy_id=convoy.pk, bead_id="")
 
 
 def events(parts: Iterable[QuerySet[Event]], upto: int | None = None) -> list[history.Ev]:
@@ -157,7 +159,7 @@ def _spans(
     launches = history.LAUNCH_KINDS | history.STOP_KINDS
     read = events(
         [
-            Event.objects.filter(bead_id__in=sorted(ids)),
+            Event.objects.filter(bead_id__in=sorted(ids)).exclude(kind=LOG),
             Event.objects.filter(convoy_id=convoy.pk, bead_id="", kind__in=launches),
         ],
         upto,
@@ -349,6 +351,7 @@ def since_visit(convoy: Convoy, previous: ConvoyVisit | None, as_of: int) -> Sin
     changed = sorted(
         set(
             Event.objects.filter(seq__gt=previous.seq, seq__lte=as_of, bead_id__in=tracked)
+            .exclude(kind=LOG)
             .values_list("bead_id", flat=True)
             .distinct()
         )
