@@ -269,3 +269,10 @@ def test_log_lines_are_no_step_of_the_convoys_story(routes):
     # The next visit: no bead changed since the last one.
     report = client.post(f"{url}visit/", {"seq": str(as_of(page))}).json()
     assert report["changed"] == []
+
+
+def test_a_rebuild_of_the_read_model_keeps_the_last_line(routes):
+    bead("gt-r")
+    worklog.append("gt-r", ["kept across a rebuild"], actor="t")
+    command("convoy", "reproject")
+    assert BeadFacts.objects.get(pk="gt-r").last_log == "kept across a rebuild"
