@@ -46,6 +46,10 @@ def test_the_bead_and_convoy_pages_tail_the_log_live(browser, server, routes):
     convoy = context.new_page()
     convoy.goto(f"{server}/convoys/{convoy_id}/")
     wait_live(convoy)
+    dashboard = context.new_page()
+    dashboard.goto(f"{server}/")
+    wait_live(dashboard)
+    heard, fetched = dashboard.evaluate("[window.convoyLive.count, window.convoyLive.fetches]")
 
     post_lines(server, token, "gt-w1", ["cloning the rig", "running <tests>"])
     wait_js(page, "document.querySelectorAll('#bead-log .logline').length === 2", 20000)
@@ -61,6 +65,9 @@ def test_the_bead_and_convoy_pages_tail_the_log_live(browser, server, routes):
         20000,
     )
     assert_live_equals_reload({"bead page": page, "convoy page": convoy}, "two lines logged")
+    # The dashboard hears of the lines and asks for nothing: it shows none of them.
+    wait_js(dashboard, f"window.convoyLive.count > {heard}", 20000)
+    assert dashboard.evaluate("window.convoyLive.fetches") == fetched
 
     # A log append redraws the log alone: the head drawn before stays the same element.
     page.evaluate("document.getElementById('bead-head').dataset.kept = '1'")

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from convoys.core import formatting
 from convoys.log.events import last_seq
+from convoys.log.kinds import LOG
 from convoys.models import Notification, Subscription
 from convoys.read import summaries
 
@@ -34,9 +35,14 @@ def unread_count(request: HttpRequest) -> dict[str, Any]:
 def browser_rules(request: HttpRequest) -> dict[str, Any]:
     """Context processor: the rules the pages' scripts follow, stated here once (base.html puts
     them in a JSON block, `browser-rules`): how relative times are worded and each drawn
-    state's icon."""
+    state's icon; the kinds a page follows only where it shows their bead or convoy (a
+    worker's log lines: the dashboard does not ask for its fragments again)."""
     return {
-        "browser_rules": {"relative": formatting.RELATIVE_WORDS, "icons": summaries.state_icons()}
+        "browser_rules": {
+            "relative": formatting.RELATIVE_WORDS,
+            "icons": summaries.state_icons(),
+            "quiet": [LOG],
+        }
     }
 
 

@@ -140,8 +140,10 @@
   /* Pages that follow every event (to hear of rig changes) but show one convoy or bead name
    * what they watch in data-watch: "convoy:<id>", "bead:<id>", "kind:<event kind>". */
   const watch = new Set((body.dataset.watch || "").split(",").filter(Boolean));
+  // Kinds only the pages showing their bead or convoy follow (browser-rules: a worker's log).
+  const quiet = new Set(state.rules.quiet || []);
   function watched(ev) {
-    if (!watch.size || ev.kind === "notification" || watch.has(`kind:${ev.kind}`)) return true;
+    if (!quiet.has(ev.kind) && (!watch.size || ev.kind === "notification" || watch.has(`kind:${ev.kind}`))) return true;
     if (ev.bead_id && watch.has(`bead:${ev.bead_id}`)) return true;
     return convoysOf(ev).some((id) => watch.has(`convoy:${id}`));
   }
