@@ -177,7 +177,8 @@ def test_a_log_append_is_cheap_for_the_projection_and_the_live_bead_page(routes)
     page = client.get("/beads/gt-c/").content.decode()
     assert_parts_of(page, answer["fragments"])
     # Not in the history: the lines have their own card.
-    history = page[page.index('id="bead-history"') :]
+    start = page.index('id="bead-history"')
+    history = page[start : page.index("</section>", start)]
     assert "logged" not in history and "bead.log" not in history
 
 
@@ -208,6 +209,11 @@ def test_beads_log_prints_the_lines(worker_token):
     assert command("beads", "log", "gt-a") == "first\nsecond\n"
     with pytest.raises(CommandError, match="not found"):
         command("beads", "log", "gt-nope")
+    with pytest.raises(CommandError, match="--every: seconds between polls"):
+        command("beads", "log", "gt-a", "--follow", "--every", "nan")
+    # A worker's escape sequences reach the terminal as text, never as commands.
+    worklog.append("gt-a", ["\x1b]0;owned\x07\x1b[2Jred\tok"], actor="t")
+    assert command("beads", "log", "gt-a").splitlines()[-1] == "\\x1b]0;owned\\x07\\x1b[2Jred\tok"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -381,3 +381,13 @@ def duration(seconds: float) -> str:
 
 
 EXACT_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
+
+
+def terminal_safe(text: str) -> str:
+    """Text from elsewhere (a worker's log line) as a terminal may print it: control
+    characters other than a tab shown as escapes (`\\x1b`), so none of them moves the
+    cursor, recolours or retitles the terminal."""
+    return "".join(
+        c if c == "\t" or not (ord(c) < 32 or 0x7F <= ord(c) < 0xA0) else f"\\x{ord(c):02x}"
+        for c in text
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from convoys.core.formatting import terminal_safe
 from convoys.management.base import ServiceCommand, error
 from convoys.models import Bead, Dependency, TrackedBead
 from convoys.read import bead_page, pages, summaries
@@ -331,12 +332,14 @@ class Command(ServiceCommand):
 
     def do_log(self, id: str, follow: bool, every: float, seconds: float | None, **_: Any) -> None:
         bead_service.get_bead(id)  # a one-line error for an unknown bead
+        if not 0 < every <= 3600:
+            raise error(f"--every: seconds between polls, above 0 and at most 3600 ({every} given)")
         after = 0
         stop = None if seconds is None else time.monotonic() + seconds
         try:
             while True:
                 for line in bead_page.log_after(id, after):
-                    self.stdout.write(line.text)
+                    self.stdout.write(terminal_safe(line.text))
                     after = line.pk
                 self.stdout.flush()
                 if not follow or (stop is not None and time.monotonic() >= stop):
@@ -531,7 +534,7 @@ def attempt_line(a: bead_page.Attempt) -> str:
     """One dispatch attempt in a line: #, when, path, rig, worker, how long, outcome."""
     took = f"{a.duration_ms:.0f} ms" if a.duration_ms is not None else "-"
     marks = (" (retry)" if a.retry else "") + (" (forced)" if a.forced else "")
-    error = f": {a.error.splitlines()[0][:120]}" if a.error else ""
+    error = f": {terminal_safe(a.error.splitlines()[0][:120])}" if a.error.strip() else ""
     return (
         f"#{a.number} {a.at:%Y-%m-%d %H:%M:%S} {a.path_words}{marks}  rig {a.rig or '-'}  "
         f"worker {a.worker or '-'}  {took}  {a.outcome_words}{error}"
