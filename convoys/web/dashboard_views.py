@@ -74,7 +74,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         return render(request, "convoys/bad_filter.html", {"problem": problem}, status=422)
     seq = since(request)
     changes = changes_since(seq, context["as_of"]) if seq is not None else None
-    if changes is not None and changes.kinds <= {LOG}:
+    if changes is not None and changes.kinds == {LOG}:
         # Only workers' log lines: nothing the dashboard shows.
         return respond(request, "convoys/dashboard.html", context, [unread(), FEEDING])
     if (
