@@ -42,7 +42,7 @@ from pydantic import (
 from convoys.core.formatting import person
 from convoys.core.parsing import NotJson, json_document
 from convoys.models import Bead, Convoy, SourcedRecord
-from convoys.read import bead_page, dashboard, graph, pages, summaries
+from convoys.read import bead_page, dashboard, graph, pages, search, summaries
 from convoys.rules import causes, forecasting, merging
 from convoys.services import (
     actions,
@@ -583,6 +583,46 @@ def bead_actions(request: HttpRequest, payload: ActionsIn) -> dict[str, Any]:
         rig=payload.rig,
         worker=payload.worker,
     ).as_json()
+
+
+class SearchHitOut(Schema):
+    kind: str  # bead, epic, convoy or rig
+    id: str
+    title: str
+    status: str
+    url: str
+
+
+class SearchOut(Schema):
+    q: str
+    total: int  # beads and convoys matched in all
+    offset: int
+    next: int | None  # the offset of the next page, if any
+    hits: list[SearchHitOut]
+
+
+# Longer text is refused by name; within it only the first terms count (core/search_terms.py).
+SearchText = Annotated[str, StringConstraints(max_length=20_000), _plain]
+
+
+@api.get("/search", response=responses(SearchOut), tags=["search"])
+def search_all(
+    request: HttpRequest,
+    q: SearchText = "",
+    limit: int = query(10, ge=1, le=search.MAX_LIMIT),
+    offset: int = query(0, ge=0, le=search.MAX_OFFSET),
+) -> dict[str, Any]:
+    """Beads, epics, convoys and rigs by id (a prefix: `gt-a` finds `gt-abc`), title, label,
+    assignee or description, best first. Any text is searched as plain words."""
+    need(request, "view_convoy")
+    found = search.search(q, limit=limit, offset=offset)
+    return {
+        "q": q,
+        "total": found.total,
+        "offset": found.offset,
+        "next": found.next_offset,
+        "hits": [h.as_json() for h in found.hits],
+    }
 
 
 @api.get("/beads/{bead_id}", response=responses(BeadOut, 404), tags=["beads"])

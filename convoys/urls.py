@@ -15,6 +15,7 @@ from convoys.web import (
     inbox_views,
     ops_views,
     saved_views,
+    search_views,
     stage_views,
 )
 
@@ -65,6 +66,7 @@ urlpatterns = [
     path("views/save/", saved_views.save_view, name="view-save"),
     path("views/<int:view_id>/", saved_views.open_view, name="view"),
     path("views/<int:view_id>/<str:action>/", saved_views.change_view, name="view-action"),
+    path("search/", search_views.search_page, name="search"),
     path("beads/<id:bead_id>/", bead_views.bead_detail, name="bead"),
     path("beads/<id:bead_id>/retry/", control_views.retry, name="bead-retry"),
     path("beads/<id:bead_id>/<str:action>/", bead_views.bead_action, name="bead-action"),
