@@ -46,6 +46,7 @@ from convoys.read import bead_page, dashboard, graph, pages, search, summaries
 from convoys.rules import causes, forecasting, merging
 from convoys.services import (
     actions,
+    batch,
     controls,
     escalation,
     feeding,
@@ -475,6 +476,46 @@ def list_convoys(
     rows = list(queryset[:limit])
     by_convoy = summaries.convoy_summaries(rows)
     return [_convoy_out(c, by_convoy[c.pk]) for c in rows]
+
+
+class ConvoyActionsIn(Body):
+    action: Literal["pause", "resume", "acknowledge"]
+    ids: Annotated[
+        list[Annotated[str, StringConstraints(max_length=64), _plain]],
+        Field(min_length=1, max_length=batch.MAX_IDS),
+    ]
+    reason: TextUpTo500 = ""
+
+
+class ConvoyActionOut(Schema):
+    id: str
+    result: Literal["done", "unchanged", "refused"]
+    detail: str
+
+
+class ConvoyActionsOut(Schema):
+    action: str
+    done: int
+    unchanged: int
+    refused: int
+    summary: str
+    results: list[ConvoyActionOut]
+
+
+@api.post("/convoys/actions", response=responses(ConvoyActionsOut, 413), tags=["convoys"])
+def convoy_actions(request: HttpRequest, payload: ConvoyActionsIn) -> dict[str, Any]:
+    """Pause, resume or acknowledge several convoys, each in its own transaction: a refusal
+    of one (closed, not escalated, unknown) is reported beside the others, which are done."""
+    need(request, batch.PERMISSIONS[payload.action])
+    done = batch.run(
+        payload.action, payload.ids, actor=f"api:{request.user}", reason=payload.reason
+    )
+    return {
+        "action": done.action,
+        **{result: len(done.ids(result)) for result in ("done", "unchanged", "refused")},
+        "summary": done.summary,
+        "results": [o.as_json() for o in done.outcomes],
+    }
 
 
 @api.get("/convoys/{convoy_id}", response=responses(ConvoyDetailOut, 404), tags=["convoys"])

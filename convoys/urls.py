@@ -45,6 +45,7 @@ urlpatterns = [
     path("hooks/github", forge_hooks.github, name="hook-github"),
     path("hooks/gitlab", forge_hooks.gitlab, name="hook-gitlab"),
     path("hooks/gitea", forge_hooks.gitea, name="hook-gitea"),
+    path("actions/convoys/", control_views.convoy_actions, name="convoy-actions"),
     path("convoys/<id:convoy_id>/", convoy_views.convoy_detail, name="convoy"),
     path("convoys/<id:convoy_id>/pause/", control_views.pause, name="convoy-pause"),
     path("convoys/<id:convoy_id>/resume/", control_views.resume, name="convoy-resume"),

@@ -168,6 +168,18 @@ PAGES = {
         ("GET", "/views/999999/delete/", None, (405,) * 5),
         ("POST", "/views/999999/delete/", {}, (L, 403, 302, 302, 302)),
     ],
+    "search/": [
+        ("GET", "/search/?q=gt-a", None, (L, 403, 200, 200, 200)),
+        ("POST", "/search/", {}, (L, 403, 200, 200, 200)),
+    ],
+    # the dashboard's selection: shown to confirm (200), then done (302); pausing needs the
+    # change permission, acknowledging only the view one (a refusal goes back, 302)
+    "actions/convoys/": [
+        ("GET", "/actions/convoys/", None, (405,) * 5),
+        ("POST", "/actions/convoys/", {"action": "pause", "ids": ["{convoy}"]}, (L, 403, 403, 200, 200)),
+        ("POST", "/actions/convoys/", {"action": "pause", "ids": ["{convoy}"], "confirmed": "1"}, (L, 403, 403, 302, 302)),
+        ("POST", "/actions/convoys/", {"action": "acknowledge", "ids": ["{convoy}"], "confirmed": "1"}, (L, 403, 302, 302, 302)),
+    ],
     "beads/<id:bead_id>/": [
         ("GET", "/beads/gt-a/", None, (L, 403, 200, 200, 200)),
         ("POST", "/beads/gt-a/", {}, (L, 403, 200, 200, 200)),
@@ -348,6 +360,9 @@ API = [
     ("/api/beads/gt-x/log", "GET", None, READ),
     ("/api/beads/gt-nope/log", "GET", None, (401, 403, 404, 404, 404)),
     ("/api/stranded", "GET", None, READ),
+    ("/api/search?q=gt-a", "GET", None, READ),
+    ("/api/convoys/actions", "POST", {"action": "pause", "ids": ["{convoy}"]}, WRITE),
+    ("/api/convoys/actions", "POST", {"action": "acknowledge", "ids": ["{convoy}"]}, READ),
     ("/api/stage", "POST", {"ids": ["gt-x"]}, WRITE),
     ("/api/launch", "POST", {"ids": ["{staged}"], "force": True}, WRITE),
     ("/api/convoys/{staged}/pause", "POST", {"reason": "r"}, WRITE),

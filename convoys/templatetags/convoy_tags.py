@@ -192,6 +192,8 @@ def convoy_row(context: Context, row: DashboardRow) -> SafeString:
     href = escape(_convoy_url(context).replace("__ID__", quoted_url_segment(c.pk)))
     return mark_safe(  # noqa: S308 - each value above is escaped
         f'<tr data-convoy="{cid}" id="convoy-{cid}" class="convoy-row">\n'
+        f'    <td class="pick"><input type="checkbox" name="ids" value="{cid}" '
+        f'form="convoy-actions" aria-label="Select {cid}"></td>\n'
         f'    <td><a href="{href}"><code>{cid}</code></a> '
         f"{escape(formatting.convoy_title(c.title))}{tags}</td>\n"
         f'    <td class="progress">{bar(s)}</td>\n'

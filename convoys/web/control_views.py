@@ -6,14 +6,16 @@ it); every rule is the service's."""
 from collections.abc import Callable
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from convoys.services import controls, escalation
+from convoys.services import batch, controls, escalation
 from convoys.services.errors import NotFound, ServiceError
-from convoys.web.access import actor, back, needs, refusal
+from convoys.web.access import VIEW, actor, back, needs, refusal
+from convoys.web.context import page_context
 
 
 def _run(request: HttpRequest, call: Callable[[], str], target: tuple[str, str]) -> HttpResponse:
@@ -91,3 +93,34 @@ def acknowledge(request: HttpRequest, convoy_id: str) -> HttpResponse:
         else f"{convoy_id} was already acknowledged by {row.acknowledged_by}.",
     )
     return back(request, reverse("convoy", args=[convoy_id]))
+
+
+@require_POST
+@needs(VIEW)
+def convoy_actions(request: HttpRequest) -> HttpResponse:
+    """The dashboard's selection: pause, resume or acknowledge several convoys. The first POST
+    shows what will be done (one confirmation); the confirmed one does it, one transaction per
+    convoy, and goes back with one summary: how many done, which refused and why."""
+    action = request.POST.get("action", "")
+    ids = request.POST.getlist("ids")
+    reason = request.POST.get("reason", "")
+    dashboard = reverse("dashboard")
+    try:
+        wanted = batch.check(action, ids, reason)
+    except ServiceError as exc:
+        messages.error(request, refusal(exc))
+        return back(request, dashboard)
+    if not request.user.has_perm(f"convoys.{batch.PERMISSIONS[action]}"):
+        raise PermissionDenied(f"You need the {batch.PERMISSIONS[action]} permission.")
+    if request.POST.get("confirmed") != "1":
+        context = page_context(request) | {
+            "action": action,
+            "ids": wanted,
+            "reason": " ".join(reason.split()),
+            "next": request.POST.get("next", ""),
+        }
+        return render(request, "convoys/convoy_actions_confirm.html", context)
+    done = batch.run(action, wanted, actor=actor(request), reason=reason)
+    report = messages.warning if done.ids("refused") else messages.success
+    report(request, done.summary)
+    return back(request, dashboard)
