@@ -100,6 +100,16 @@ def test_pages_of_results(routes):
     assert len(seen) == 25
 
 
+def test_many_matches_are_counted_up_to_a_cap(routes, monkeypatch):
+    monkeypatch.setattr(search, "COUNT_CAP", 5)
+    for i in range(8):
+        beads.create_bead(f"Crate {i}", bead_id=f"gt-crate{i}", actor="t")
+    found = search.search("crate", limit=2)
+    assert found.total == 6 and found.more_than == 5 and found.next_offset == 2
+    page = logged_in(viewer("v")).get("/search/", {"q": "crate"}).content.decode()
+    assert "More than 5 matches" in page
+
+
 # --- the index follows every write path -----------------------------------------------------
 
 

@@ -20,7 +20,10 @@ from convoys.models import Bead, Convoy, Rig
 
 PAGE = 20
 MAX_LIMIT = 100
-MAX_OFFSET = 10_000
+# Matches are counted up to this many (counting 50,000 costs what ranking them does); pages
+# go as far.
+COUNT_CAP = 1000
+MAX_OFFSET = COUNT_CAP
 
 _SQLITE = {
     "hits": (
@@ -28,14 +31,19 @@ _SQLITE = {
         "WHERE convoys_search MATCH %s "
         "ORDER BY bm25(convoys_search, 10.0, 4.0, 2.0, 2.0, 1.0), k.key LIMIT %s OFFSET %s"
     ),
-    "count": "SELECT count(*) FROM convoys_search WHERE convoys_search MATCH %s",
+    "count": (
+        "SELECT count(*) FROM (SELECT 1 FROM convoys_search WHERE convoys_search MATCH %s LIMIT %s)"
+    ),
 }
 _POSTGRES = {
     "hits": (
         "SELECT kind, key FROM convoys_search, to_tsquery('simple', %s) q WHERE doc @@ q "
         "ORDER BY ts_rank(doc, q) DESC, key LIMIT %s OFFSET %s"
     ),
-    "count": "SELECT count(*) FROM convoys_search WHERE doc @@ to_tsquery('simple', %s)",
+    "count": (
+        "SELECT count(*) FROM (SELECT 1 FROM convoys_search "
+        "WHERE doc @@ to_tsquery('simple', %s) LIMIT %s) found"
+    ),
 }
 
 
@@ -53,14 +61,19 @@ class Hit(NamedTuple):
 class Found(NamedTuple):
     q: str
     hits: list[Hit]
-    total: int  # index matches in all (rigs aside)
+    total: int  # index matches in all (rigs aside), counted up to COUNT_CAP + 1
     offset: int
     limit: int
 
     @property
     def next_offset(self) -> int | None:
         end = self.offset + self.limit
-        return end if end < self.total and end <= MAX_OFFSET else None
+        return end if end < self.total and end < MAX_OFFSET else None
+
+    @property
+    def more_than(self) -> int | None:
+        """How many were counted when there are more matches than that, else None."""
+        return COUNT_CAP if self.total > COUNT_CAP else None
 
     @property
     def previous_offset(self) -> int | None:
@@ -91,7 +104,7 @@ def search(text: str, *, limit: int = PAGE, offset: int = 0, count: bool = True)
         keys = [(kind, key) for kind, key in cursor.fetchall()]
         total = len(keys) + offset
         if count and (len(keys) == limit or offset):
-            cursor.execute(sql["count"], [query])
+            cursor.execute(sql["count"], [query, COUNT_CAP + 1])
             total = cursor.fetchone()[0]
     hits = _hydrate(keys)
     exact = text.strip()
