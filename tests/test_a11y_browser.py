@@ -40,6 +40,7 @@ def pages(overview):
         "stranded": "/stranded/",
         "inbox": "/inbox/",
         "subscriptions": "/subscriptions/",
+        "search": f"/search/?q={bead.pk[:4]}",
         "admin change form": reverse("admin:convoys_bead_change", args=[quote(bead.pk)]),
     }
 
@@ -79,5 +80,12 @@ def test_no_page_has_a_serious_accessibility_violation(browser, demo, overview, 
         page.goto(server + url)
         page.wait_for_load_state("load")
         problems += serious(page, what)
+    # The command palette, open with its options listed, one of them active.
+    page.goto(server + "/")
+    page.keyboard.press("Control+k")
+    page.keyboard.type(urls["bead page"].split("/")[2][:4])
+    page.wait_for_selector("#palette-list [role=option][aria-selected=true]")
+    page.wait_for_selector("#palette-list [role=option] >> text=Search for")
+    problems += serious(page, "command palette")
     context.close()
     assert problems == [], "\n".join(problems)
