@@ -20,7 +20,6 @@
     const ticked = shown.filter((b) => b.checked).length;
     const head = all();
     if (head) {
-      head.hidden = shown.length === 0;
       head.checked = shown.length > 0 && ticked === shown.length;
       head.indeterminate = ticked > 0 && ticked < shown.length;
     }
