@@ -4,7 +4,9 @@ every write path (the services, `beads import`, `beads sync`, the bulk loader, d
 any text a person or a tool sends searched as plain words, never an error. Runs on SQLite
 and, in the PostgreSQL pass, on PostgreSQL."""
 
+import importlib
 import io
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
@@ -287,3 +289,17 @@ def test_sqlite_keeps_an_fts5_table():
     with connection.cursor() as cursor:
         cursor.execute("SELECT sql FROM sqlite_master WHERE name = 'convoys_search'")
         assert "fts5" in cursor.fetchone()[0].lower()
+
+
+def test_the_migration_indexes_what_is_there_and_comes_off_cleanly(some):
+    """Its reverse drops the index and the triggers; run again, it indexes every row that is
+    there (a database migrated with its beads in place)."""
+    step = importlib.import_module("convoys.migrations.0027_search")
+    editor = SimpleNamespace(connection=connection)  # what its steps use of a schema editor
+    step.backward(None, editor)
+    beads.update_bead("gt-abd", title="Repaint the depot", actor="test")  # no trigger now
+    step.forward(None, editor)
+    assert ids("repaint") == ["gt-abd"] and ids("oak") == ["gt-abc"]
+    assert ids("northbound") == [some.pk]
+    bead("gt-new", "Fresh rails")  # and the triggers are back
+    assert ids("fresh") == ["gt-new"]
