@@ -96,6 +96,18 @@ def test_the_palette_pauses_a_convoy(browser, server, routes):
     page.wait_for_url(server + f"/convoys/{convoy.pk}/")
     assert "Paused" in page.inner_text(".messages")
     assert Convoy.objects.get(pk=convoy.pk).paused_by == "web:alice"
+
+    # Paused, it is offered to be resumed (and no longer to be paused).
+    page.keyboard.press("Control+k")
+    page.keyboard.type(convoy.pk)
+    wait_js(page, f"[...{OPTIONS}].some(o => o.textContent.includes('resume {convoy.pk}'))")
+    assert f"pause {convoy.pk}" not in options(page)
+    page.keyboard.press("ArrowDown")
+    assert active(page) == f"resume {convoy.pk}"
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".messages")
+    assert "Resumed" in page.inner_text(".messages")
+    assert Convoy.objects.get(pk=convoy.pk).paused_at is None
     ctx.close()
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from convoys.infra import bulk
 from convoys.models import Bead, Convoy, Rig
 from convoys.read import search
-from convoys.services import beads, convoys, demo
+from convoys.services import beads, controls, convoys, demo
 
 from .support.databases import require_postgres
 from .support.factories import bead
@@ -76,6 +76,8 @@ def test_hits_carry_kind_status_and_link(some):
     assert (epic.kind, epic.id) == ("epic", "bd-x1")
     convoy = search.search("northbound").hits[0]
     assert convoy.kind == "convoy" and convoy.status == "open" and convoy.url.endswith("/")
+    controls.pause(some.pk, actor="test")
+    assert search.search("northbound").hits[0].status == "paused"
 
 
 def test_a_title_hit_ranks_above_a_description_hit(routes):

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from convoys.core import search_terms
 from convoys.core.ids import text_problem
-from convoys.models import Bead, Convoy, Rig
+from convoys.models import CONVOY_OPEN, Bead, Convoy, Rig
 
 PAGE = 20
 MAX_LIMIT = 100
@@ -120,7 +120,9 @@ def _hydrate(keys: list[tuple[str, str]]) -> list[Hit]:
     bead_ids = [key for kind, key in keys if kind == "bead"]
     convoy_ids = [key for kind, key in keys if kind == "convoy"]
     beads = Bead.objects.only("id", "title", "status", "issue_type").in_bulk(bead_ids)
-    convoys = Convoy.objects.only("id", "title", "status", "close_reason").in_bulk(convoy_ids)
+    convoys = Convoy.objects.only("id", "title", "status", "close_reason", "paused_at").in_bulk(
+        convoy_ids
+    )
     hits = []
     for kind, key in keys:
         if kind == "bead" and key in beads:
@@ -136,7 +138,9 @@ def _bead_hit(bead: Bead) -> Hit:
 
 
 def _convoy_hit(convoy: Convoy) -> Hit:
-    return Hit("convoy", convoy.pk, convoy.title, convoy.state, reverse("convoy", args=[convoy.pk]))
+    """Its state for people, "paused" for an open convoy that is."""
+    state = "paused" if convoy.paused_at and convoy.status == CONVOY_OPEN else convoy.state
+    return Hit("convoy", convoy.pk, convoy.title, state, reverse("convoy", args=[convoy.pk]))
 
 
 def _exact_first(text: str, hits: list[Hit]) -> list[Hit]:

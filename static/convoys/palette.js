@@ -86,10 +86,8 @@
     };
     add("open", `${hit.id}`, { href: hit.url });
     if (hit.kind === "convoy") {
-      if (canChange && hit.status !== "closed" && hit.status !== "landed") {
-        add("pause", `pause ${hit.id}`, { post: `${hit.url}pause/` });
-        add("resume", `resume ${hit.id}`, { post: `${hit.url}resume/` });
-      }
+      if (canChange && hit.status === "paused") add("resume", `resume ${hit.id}`, { post: `${hit.url}resume/` });
+      else if (canChange && hit.status !== "closed" && hit.status !== "landed") add("pause", `pause ${hit.id}`, { post: `${hit.url}pause/` });
       add("acknowledge", `acknowledge ${hit.id}`, { post: `${hit.url}ack/` });
     }
     if (hit.kind === "epic") add("stage", `stage ${hit.id}`, { href: `${urls.stage}?epic=${encodeURIComponent(hit.id)}` });
