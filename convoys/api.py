@@ -636,7 +636,7 @@ class SearchHitOut(Schema):
 
 class SearchOut(Schema):
     q: str
-    total: int  # beads and convoys matched in all
+    total: int  # beads and convoys matched, counted up to 1,001
     offset: int
     next: int | None  # the offset of the next page, if any
     hits: list[SearchHitOut]
