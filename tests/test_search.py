@@ -6,10 +6,11 @@ and, in the PostgreSQL pass, on PostgreSQL."""
 
 import importlib
 import io
+import json
 from types import SimpleNamespace
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -274,6 +275,22 @@ def test_the_api(some):
 
 def test_the_api_needs_credentials(some, client):
     assert client.get("/api/search?q=oak").status_code == 401
+
+
+def beads_search(*args):
+    out = io.StringIO()
+    call_command("beads", "search", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_command_line(some):
+    assert beads_search("gt-abd") == "bead    gt-abd  Paint the station  (open)\n"
+    assert "gt-abc" in beads_search("northern", "track", "--json")
+    assert json.loads(beads_search("northern", "--json"))["total"] == 2
+    assert beads_search("northern", "--limit", "1").endswith("1 of 2 matches (--limit for more).\n")
+    assert beads_search('"*"') == "Nothing matches.\n"
+    with pytest.raises(CommandError, match="--limit must be 1 to 100"):
+        beads_search("oak", "--limit", "0")
 
 
 # --- the index itself, per vendor ---------------------------------------------------------------

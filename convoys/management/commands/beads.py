@@ -1,5 +1,5 @@
-"""`manage.py beads import|export|sync|show|create|update|close|reopen|dep|ready|heartbeat|log|
-retry|skip|release|reassign|merge`."""
+"""`manage.py beads import|export|sync|show|create|update|close|reopen|dep|list|search|ready|
+heartbeat|log|retry|skip|release|reassign|merge`."""
 
 import argparse
 import time
@@ -11,7 +11,7 @@ import orjson
 from convoys.core.formatting import terminal_safe
 from convoys.management.base import ServiceCommand, error
 from convoys.models import Bead, Dependency, TrackedBead
-from convoys.read import bead_page, pages, summaries
+from convoys.read import bead_page, pages, search, summaries
 from convoys.rules import breaker, causes
 from convoys.services import actions, bdsync, jsonl, merges
 from convoys.services import beads as bead_service
@@ -103,6 +103,12 @@ class Command(ServiceCommand):
         p.add_argument("--assignee", help="a worker name or its prefix (e.g. gastown/)")
         p.add_argument("-q", "--query", help="part of the id or title")
         p.add_argument("--limit", type=int, default=100)
+        self.add_json(p)
+        p = sub.add_parser(
+            "search", help="beads, epics, convoys and rigs by id prefix, title, label, people"
+        )
+        p.add_argument("text", nargs="+", help="plain words; an id matches by prefix")
+        p.add_argument("--limit", type=int, default=20)
         self.add_json(p)
         p = sub.add_parser("ready", help="beads ready to dispatch, by priority then id")
         p.add_argument("--rig")
@@ -430,6 +436,22 @@ class Command(ServiceCommand):
             raise error("--limit must be at least 1")
         found = pages.find_beads(status=status, rig=rig, assignee=assignee, q=query, limit=limit)
         self._beads(found, json, "No beads match.", with_status=True)
+
+    def do_search(self, text: list[str], limit: int, json: bool, **_: Any) -> None:
+        if not 1 <= limit <= search.MAX_LIMIT:
+            raise error(f"--limit must be 1 to {search.MAX_LIMIT}")
+        found = search.search(" ".join(text), limit=limit)
+        if json:
+            self.write_json({"total": found.total, "hits": [h.as_json() for h in found.hits]})
+            return
+        if not found.hits:
+            self.stdout.write("Nothing matches.")
+            return
+        for hit in found.hits:
+            self.stdout.write(f"{hit.kind:7} {hit.id}  {hit.title}  ({hit.status})")
+        if found.total > len(found.hits):
+            more = f"more than {found.more_than:,}" if found.more_than else f"{found.total:,}"
+            self.stdout.write(f"{len(found.hits)} of {more} matches (--limit for more).")
 
     def do_ready(self, rig: str | None, limit: int, json: bool, **_: Any) -> None:
         self._beads(pages.find_beads(rig=rig, ready=True, limit=limit), json, "No ready beads.")
