@@ -87,6 +87,11 @@ def test_a_title_hit_ranks_above_a_description_hit(routes):
     assert ids("depot") == ["gt-r2", "gt-r1"]
 
 
+def test_words_of_any_script(routes):
+    beads.create_bead("Café am Bahnhof 東京 Ünïcode", bead_id="gt-u1", actor="t")
+    assert ids("café") == ["gt-u1"] and ids("東京") == ["gt-u1"] and ids("ÜNÏCODE") == ["gt-u1"]
+
+
 def test_rigs_by_name(some):
     assert Rig.objects.filter(name="gastown").exists()  # the routes made it
     found = search.search("gast").hits
