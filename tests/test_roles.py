@@ -82,6 +82,8 @@ def test_installing_again_or_on_a_database_without_permissions_gives_the_same_gr
     roles.extend(merges, "default", ["merge", "forgedelivery"])
     webhooks = loader.project_state(("convoys", "0025_webhook_targets")).apps
     roles.extend(webhooks, "default", ["webhooktarget", "webhookdelivery"])
+    cockpit = loader.project_state(("convoys", "0028_attempts_logs_views")).apps
+    roles.extend(cockpit, "default", ["logline", "savedview"])
     assert {name: perms(name) for name in before} == before
 
 

@@ -320,7 +320,7 @@ def test_sqlite_keeps_an_fts5_table():
 def test_the_migration_indexes_what_is_there_and_comes_off_cleanly(some):
     """Its reverse drops the index and the triggers; run again, it indexes every row that is
     there (a database migrated with its beads in place)."""
-    step = importlib.import_module("convoys.migrations.0027_search")
+    step = importlib.import_module("convoys.migrations.0029_search")
     editor = SimpleNamespace(connection=connection)  # what its steps use of a schema editor
     step.backward(None, editor)
     beads.update_bead("gt-abd", title="Repaint the depot", actor="test")  # no trigger now

@@ -4,48 +4,78 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from convoys.services import roles
+
+
+def grant(apps, schema_editor):
+    roles.extend(apps, schema_editor.connection.alias, ["logline", "savedview"])
+
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('convoys', '0027_skipped'),
+        ("convoys", "0027_skipped"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='beadfacts',
-            name='last_log',
-            field=models.TextField(blank=True, default=''),
+            model_name="beadfacts",
+            name="last_log",
+            field=models.TextField(blank=True, default=""),
         ),
         migrations.CreateModel(
-            name='LogLine',
+            name="LogLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('bead_id', models.CharField(max_length=255)),
-                ('text', models.TextField()),
-                ('size', models.PositiveIntegerField()),
-                ('actor', models.CharField(blank=True, default='', max_length=255)),
-                ('at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("bead_id", models.CharField(max_length=255)),
+                ("text", models.TextField()),
+                ("size", models.PositiveIntegerField()),
+                ("actor", models.CharField(blank=True, default="", max_length=255)),
+                ("at", models.DateTimeField()),
             ],
             options={
-                'indexes': [models.Index(fields=['bead_id', 'id'], name='logline_bead')],
+                "indexes": [models.Index(fields=["bead_id", "id"], name="logline_bead")],
             },
         ),
         migrations.CreateModel(
-            name='SavedView',
+            name="SavedView",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('page', models.CharField(max_length=20)),
-                ('name', models.CharField(max_length=80)),
-                ('query', models.TextField(blank=True, default='')),
-                ('default', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField()),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("page", models.CharField(max_length=20)),
+                ("name", models.CharField(max_length=80)),
+                ("query", models.TextField(blank=True, default="")),
+                ("default", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
-                'constraints': [models.UniqueConstraint(fields=('user', 'page', 'name'), name='unique_saved_view'), models.UniqueConstraint(condition=models.Q(('default', True)), fields=('user', 'page'), name='one_default_view')],
+                "ordering": ["name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("user", "page", "name"), name="unique_saved_view"
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("default", True)),
+                        fields=("user", "page"),
+                        name="one_default_view",
+                    ),
+                ],
             },
         ),
+        migrations.RunPython(grant, migrations.RunPython.noop),
     ]
