@@ -786,8 +786,8 @@ def _replanned_by(flipped: Collection[str]) -> set[str]:
     """The convoys whose plan the beads `flipped` (into or out of done) may have changed: a
     gate's (or a gone bead's) changes the waves of what it holds back; a task reopened may
     lengthen the critical path, and one on it closing shortens it."""
-    if not flipped:
-        return set()
+    if not flipped or not (_tracking(flipped) or _dependents(flipped)):
+        return set()  # no convoy tracks them nor anything they hold back: no plan moves
     types = dict(Bead.objects.filter(pk__in=sorted(flipped)).values_list("pk", "issue_type"))
     gates = {b for b in flipped if (types.get(b) or "") not in SLINGABLE_TYPES}
     tasks = set(flipped) - gates

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from convoys.core import merges as core
+from convoys.infra import bulk
 from convoys.models import CONVOY_CLOSED, Bead, Convoy, Merge, TrackedBead
 
 MR = "mr"
@@ -67,10 +68,9 @@ def awaiting_among(bead_ids: Collection[str]) -> set[str]:
     """Those of `bead_ids` that are submitted."""
     if not bead_ids:
         return set()
-    # Most beads no `mr` convoy tracks: one plain query says so before the whole rule is asked.
-    tracked = set(
-        _mr_tracking().filter(bead_id__in=list(bead_ids)).values_list("bead_id", flat=True)
-    )
+    # Most beads no convoy tracks: a plain read of the trackings says so before the whole
+    # rule is compiled and asked of those tracked.
+    tracked = {row[0] for row in bulk.select_in(TrackedBead, "bead_id", bead_ids)}
     if not tracked:
         return set()
     closed = Bead.objects.filter(pk__in=sorted(tracked), status="closed")
