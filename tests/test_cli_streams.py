@@ -33,7 +33,7 @@ def test_a_listing_piped_into_head_stops_quietly():
     ]
     bulk.insert(Bead, rows)
     listing = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "beads", "list"],
+        [sys.executable, str(ROOT / "manage.py"), "beads", "list", "--limit", "3000"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=child_env(),
