@@ -17,8 +17,9 @@ What a kind touches:
   CONVOY    a convoy's own row (status, pause, max in flight, fields)
   RIG       a rig's state or the routes: the readiness of every bead of a rig
   CAPACITY  the town's cap (the capacity of every convoy)
-  IN_FLIGHT may change what the town counts in flight besides a bead's status (a silent
-            worker's bead coming back)
+  IN_FLIGHT may change what the town counts in flight: a bead's status or worker, a
+            dispatch, a silent worker's bead coming back (a merge does not: the bead stays
+            closed)
   LISTING   what a page lists (convoys appear, land, close; beads appear)
   TIME      recorded by the ticker when a time passes (a worker's silence, a cooldown's end)
   NOTE      a note in the log that changes no derived fact but its own badge or inbox
@@ -78,11 +79,35 @@ REGISTRY: dict[str, Kind] = {
         _kind("bead.created", "a bead was created", BEAD, GRAPH, LISTING),
         # Its data says when its dependencies changed (`rows.Changes.dependencies`).
         _kind("bead.updated", "a bead's fields changed", BEAD),
-        _kind("bead.status", "a bead's status was set", BEAD, DONE, FAILED),
-        _kind("bead.closed", "a bead was closed: the feeder's input", BEAD, DONE, FAILED, PROGRESS),
-        _kind("bead.reopened", "a closed bead was reopened", BEAD, DONE, FAILED, PROGRESS),
-        _kind("bead.dispatched", "a bead was claimed and sent to a worker", BEAD, FAILED, PROGRESS),
-        _kind("dispatch.failed", "a dispatch failed; its claim released", BEAD, FAILED, PROGRESS),
+        _kind("bead.status", "a bead's status was set", BEAD, DONE, FAILED, IN_FLIGHT),
+        _kind(
+            "bead.closed",
+            "a bead was closed: the feeder's input",
+            BEAD,
+            DONE,
+            FAILED,
+            PROGRESS,
+            IN_FLIGHT,
+        ),
+        _kind(
+            "bead.reopened", "a closed bead was reopened", BEAD, DONE, FAILED, PROGRESS, IN_FLIGHT
+        ),
+        _kind(
+            "bead.dispatched",
+            "a bead was claimed and sent to a worker",
+            BEAD,
+            FAILED,
+            PROGRESS,
+            IN_FLIGHT,
+        ),
+        _kind(
+            "dispatch.failed",
+            "a dispatch failed; its claim released",
+            BEAD,
+            FAILED,
+            PROGRESS,
+            IN_FLIGHT,
+        ),
         _kind("dispatch.ok", "the dispatcher took a bead: its worker has it", BEAD),
         _kind("dispatch.confirmed", "a dispatch with no answer: its worker reported", BEAD),
         # Settled by the catch-up (services.dispatch.recover): the claim goes back to ready.
@@ -92,6 +117,7 @@ REGISTRY: dict[str, Kind] = {
             BEAD,
             FAILED,
             PROGRESS,
+            IN_FLIGHT,
         ),
         _kind(
             "dispatch.released",
@@ -99,6 +125,7 @@ REGISTRY: dict[str, Kind] = {
             BEAD,
             FAILED,
             PROGRESS,
+            IN_FLIGHT,
         ),
         # Landed means merged: a merge makes a submitted bead done (the feeder's input too).
         _kind("bead.merged", "a bead's change was merged", BEAD, DONE, PROGRESS),
@@ -110,6 +137,7 @@ REGISTRY: dict[str, Kind] = {
             DONE,
             FAILED,
             PROGRESS,
+            IN_FLIGHT,
         ),
         _kind("bead.parked", "the breaker parked a bead after failures in a row", BEAD),
         _kind("bead.retried", "a parked bead's failures were cleared", BEAD),
@@ -121,6 +149,7 @@ REGISTRY: dict[str, Kind] = {
             DONE,
             FAILED,
             PROGRESS,
+            IN_FLIGHT,
         ),
         _kind(
             "bead.released",
@@ -128,9 +157,15 @@ REGISTRY: dict[str, Kind] = {
             BEAD,
             FAILED,
             PROGRESS,
+            IN_FLIGHT,
         ),
         _kind(
-            "bead.reassigned", "a bead was moved to another rig or worker", BEAD, FAILED, PROGRESS
+            "bead.reassigned",
+            "a bead was moved to another rig or worker",
+            BEAD,
+            FAILED,
+            PROGRESS,
+            IN_FLIGHT,
         ),
         _kind("worker.timed_out", "a bead's worker went silent past the timeout", BEAD, TIME),
         _kind("worker.back", "a silent worker reported again", BEAD, IN_FLIGHT),

@@ -750,7 +750,7 @@ def apply(items: Sequence[Mapping[str, Any]], first_seq: int) -> None:
             every_bead = True
         if kinds.CAPACITY in touches:
             every_convoy = True
-        if touches & {kinds.PROGRESS, kinds.TIME, kinds.CAPACITY, kinds.DONE, kinds.IN_FLIGHT}:
+        if touches & {kinds.TIME, kinds.CAPACITY, kinds.IN_FLIGHT}:
             capacity_moved = True
     flipped: set[str] = set()
     moved: dict[str, tuple[Counted, Counted]] = {}
