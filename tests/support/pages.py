@@ -106,6 +106,8 @@ COMPARE = """async () => {
     root.querySelectorAll("svg.dag").forEach((s) => ["width", "height", "viewBox"].forEach((a) => s.removeAttribute(a)));
     root.querySelectorAll("[data-pan-zoom]").forEach((e) => e.removeAttribute("data-pan-zoom"));
     root.querySelectorAll(".messages").forEach((e) => e.remove());
+    // Chromium may leave an empty style attribute on form fields; it changes nothing drawn.
+    root.querySelectorAll("[style='']").forEach((e) => e.removeAttribute("style"));
     // Per viewer, not the page's state: the time slider and "since your last visit" marks.
     root.querySelectorAll("#history-card").forEach((e) => e.remove());
     root.querySelectorAll(".since-visit").forEach((e) => e.classList.remove("since-visit"));

@@ -84,7 +84,7 @@ class Sentinel(q_cluster.Sentinel):  # type: ignore[misc]  # django-q2 ships no 
             self.broker.acknowledge(ack_id)
             handed += 1
         if handed:
-            q_cluster.logger.info("handed %d queued task(s) back to the broker", handed)
+            log.info("handed %d queued task(s) back to the broker", handed)
 
 
 class Command(BaseCommand):
