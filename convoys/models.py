@@ -14,11 +14,12 @@ from typing import Self
 from django.conf import settings
 from django.db import models
 
-# Statuses and types are free strings; these are the values the product knows.
 # A skipped bead is closed as not needed: done for its dependents and for landing, counted
 # and shown apart from the beads that were done (services/actions.py sets it).
-SKIPPED = "skipped"
-DONE_STATUSES = ("closed", "tombstone", SKIPPED)
+from convoys.core.history import DONE_STATUSES as DONE_STATUSES
+from convoys.core.history import SKIPPED as SKIPPED
+
+# Statuses and types are free strings; these are the values the product knows.
 KNOWN_STATUSES = (
     "open",
     "in_progress",

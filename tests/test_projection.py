@@ -15,7 +15,17 @@ from convoys.infra.dispatchers import Outcome
 from convoys.log.events import last_seq
 from convoys.models import Bead, BeadFacts, Convoy, ConvoyFacts, Event, Rig, TrackedBead
 from convoys.read import projection, summaries
-from convoys.services import actions, beads, controls, convoys, dispatch, feeding, rigs, timekeeping
+from convoys.services import (
+    actions,
+    beads,
+    controls,
+    convoys,
+    dispatch,
+    feeding,
+    merges,
+    rigs,
+    timekeeping,
+)
 from convoys.services.errors import ServiceError
 
 from .support.factories import bead, blocks, command
@@ -93,7 +103,9 @@ def town(rng):
             blocks(IDS[rng.randrange(i)], IDS[i])
     blocks("gt-gate", IDS[-1])
     first = convoys.create("First", IDS[:6], actor="test")
-    second = convoys.create("Second", IDS[4:] + ["gt-absent"], actor="test", max_in_flight=2)
+    second = convoys.create(
+        "Second", IDS[4:] + ["gt-absent"], actor="test", max_in_flight=2, merge="mr"
+    )
     return [first.pk, second.pk]
 
 
@@ -171,7 +183,18 @@ def _depend(bead_id, _, rng, *__):
     try:
         beads.remove_dependency(bead_id, target, actor="admin")
     except ServiceError:
-        beads.add_dependency(bead_id, target, "blocks", actor="admin")
+        kind = rng.choice(["blocks", "merge-blocks"])
+        beads.add_dependency(bead_id, target, kind, actor="admin")
+
+
+def _merge(bead_id, _, rng, *__):
+    """A forge (or the bead store) says what became of the bead's change."""
+    state = rng.choice(["open", "merged", "merged", "abandoned"])
+    merges.record(bead_id, merges.Change(state, "api", ref=f"r{rng.randrange(99)}"), "forge")
+
+
+def _merge_strategy(_, convoy_id, rng, *__):
+    convoys.update_fields(convoy_id, actor="manager", merge_strategy=rng.choice(["mr", "direct"]))
 
 
 def _track(bead_id, convoy_id, *_):
@@ -199,6 +222,8 @@ ACTIONS_BY_NAME = {
     "time passes": _time,
     "dependency": _depend,
     "tracking": _track,
+    "merge": _merge,
+    "merge strategy": _merge_strategy,
     "stranded scan": _scan,
 }
 ACTIONS = sorted(ACTIONS_BY_NAME)
@@ -325,3 +350,24 @@ def test_a_rolled_back_bulk_load_leaves_nothing_to_settle(routes):
         record_many([{"kind": "bead.updated", "bead_id": "gt-u2"}], instances=False)
         raise RuntimeError("the import failed")
     assert not Cursor.objects.filter(name=projection.BULK).exists()
+
+
+def test_a_close_waiting_for_its_merge_moves_the_kept_critical_path(routes):
+    """Under `mr` a close makes the bead submitted, not done; the plan leaves it out all the
+    same, and takes it back when its change is abandoned (the bead needs work again)."""
+    bead("gt-a")
+    bead("gt-b")
+    blocks("gt-a", "gt-b")
+    convoy = convoys.create("Merge plan", ["gt-a", "gt-b"], actor="test", merge="mr")
+
+    def critical():
+        return ConvoyFacts.objects.get(convoy_id=convoy.pk).critical
+
+    assert critical() == ["gt-a", "gt-b"]
+    beads.close_bead("gt-a", actor="worker")
+    assert BeadFacts.objects.get(bead_id="gt-a").segment == "submitted"
+    assert critical() == ["gt-b"]
+    merges.record("gt-a", merges.Change("abandoned", "api", ref="r1"), "forge")
+    assert Bead.objects.get(pk="gt-a").status == "open"
+    assert critical() == ["gt-a", "gt-b"]
+    assert_equals_rebuild(timezone.now())

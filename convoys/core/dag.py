@@ -10,6 +10,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from convoys.core.history import DONE_STATUSES
 from convoys.core.lazy import lazy_module
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ else:
 SLINGABLE_TYPES = frozenset({"task", "bug", "feature", "chore", ""})
 EXECUTION_TYPES = frozenset({"blocks", "conditional-blocks", "waits-for", "merge-blocks"})
 HIERARCHY_TYPE = "parent-child"
-DONE = frozenset({"closed", "tombstone"})
+DONE = frozenset(DONE_STATUSES)  # skipped too: not needed is as good as done for a plan
 CAPACITY_THRESHOLD = 5
 
 EPIC, TASKS, CONVOY = "epic", "tasks", "convoy"

@@ -65,6 +65,8 @@ Gate = tuple[str, str, str, str]  # (id, title, issue type, status) of a blocker
 Built = tuple[dagmod.DAG, list[list[str]], list[dagmod.Gated], list[Gate]]
 
 SEGMENTS = ("done", "skipped", "submitted", "active", "failed", "ready", "blocked", "unknown")
+# The segments of a bead whose status is done (`segment_for`): what a plan leaves out.
+FINISHED = frozenset({"done", "skipped", "submitted"})
 CHUNK = 500  # ids per query
 BULK = "projection-bulk"  # the cursor where a bulk load's unsettled range starts
 BEAD_FIELDS = (
@@ -247,7 +249,7 @@ def refresh_beads(
 ) -> set[str]:
     """Derive the facts of `ids` (every bead with None) again and keep them; return the ids
     whose facts changed (or that appeared or went), add to `flipped` those that moved into
-    or out of done, and to `moved` what a convoy counts of each changed bead, before and
+    or out of FINISHED, and to `moved` what a convoy counts of each changed bead, before and
     after. `among`: a subquery selecting the same ids (many of them: one set-based pass)."""
     if among is not None and ids is not None:
         wanted = set(ids)
@@ -268,7 +270,7 @@ def refresh_beads(
         flipped.update(
             i
             for i in changed
-            if (kept.get(i, {}).get("segment") == "done") != (derived[i]["segment"] == "done")
+            if (kept.get(i, {}).get("segment") in FINISHED) != (derived[i]["segment"] in FINISHED)
         )
     new = sorted(i for i in changed if i not in kept)  # most of an import's: a plain insert
     bulk.insert(BeadFacts, [{"bead_id": i, "seq": seq, **derived[i]} for i in new])
@@ -783,7 +785,7 @@ def _type_changed(data: Mapping[str, Any]) -> bool:
 
 
 def _replanned_by(flipped: Collection[str]) -> set[str]:
-    """The convoys whose plan the beads `flipped` (into or out of done) may have changed: a
+    """The convoys whose plan the beads `flipped` (into or out of FINISHED) may have changed: a
     gate's (or a gone bead's) changes the waves of what it holds back; a task reopened may
     lengthen the critical path, and one on it closing shortens it."""
     if not flipped or not (_tracking(flipped) or _dependents(flipped)):
@@ -794,7 +796,7 @@ def _replanned_by(flipped: Collection[str]) -> set[str]:
     out = _tracking(gates | _dependents(gates)) if gates else set()
     if tasks and _tracking(tasks):  # a task no convoy tracks is in no plan
         done = set(
-            BeadFacts.objects.filter(bead_id__in=sorted(tasks), segment="done").values_list(
+            BeadFacts.objects.filter(bead_id__in=sorted(tasks), segment__in=FINISHED).values_list(
                 "bead_id", flat=True
             )
         )
