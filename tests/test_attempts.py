@@ -11,7 +11,7 @@ from django.test import Client
 
 from convoys.infra.dispatchers import Outcome
 from convoys.models import Bead
-from convoys.services import dispatch, sling
+from convoys.services import actions, dispatch, sling
 from convoys.services.tokens import create_token
 
 from .support.factories import bead, command
@@ -87,6 +87,36 @@ def test_the_api_and_the_cli_list_the_same_attempts(tried):
     assert re.search(r"#1 .* launch .* failed: worker refused: disk full", text)
     sling_text = command("beads", "show", "gt-b")
     assert "#1" in sling_text and "sling" in sling_text
+
+
+def test_an_attempt_an_operator_took_back_says_so_and_the_next_is_a_retry(tried):
+    """A release (or reassign) ends the attempt that gave the bead to its worker: that
+    attempt no longer reads "taken by its worker", and the dispatch after it is a retry."""
+    assert (
+        len(actions.run("release", ["gt-a"], actor="manager", reason="stuck on a lock").done) == 1
+    )
+    assert Bead.objects.get(pk="gt-a").assignee == ""
+    sling.sling(["gt-a"], no_convoy=True, actor="test")
+    actions.run("reassign", ["gt-a"], actor="lead", worker="gastown/polecats/slit")
+
+    client = signed_in("ann", "view_convoy", "view_bead")
+    page = client.get("/beads/gt-a/").content.decode()
+    rows = re.findall(r'<tr id="attempt-(\d+)" class="attempt o-([\w-]+)">(.*?)</tr>', page, re.S)
+    assert [(n, o) for n, o, _ in rows] == [
+        ("3", "taken-back"),
+        ("2", "taken-back"),
+        ("1", "failed"),
+    ]
+    assert "taken back: reassigned by lead" in rows[0][2] and "retry" in rows[0][2]
+    assert "taken back: released by manager (stuck on a lock)" in rows[1][2]
+    assert "taken by its worker" not in page
+
+    shown = json.loads(command("beads", "show", "gt-a", "--json"))["attempts"]
+    assert [(a["outcome"], a["retry"]) for a in shown] == [
+        ("taken-back", True),
+        ("taken-back", True),
+        ("failed", False),
+    ]
 
 
 def test_a_bead_never_dispatched_says_so(routes):

@@ -8,7 +8,7 @@ import pytest
 from convoys.models import Bead, Convoy, Event
 from convoys.read import summaries
 from convoys.rules.readiness import ready_among
-from convoys.services import actions, convoys
+from convoys.services import actions, controls, convoys
 from convoys.services import beads as bead_service
 from convoys.services.errors import ServiceError
 from convoys.services.notify import landing_message
@@ -185,6 +185,30 @@ def test_release_tells_the_worker_through_the_dispatchers_hook(town, settings, t
     assert done.outcomes[0].told == "worker told" and told.exists()
     row = Bead.objects.get(pk="gt-w1")
     assert (row.status, row.assignee) == ("open", "")
+
+
+def test_without_a_release_hook_the_preview_does_not_claim_the_worker_is_told(town):
+    bead("gt-w2", assignee="gastown/polecats/nux", status="hooked")
+    preview = actions.run("release", ["gt-w2"], actor="test", dry_run=True).outcomes[0]
+    assert "tells worker" not in preview.words
+    assert "worker gastown/polecats/nux sees it at its next look (no release hook)" in preview.words
+    done = actions.run("release", ["gt-w2"], actor="test").outcomes[0]
+    assert done.words == preview.words and done.told == ""
+
+
+def test_a_preview_says_when_a_paused_or_missing_convoy_sends_nothing(town):
+    bead("gt-p1", assignee="gastown/polecats/nux", status="hooked")
+    bead("gt-p2", assignee="gastown/polecats/nux", status="hooked")
+    convoy = convoys.create("Held", ["gt-p1"])
+    controls.pause(convoy.pk, actor="test", reason="hold")
+    paused = actions.run("release", ["gt-p1"], actor="test", dry_run=True).outcomes[0].words
+    assert f"ready, but {convoy.pk} paused: nothing sends it until a resume" in paused
+    assert "dispatches to rig" not in paused
+    loose = actions.run("release", ["gt-p2"], actor="test", dry_run=True).outcomes[0].words
+    assert "no open convoy tracks it, so nothing sends it but a sling" in loose
+    controls.resume(convoy.pk, actor="test")
+    resumed = actions.run("release", ["gt-p1"], actor="test", dry_run=True).outcomes[0].words
+    assert "dispatches to rig gastown" in resumed
 
 
 def test_reassign_and_reopen(town):

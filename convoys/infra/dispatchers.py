@@ -46,6 +46,12 @@ class Releaser(Protocol):
     def release(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> Outcome: ...
 
 
+def tells_workers(dispatcher: object) -> bool:
+    """Whether `release` reaches a worker through `dispatcher` (a hook that does something)."""
+    hook = getattr(dispatcher, "release", None)
+    return hook is not None and bool(getattr(dispatcher, "tells_workers", True))
+
+
 def release(
     dispatcher: object, bead_id: str, rig: str, convoy_id: str, worker: str
 ) -> Outcome | None:
@@ -133,6 +139,10 @@ class CommandDispatcher:
         except ValueError as exc:
             return Outcome(False, str(exc))
         return self._run(args)
+
+    @property
+    def tells_workers(self) -> bool:
+        return bool(self.release_template.strip())
 
     def release(self, bead_id: str, rig: str, convoy_id: str, worker: str) -> Outcome:
         """Run CONVOY_RELEASE_COMMAND (as the dispatch command is run); with none set the

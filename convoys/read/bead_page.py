@@ -16,6 +16,7 @@ from convoys.models import (
     LogLine,
     Merge,
 )
+from convoys.rules import actions as actionrules
 from convoys.rules import causes as causemod
 from convoys.rules import merging
 from convoys.rules.causes import WAITING_TO_MERGE
@@ -114,7 +115,7 @@ ATTEMPTS_SHOWN = 200
 # Dispatch.PATHS as people call them.
 PATH_WORDS = {
     "launch": "launch",
-    "event": "feeder (a close)",
+    "event": "feeder",
     "stranded": "stranded scan",
     "manual": "sling",
     "batch": "sling (several beads)",
@@ -135,7 +136,7 @@ class Attempt:
     worker: str
     convoy_id: str
     duration_ms: float | None
-    outcome: str  # ok | confirmed | failed | abandoned | released | pending
+    outcome: str  # ok | confirmed | failed | abandoned | released | pending | taken-back
     outcome_words: str
     error: str
     output: str
@@ -156,6 +157,13 @@ OUTCOME_WORDS = {
     "released": "released: no answer and no word from its worker",
     "pending": "unknown outcome: no answer yet",
 }
+# The operators' actions that take a bead from the worker an attempt gave it to end
+# that attempt, and the next one is a retry.
+TAKEN_BACK = {
+    actionrules.KINDS[actionrules.RELEASE]: "released",
+    actionrules.KINDS[actionrules.REASSIGN]: "reassigned",
+    actionrules.KINDS[actionrules.SKIP]: "skipped",
+}
 
 
 def _outcome(d: Dispatch) -> str:
@@ -171,21 +179,47 @@ def attempts(bead_id: str, limit: int = ATTEMPTS_SHOWN) -> list[Attempt]:
     rows = Dispatch.objects.filter(bead_id=bead_id).order_by("-created_at", "-pk")
     newest = list(rows[: limit + 1])  # one more: whether the oldest shown is a retry
     total = len(newest) if len(newest) <= limit else rows.count()
+    ends = _taken_back(bead_id, newest)
     out = []
     for index, d in enumerate(newest[:limit]):
         before = newest[index + 1] if index + 1 < len(newest) else None
-        outcome = _outcome(d)
+        outcome, words = ends.get(d.pk) or (_outcome(d), OUTCOME_WORDS[_outcome(d)])
         out.append(
             Attempt(
                 number=total - index,
                 at=d.created_at,
                 path_words=PATH_WORDS.get(d.path, d.path),
-                retry=before is not None and _outcome(before) not in ("ok", "confirmed"),
+                retry=before is not None
+                and (before.pk in ends or _outcome(before) not in ("ok", "confirmed")),
                 outcome=outcome,
-                outcome_words=OUTCOME_WORDS[outcome],
+                outcome_words=words,
                 **{name: getattr(d, name) for name in COPIED},
             )
         )
+    return out
+
+
+def _taken_back(bead_id: str, newest: list[Dispatch]) -> dict[int, tuple[str, str]]:
+    """{dispatch pk: (outcome, words)} of the attempts (newest first) whose bead an operator
+    took back before the next attempt: the first release or reassign after each, from the
+    event log (one query)."""
+    if not newest:
+        return {}
+    found = Event.objects.filter(
+        bead_id=bead_id, kind__in=TAKEN_BACK, created_at__gte=newest[-1].created_at
+    ).order_by("seq")
+    actions = list(found.values_list("kind", "actor", "data", "created_at"))
+    out: dict[int, tuple[str, str]] = {}
+    until = None
+    for d in newest:  # newest first: each attempt lasts until the one after it
+        if _outcome(d) in ("ok", "confirmed"):
+            for kind, actor, data, at in actions:
+                if at >= d.created_at and (until is None or at < until):
+                    why = data.get("reason") if isinstance(data, dict) else ""
+                    words = f"taken back: {TAKEN_BACK[kind]} by {actor or 'someone'}"
+                    out[d.pk] = ("taken-back", f"{words} ({why})" if why else words)
+                    break
+        until = d.created_at
     return out
 
 

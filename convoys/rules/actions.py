@@ -62,7 +62,9 @@ class Effects:
     lands: list[str] = field(default_factory=list)  # open convoys now complete
     stays_open: list[str] = field(default_factory=list)
     stays_closed: list[str] = field(default_factory=list)
-    dispatches_to: str = ""  # its rig, when the bead itself is ready after
+    dispatches_to: str = ""  # its rig, when the bead itself is ready after and a feed sends it
+    paused: list[str] = field(default_factory=list)  # ready, but every convoy feeding it paused
+    unfed: bool = False  # ready, but no open convoy tracks it (a sling sends it)
     waits_for: list[str] = field(default_factory=list)  # its open blockers after
     not_ready: str = ""  # why it is not ready after, when it is open and nothing blocks it
 
@@ -140,13 +142,20 @@ def effects(bead: Bead, ready_before: set[str], complete: Callable[[Convoy], boo
         ready=sorted(ready_after - ready_before - {bead.pk}),
         unready=sorted(ready_before - ready_after - {bead.pk}),
     )
+    convoys = convoys_of([bead.pk])
     if bead.pk in ready_after:
-        result.dispatches_to = bead.rig_id or ""
+        feeding = [c for c in convoys if c.status == CONVOY_OPEN]
+        if any(c.paused_at is None for c in feeding):
+            result.dispatches_to = bead.rig_id or ""
+        elif feeding:
+            result.paused = [c.pk for c in feeding]
+        else:
+            result.unfed = True
     elif bead.status not in DONE_STATUSES:
         result.waits_for = blocked_by([bead.pk]).get(bead.pk, [])
         if not result.waits_for and bead.status == "open" and not bead.assignee:
             result.not_ready = _not_ready(bead)
-    for convoy in convoys_of([bead.pk]):
+    for convoy in convoys:
         if convoy.status != CONVOY_OPEN:
             result.stays_closed.append(convoy.pk)
         elif complete(convoy):
@@ -176,9 +185,11 @@ def _listed(ids: Sequence[str], most: int = 5) -> str:
     return shown
 
 
-def words(action: str, bead: Bead, change: Change, found: Effects) -> str:
+def words(
+    action: str, bead: Bead, change: Change, found: Effects, tells_workers: bool = True
+) -> str:
     """What happens, in words: "dispatches to rig gastown; makes gt-a and gt-b ready; the
-    convoy hq-cv-1 stays open"."""
+    convoy hq-cv-1 stays open". `tells_workers`: the dispatcher has a release hook."""
     parts: list[str] = []
     if action == SKIP:
         parts.append("closes it as skipped (not done)")
@@ -192,10 +203,16 @@ def words(action: str, bead: Bead, change: Change, found: Effects) -> str:
         parts.append(f"gives it to worker {change.assignee}")
     elif action == RELEASE:
         parts.append("takes it back to open")
-    if change.tell:
+    if change.tell and tells_workers:
         parts.append(f"tells worker {change.tell} it lost the bead")
+    elif change.tell:
+        parts.append(f"worker {change.tell} sees it at its next look (no release hook)")
     if found.dispatches_to:
         parts.append(f"dispatches to rig {found.dispatches_to}")
+    elif found.paused:
+        parts.append(f"ready, but {_listed(found.paused)} paused: nothing sends it until a resume")
+    elif found.unfed:
+        parts.append("ready; no open convoy tracks it, so nothing sends it but a sling")
     elif found.waits_for:
         parts.append(f"it waits for {_listed(found.waits_for)}")
     elif found.not_ready:

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from convoys.core import ids as idrules
-from convoys.infra.dispatchers import get_dispatcher, release
+from convoys.infra.dispatchers import get_dispatcher, release, tells_workers
 from convoys.log.events import record
 from convoys.models import CONVOY_OPEN, DONE_STATUSES, Bead, Convoy
 from convoys.rules import actions as rules
@@ -190,7 +190,7 @@ def _one(
             before = ready_among(rules.neighbours(bead.pk))
             old = _apply(bead, change, reason)
             found = rules.effects(bead, before, is_complete)
-            words = rules.words(action, old, change, found)
+            words = rules.words(action, old, change, found, tells_workers(get_dispatcher()))
             record(
                 rules.KINDS[action],
                 bead_id=bead.pk,
