@@ -1,10 +1,11 @@
-"""Middleware of the whole site: no cached copy of what a signed-in user was shown, and a 503
-(not a 500 after the pool's 30 s) when the database cannot be reached."""
+"""Middleware of the whole site: no cached copy of what a signed-in user was shown, a 503
+(not a 500 after the pool's 30 s) when the database cannot be reached, and the API's wrong
+methods answered in JSON like its other errors."""
 
 from collections.abc import Callable
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
 
 from convoys.web.access import database_unavailable
@@ -40,3 +41,25 @@ class DatabaseUnavailable:
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         return database_unavailable(request, exception)
+
+
+class ApiMethodNotAllowed:
+    """A 405 under /api/ (django-ninja answers it in plain text) says in JSON, as the API's
+    other errors do, which methods the path takes; the Allow header stays."""
+
+    def __init__(self, get_response: Handler) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.status_code != 405 or not request.path.startswith("/api/"):
+            return response
+        if response.get("Content-Type", "").startswith("application/json"):
+            return response
+        allowed = response.get("Allow", "")
+        detail = (
+            f"{(request.method or '')[:10]} is not allowed on {request.path[:200]}; use {allowed}"
+        )
+        answer = JsonResponse({"detail": detail}, status=405)
+        answer["Allow"] = allowed
+        return answer

@@ -116,6 +116,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "convoyweb.middleware.DatabaseUnavailable",
+    "convoyweb.middleware.ApiMethodNotAllowed",
     # Last, as its documentation asks: it answers a locked-out login attempt.
     "axes.middleware.AxesMiddleware",
 ]

@@ -194,3 +194,20 @@ def test_an_unknown_status_filter_is_a_422_naming_the_allowed_ones(routes):
     assert "Unknown status filter" in text and "use one of active" in text
     assert "<b>bogus</b>" not in text  # escaped
     assert client.get("/", {"status": "staged"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "allowed"),
+    [
+        ("get", "/api/beads/actions", "POST"),
+        ("delete", "/api/convoys/actions", "POST"),
+        ("put", "/api/beads/gt-a/log", "GET, POST"),
+    ],
+)
+def test_a_wrong_method_is_a_json_405_naming_the_right_ones(token, method, url, allowed):
+    before = snapshot()
+    response = getattr(CLIENT, method)(url, HTTP_AUTHORIZATION=f"Bearer {token}")
+    shown = response["Allow"]  # in no fixed order
+    assert response.status_code == 405 and sorted(shown.split(", ")) == allowed.split(", ")
+    assert response.json() == {"detail": f"{method.upper()} is not allowed on {url}; use {shown}"}
+    assert snapshot() == before

@@ -1,6 +1,8 @@
 """The bead actions from the pages: the action bar on the bead page and the convoy page,
 a preview that changes nothing, a confirm that applies, with and without the page's script."""
 
+import re
+
 import pytest
 
 from convoys.models import Bead, Event
@@ -118,11 +120,19 @@ def test_every_part_of_the_convoy_page_draws_a_skipped_bead(convoy, editor):
     assert editor.get("/beads/gt-p1/").status_code == 200
 
 
-def test_a_skipped_bead_offers_reopen_on_its_page(convoy, editor):
+def test_a_skipped_bead_offers_reopen_on_its_page_with_a_preview_first(convoy, editor):
     editor.post(URL, {"action": "skip", "ids": ["gt-p1"], "confirm": "1"})
     page = editor.get("/beads/gt-p1/").content.decode()
     assert 'id="reopen-bead"' in page and 'id="close-bead"' not in page
-    assert editor.post("/beads/gt-p1/reopen/").status_code == 302
+    button = page[
+        page.rindex("<form", 0, page.index('id="reopen-bead"')) : page.index('id="reopen-bead"')
+    ]
+    fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', button))
+    assert f'action="{URL}"' in button
+    assert (fields["action"], fields["ids"], fields["next"]) == ("reopen", "gt-p1", "/beads/gt-p1/")
+    preview = editor.post(URL, fields).content.decode()  # what the button sends
+    assert "opens it again" in preview and Bead.objects.get(pk="gt-p1").status == "skipped"
+    assert editor.post(URL, fields | {"confirm": "1"}).status_code == 302
     row = Bead.objects.get(pk="gt-p1")
-    assert (row.status, row.close_reason) == ("open", "")
+    assert row.status != "skipped" and row.close_reason == ""  # open, or dispatched at once
     assert Event.objects.filter(kind="bead.reopened", bead_id="gt-p1").exists()

@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from convoys.infra import bulk
 from convoys.models import Bead
+from convoys.services import convoys
 
-from .support.factories import bead
+from .support.factories import bead, blocks
 from .support.paths import ROOT
 from .support.processes import child_env, manage
 
@@ -53,3 +54,17 @@ def test_a_close_from_the_command_line_says_one_line_and_nothing_on_stderr(route
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Closed gt-said") and done.stderr == ""
     assert Bead.objects.get(pk="gt-said").status == "closed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bead_action_in_a_convoy_prints_its_answer_and_not_the_feeders_log(routes):
+    bead("gt-fed0")
+    for held in ("gt-fed1", "gt-fed2"):  # blocked: the feed after a release finds nothing
+        bead(held, assignee="gastown/polecats/nux", status="hooked")
+        blocks("gt-fed0", held)
+    convoys.create("Fed", ["gt-fed1", "gt-fed2"], actor="test")
+    done = manage("beads", "release", "gt-fed1")
+    assert done.returncode == 0 and "1 released" in done.stdout, done.stderr
+    assert done.stderr == ""
+    said = manage("beads", "-v", "2", "release", "gt-fed2")
+    assert said.returncode == 0 and "no ready issues to feed" in said.stderr, said.stderr

@@ -85,6 +85,18 @@ def test_pause_counts_dispatches_made_since_from_the_records(paused_chain):
     assert "(1 dispatch since pause)" in command("convoy", "status", convoy.pk)
 
 
+def test_a_paused_convoy_that_lands_no_longer_says_it_is_paused(paused_chain, closing):
+    """Its last beads closed by their workers while paused: landed, it holds nothing back."""
+    convoy = paused_chain
+    assert "⏸ Paused by" in command("convoy", "status", convoy.pk)
+    for bead_id in ("gt-c0", "gt-c1", "gt-c2"):
+        closing(bead_id)
+    convoy.refresh_from_db()
+    assert convoy.landed
+    assert "Paused" not in command("convoy", "status", convoy.pk)
+    assert json.loads(command("convoy", "status", convoy.pk, "--json"))["paused"] is None
+
+
 def test_pause_holds_a_bead_in_any_convoy_that_tracks_it(routes, closing):
     bead("gt-a")
     bead("gt-b")

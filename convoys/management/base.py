@@ -2,6 +2,8 @@
 
 import datetime
 import json
+import logging
+import os
 from argparse import ArgumentParser
 from typing import Any
 
@@ -18,15 +20,24 @@ class ServiceCommand(BaseCommand):
     """Turns a ServiceError into `error: <message>` on stderr and exit status 1.
 
     No system checks before each call: agents run these commands by the thousand, and the
-    checks (which load the URLconf, the admin and the API) run in CI and at `serve`."""
+    checks (which load the URLconf, the admin and the API) run in CI and at `serve`.
+
+    What the services log as they go (a feed's "fed …" lines) is a server's record, not the
+    command's answer: it is printed with `-v 2` or an explicit LOG_LEVEL, warnings always."""
 
     requires_system_checks: list[str] = []
 
     def execute(self, *args: Any, **options: Any) -> str | None:
+        logger = logging.getLogger("convoys")
+        level = logger.level
+        if options.get("verbosity", 1) < 2 and "LOG_LEVEL" not in os.environ:
+            logger.setLevel(max(level, logging.WARNING))
         try:
             return super().execute(*args, **options)
         except ServiceError as exc:
             raise error(exc.explained("cli"))
+        finally:
+            logger.setLevel(level)
 
     def write_json(self, data: object) -> None:
         self.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=json_value))

@@ -122,8 +122,9 @@ def resume(convoy_id: str, *, actor: str) -> Resumed:
 
 def pause_summary(convoy: Convoy) -> PauseSummary | None:
     """Who paused the convoy, when, why, and the proof: how many of its beads were
-    dispatched since (from the dispatch records, by any path). None when not paused."""
-    if not convoy.paused_at:
+    dispatched since (from the dispatch records, by any path). None when not paused, or when
+    closed: a closed convoy dispatches nothing, so its pause holds nothing back."""
+    if not convoy.paused_at or convoy.status == CONVOY_CLOSED:
         return None
     tracked = TrackedBead.objects.filter(convoy=convoy).values("bead_id")
     since = Dispatch.objects.filter(
