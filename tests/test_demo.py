@@ -9,8 +9,17 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from convoys.models import CONVOY_CLOSED, CONVOY_OPEN, Bead, Convoy, Event, TrackedBead
-from convoys.services import beads, demo
+from convoys.models import (
+    CONVOY_CLOSED,
+    CONVOY_OPEN,
+    Bead,
+    Convoy,
+    Event,
+    LogLine,
+    Merge,
+    TrackedBead,
+)
+from convoys.services import beads, demo, merges, worklog
 
 pytestmark = pytest.mark.django_db(transaction=True)  # closes feed the next wave on commit
 
@@ -114,6 +123,8 @@ def test_reset_wipes_the_work_data_and_reloads_it():
     work_the_beads()
     run_demo()  # a topped-up database, as after a long run
     beads.create_bead("Mine", bead_id="gt-mine", actor="test")
+    worklog.append("gt-mine", ["cloning"], actor="test")
+    merges.record("gt-mine", merges.Change("merged", "api", ref="abc"), "test")
     old_beads = set(Bead.objects.values_list("pk", flat=True))
     last_seq = Event.objects.order_by("-seq").values_list("seq", flat=True)[0]
 
@@ -122,6 +133,8 @@ def test_reset_wipes_the_work_data_and_reloads_it():
     assert "Wiped" in output
     assert titles() == FIRST_TITLES
     assert not old_beads & set(Bead.objects.values_list("pk", flat=True))
+    # nothing of the old beads waits for a new bead of the same id (a merge, a log)
+    assert not LogLine.objects.exists() and not Merge.objects.exists()
     assert Event.objects.order_by("seq").values_list("seq", flat=True)[0] > last_seq
     assert get_user_model().objects.filter(username="demo").count() == 1
 

@@ -17,6 +17,8 @@ from convoys.models import (
     Dispatch,
     Event,
     HandledEvent,
+    LogLine,
+    Merge,
     Notification,
     Rig,
     Route,
@@ -111,10 +113,11 @@ def replenish(
 @transaction.atomic
 def reset() -> None:
     """Delete the work data (beads, convoys, dispatches, workers, notifications, the event log,
-    rigs and routes, and the read model derived from them). Accounts, subscriptions to every convoy, tokens and the event counter
+    merges, workers' log lines, rigs and routes, and the read model derived from them). Accounts, subscriptions to every convoy, tokens and the event counter
     stay: sequence numbers keep counting forward, so open pages and feeders carry on."""
     derived = (BeadFacts, ConvoyFacts)
-    for model in (Event, HandledEvent, Notification, Dispatch, Worker, Convoy, Bead, *derived):
+    work = (Event, HandledEvent, Notification, Dispatch, Worker, Merge, LogLine, Convoy, Bead)
+    for model in (*work, *derived):
         model.objects.all().delete()
     Route.objects.all().delete()
     Rig.objects.all().delete()
