@@ -217,6 +217,11 @@ def test_reassign_and_reopen(town):
     assert done.outcomes[0].ok and Bead.objects.get(pk="gt-m1").rig_id == "beads"
     again = actions.run("reassign", ["gt-m1"], actor="test", rig="beads")
     assert again.outcomes[0].words == "gt-m1 is on rig beads already"
+    elsewhere = actions.run("reassign", ["gt-m1"], actor="test", worker="gastown/polecats/zed")
+    assert elsewhere.outcomes[0].words == (
+        "worker gastown/polecats/zed works on rig gastown, not beads: reassign the rig first"
+    )
+    assert Bead.objects.get(pk="gt-m1").assignee == ""
     worker = actions.run("reassign", ["gt-m1"], actor="test", worker="beads/crew/joe")
     row = Bead.objects.get(pk="gt-m1")
     assert worker.outcomes[0].ok and (row.status, row.assignee) == ("hooked", "beads/crew/joe")

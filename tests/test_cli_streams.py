@@ -68,3 +68,13 @@ def test_a_bead_action_in_a_convoy_prints_its_answer_and_not_the_feeders_log(rou
     assert done.stderr == ""
     said = manage("beads", "-v", "2", "release", "gt-fed2")
     assert said.returncode == 0 and "no ready issues to feed" in said.stderr, said.stderr
+
+
+def test_a_database_nobody_migrated_is_one_line_naming_it(tmp_path):
+    empty = tmp_path / "other.sqlite3"
+    done = manage("tokens", "create", "demo", env=child_env(DATABASE_URL=f"sqlite:///{empty}"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        f"error: {empty} has no convoyweb tables (no such table: auth_user): run "
+        "`manage.py migrate`, or set DATABASE_URL to the database the server uses"
+    )

@@ -260,6 +260,8 @@ def test_the_page(some):
     assert "Nothing matches" in client.get("/search/", {"q": "zebra"}).content.decode()
     bad = client.get("/search/", {"q": "oak", "offset": "x"})
     assert bad.status_code == 422 and b"Offset: a whole number" in bad.content
+    said = bad.content.decode()
+    assert "not one the search page knows" in said and 'href="/search/?q=oak"' in said
     assert client.get("/search/", {"q": "oak", "offset": "99999"}).status_code == 422
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
+from convoys.core.formatting import person
 from convoys.log.kinds import LOG
 from convoys.models import (
     Bead,
@@ -216,7 +217,7 @@ def _taken_back(bead_id: str, newest: list[Dispatch]) -> dict[int, tuple[str, st
             for kind, actor, data, at in actions:
                 if at >= d.created_at and (until is None or at < until):
                     why = data.get("reason") if isinstance(data, dict) else ""
-                    words = f"taken back: {TAKEN_BACK[kind]} by {actor or 'someone'}"
+                    words = f"taken back: {TAKEN_BACK[kind]} by {person(actor) or 'someone'}"
                     out[d.pk] = ("taken-back", f"{words} ({why})" if why else words)
                     break
         until = d.created_at

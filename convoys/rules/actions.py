@@ -116,6 +116,9 @@ def _reassign(bead: Bead, held: str, rig: str, worker: str) -> Change | str:
         return Change(rig=rig, status="open" if held else None, assignee="", tell=held)
     if held == worker:
         return f"{bead.pk} is held by {worker} already"
+    on = worker.split("/", 1)[0] if "/" in worker else ""
+    if on and bead.rig_id and on != bead.rig_id:
+        return f"worker {worker} works on rig {on}, not {bead.rig_id}: reassign the rig first"
     status = bead.status if bead.status in ACTIVE_WORK_STATUSES else "hooked"
     return Change(status=status, assignee=worker, tell=held)
 
