@@ -108,6 +108,18 @@ def test_the_palette_pauses_a_convoy(browser, server, routes):
     page.wait_for_selector(".messages")
     assert "Resumed" in page.inner_text(".messages")
     assert Convoy.objects.get(pk=convoy.pk).paused_at is None
+
+    # Open, it may be acknowledged; closed, it offers neither that nor a pause.
+    page.keyboard.press("Control+k")
+    page.keyboard.type(convoy.pk)
+    wait_js(page, f"[...{OPTIONS}].some(o => o.textContent.includes('acknowledge {convoy.pk}'))")
+    page.keyboard.press("Escape")
+    convoys.close(convoy.pk, force=True, actor="test")
+    page.keyboard.press("Control+k")
+    page.keyboard.type(f"ack {convoy.pk}")
+    wait_js(page, f"[...{OPTIONS}].length > 0")
+    shown = options(page)
+    assert not any(f"acknowledge {convoy.pk}" in o or f"pause {convoy.pk}" in o for o in shown)
     ctx.close()
 
 

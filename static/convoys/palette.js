@@ -88,7 +88,8 @@
     if (hit.kind === "convoy") {
       if (canChange && hit.status === "paused") add("resume", `resume ${hit.id}`, { post: `${hit.url}resume/` });
       else if (canChange && hit.status !== "closed" && hit.status !== "landed") add("pause", `pause ${hit.id}`, { post: `${hit.url}pause/` });
-      add("acknowledge", `acknowledge ${hit.id}`, { post: `${hit.url}ack/` });
+      // A closed convoy escalates no more: there is nothing of it to acknowledge.
+      if (hit.status !== "closed" && hit.status !== "landed") add("acknowledge", `acknowledge ${hit.id}`, { post: `${hit.url}ack/` });
     }
     if (hit.kind === "epic") add("stage", `stage ${hit.id}`, { href: `${urls.stage}?epic=${encodeURIComponent(hit.id)}` });
     return out;
