@@ -158,20 +158,30 @@ def run(
     rig, worker = _target(action, rig or "", worker or "")
     wanted = clean_ids(bead_ids)
     why = clean_reason(reason)
+    tells = tells_workers(get_dispatcher())  # one answer for the batch
     if dry_run:
         with transaction.atomic():
-            outcomes = [_one(action, i, actor, why, rig, worker, real=False) for i in wanted]
+            outcomes = [_one(action, i, actor, why, rig, worker, tells, real=False) for i in wanted]
             transaction.set_rollback(True)
         return Batch(action, True, outcomes, [])
-    outcomes = [_one(action, i, actor, why, rig, worker, real=True) for i in wanted]
+    outcomes = [_one(action, i, actor, why, rig, worker, tells, real=True) for i in wanted]
     applied = [o.id for o in outcomes if o.ok]
     return Batch(action, False, outcomes, _feed(applied, actor))
 
 
 def _one(
-    action: str, bead_id: str, actor: str, reason: str, rig: str, worker: str, *, real: bool
+    action: str,
+    bead_id: str,
+    actor: str,
+    reason: str,
+    rig: str,
+    worker: str,
+    tells: bool,
+    *,
+    real: bool,
 ) -> Outcome:
-    """One bead's step in its own transaction (a savepoint within a dry run's)."""
+    """One bead's step in its own transaction (a savepoint within a dry run's); `tells`:
+    whether the dispatcher tells a worker it lost its bead."""
     if idrules.id_problem(bead_id):
         return Outcome(bead_id[:80], False, "not a bead id")
     try:
@@ -190,7 +200,7 @@ def _one(
             before = ready_among(rules.neighbours(bead.pk))
             old = _apply(bead, change, reason)
             found = rules.effects(bead, before, is_complete)
-            words = rules.words(action, old, change, found, tells_workers(get_dispatcher()))
+            words = rules.words(action, old, change, found, tells)
             record(
                 rules.KINDS[action],
                 bead_id=bead.pk,
